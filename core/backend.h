@@ -1,0 +1,50 @@
+// The one backend interface. The reference model (sim/) and the CUDA implementation (gpu/)
+// both implement it; the runner plays operations against one or two of them and compares what
+// this interface exposes: results, allocator tables, and raw pool bytes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/op.h"
+#include "core/result.h"
+
+namespace kvtwin {
+
+// One sub-pool's allocator tables, as SPEC.md section 4 defines them.
+struct SideTables {
+  std::string name;
+  std::vector<std::int64_t> v2p;         // num_virtual + 1 (last row: the -1 sentinel)
+  std::vector<std::int64_t> p2v;         // num_pages + 1
+  std::vector<std::int64_t> free_queue;  // owner side only: free virtual pages, front first
+  std::int64_t watermark = 0;
+  std::vector<std::int64_t> holes;       // lazy mode: freed physical pages inside the band, ascending
+  std::uint64_t allocated_pages = 0;
+
+  bool operator==(const SideTables&) const = default;
+};
+
+struct PoolTables {
+  std::vector<SideTables> sides;  // chain order: [up] or [up, down]
+  bool operator==(const PoolTables&) const = default;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string_view name() const = 0;
+
+  // Plays one operation. Operating errors come back as Error values and leave the state as it was.
+  virtual OpResult apply(const Op& op) = 0;
+
+  // The allocator tables (an error before any pool is built).
+  virtual Result<PoolTables> tables() const = 0;
+
+  // `length` raw pool bytes from `offset` (an error in tables-only mode or out of range).
+  virtual Result<std::vector<std::uint8_t>> raw_bytes(std::uint64_t offset, std::uint64_t length) const = 0;
+};
+
+}  // namespace kvtwin

@@ -1,0 +1,237 @@
+// Catalogue entries and the spec-file reader.
+#include "core/catalogue.h"
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace kvtwin {
+namespace {
+
+std::vector<LayerKind> repeat(LayerKind kind, std::size_t n) { return std::vector<LayerKind>(n, kind); }
+
+ModelShape mha(std::string name, std::string source, std::vector<LayerKind> layers, std::uint32_t kv_heads,
+               std::uint32_t k_head_dim, std::uint32_t v_head_dim, std::uint32_t window = 0,
+               std::uint32_t swa_kv_heads = 0) {
+  ModelShape s;
+  s.name = std::move(name);
+  s.source = std::move(source);
+  s.attention = AttentionKind::mha;
+  s.layers = std::move(layers);
+  s.num_kv_heads = kv_heads;
+  s.swa_num_kv_heads = swa_kv_heads;
+  s.k_head_dim = k_head_dim;
+  s.v_head_dim = v_head_dim;
+  s.sliding_window_tokens = window;
+  s.dtype = DType::bf16;
+  return s;
+}
+
+ModelShape mla(std::string name, std::string source, std::size_t layers, std::uint32_t kv_lora_rank,
+               std::uint32_t qk_rope_head_dim) {
+  ModelShape s;
+  s.name = std::move(name);
+  s.source = std::move(source);
+  s.attention = AttentionKind::mla;
+  s.layers = repeat(LayerKind::mla, layers);
+  s.kv_lora_rank = kv_lora_rank;
+  s.qk_rope_head_dim = qk_rope_head_dim;
+  s.dtype = DType::bf16;
+  return s;
+}
+
+// gpt-oss: layer_types alternate, starting with a sliding-window layer.
+std::vector<LayerKind> alternating_swa_first(std::size_t n) {
+  std::vector<LayerKind> out;
+  for (std::size_t i = 0; i < n; ++i) out.push_back(i % 2 == 0 ? LayerKind::swa : LayerKind::full);
+  return out;
+}
+
+// MiMo-V2-Flash: hybrid_layer_pattern has full attention at layers 0, 5, 11, 17, 23, 29, 35, 41, 47.
+std::vector<LayerKind> mimo_v2_flash_layers() {
+  std::vector<LayerKind> out = repeat(LayerKind::swa, 48);
+  for (std::size_t i : {0, 5, 11, 17, 23, 29, 35, 41, 47}) out[i] = LayerKind::full;
+  return out;
+}
+
+std::vector<ModelShape> build_catalogue() {
+  return {
+      // huggingface.co/meta-llama/Llama-3.1-8B config.json: num_hidden_layers 32,
+      // num_key_value_heads 8, hidden_size 4096 / num_attention_heads 32 = head_dim 128, bf16.
+      mha("llama-3.1-8b", "meta-llama/Llama-3.1-8B config.json", repeat(LayerKind::full, 32), 8, 128, 128),
+      // huggingface.co/meta-llama/Llama-3.1-70B config.json: 80 layers, 8 KV heads,
+      // 8192 / 64 = head_dim 128.
+      mha("llama-3.1-70b", "meta-llama/Llama-3.1-70B config.json", repeat(LayerKind::full, 80), 8, 128, 128),
+      // huggingface.co/Qwen/Qwen3-8B config.json: 36 layers, 8 KV heads, head_dim 128.
+      mha("qwen3-8b", "Qwen/Qwen3-8B config.json", repeat(LayerKind::full, 36), 8, 128, 128),
+      // huggingface.co/openai/gpt-oss-20b config.json: num_hidden_layers 24, layer_types alternating
+      // sliding_attention / full_attention, sliding_window 128, num_key_value_heads 8, head_dim 64.
+      mha("gpt-oss-20b", "openai/gpt-oss-20b config.json", alternating_swa_first(24), 8, 64, 64, 128),
+      // huggingface.co/openai/gpt-oss-120b config.json: 36 layers, same attention as gpt-oss-20b.
+      mha("gpt-oss-120b", "openai/gpt-oss-120b config.json", alternating_swa_first(36), 8, 64, 64, 128),
+      // huggingface.co/XiaomiMiMo/MiMo-V2-Flash config.json: 48 layers, hybrid_layer_pattern with
+      // full attention at 0, 5, 11, 17, 23, 29, 35, 41, 47; head_dim 192 but v_head_dim 128 (K and V
+      // rows differ); num_key_value_heads 4 (full), swa_num_key_value_heads 8; sliding_window 128.
+      mha("mimo-v2-flash", "XiaomiMiMo/MiMo-V2-Flash config.json", mimo_v2_flash_layers(), 4, 192, 128, 128, 8),
+      // huggingface.co/deepseek-ai/DeepSeek-V2-Lite config.json: num_hidden_layers 27,
+      // kv_lora_rank 512, qk_rope_head_dim 64.
+      mla("deepseek-v2-lite", "deepseek-ai/DeepSeek-V2-Lite config.json", 27, 512, 64),
+      // huggingface.co/deepseek-ai/DeepSeek-V3 config.json: 61 layers, kv_lora_rank 512, qk_rope_head_dim 64.
+      mla("deepseek-v3", "deepseek-ai/DeepSeek-V3 config.json", 61, 512, 64),
+      // huggingface.co/moonshotai/Kimi-Linear-48B-A3B-Instruct config.json: 27 layers, of which 7 are
+      // MLA (the rest are KDA linear attention, whose recurrent state is not a paged KV cache);
+      // kv_lora_rank 512, qk_rope_head_dim 64. Only the 7 MLA layers live in this pool.
+      mla("kimi-linear-48b-a3b", "moonshotai/Kimi-Linear-48B-A3B-Instruct config.json (MLA layers only)", 7, 512, 64),
+  };
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  std::transform(out.begin(), out.end(), out.begin(), [](unsigned char c) { return std::tolower(c); });
+  return out;
+}
+
+Error spec_error(std::string_view where, const std::string& message) {
+  return make_error(ErrorKind::malformed, std::string(where) + ": " + message);
+}
+
+// Reads an unsigned 32-bit field; absent -> fallback (or an error when required).
+Result<std::uint32_t> read_u32(const nlohmann::json& j, const char* key, std::string_view where, bool required,
+                               std::uint32_t fallback) {
+  if (!j.contains(key)) {
+    if (required) return spec_error(where, std::string("missing field '") + key + "'");
+    return fallback;
+  }
+  const nlohmann::json& v = j.at(key);
+  if (!v.is_number_integer())
+    return spec_error(where, std::string("field '") + key + "' must be a whole number, got " + v.dump());
+  if (v.is_number_unsigned() ? v.get<std::uint64_t>() > 0xffffffffULL : v.get<std::int64_t>() < 0 ||
+                                                                             v.get<std::int64_t>() > 0xffffffffLL)
+    return spec_error(where, std::string("field '") + key + "' = " + v.dump() + " is out of range (0 .. 2^32-1)");
+  return static_cast<std::uint32_t>(v.get<std::uint64_t>());
+}
+
+}  // namespace
+
+const std::vector<ModelShape>& model_catalogue() {
+  static const std::vector<ModelShape> catalogue = build_catalogue();
+  return catalogue;
+}
+
+Result<ModelShape> find_model(std::string_view name) {
+  const std::string wanted = lower(name);
+  for (const ModelShape& s : model_catalogue())
+    if (s.name == wanted) return s;
+  std::string known;
+  for (const ModelShape& s : model_catalogue()) known += (known.empty() ? "" : ", ") + s.name;
+  return make_error(ErrorKind::invalid_argument, "unknown model '" + std::string(name) + "'; known models: " + known +
+                                                     " (or give a shape with --spec FILE)");
+}
+
+Result<ModelShape> shape_from_json(const nlohmann::json& j, std::string_view where) {
+  if (!j.is_object()) return spec_error(where, "a model spec must be a JSON object");
+  static const std::set<std::string> known_keys = {
+      "name",       "source",           "attention",    "num_layers",   "layer_types",      "num_kv_heads",
+      "head_dim",   "v_head_dim",       "sliding_window", "swa_num_kv_heads", "kv_lora_rank", "qk_rope_head_dim",
+      "dtype"};
+  for (const auto& [key, value] : j.items()) {
+    (void)value;
+    if (!known_keys.count(key)) {
+      std::string list;
+      for (const std::string& k : known_keys) list += (list.empty() ? "" : ", ") + k;
+      return spec_error(where, "unknown field '" + key + "'; known fields: " + list);
+    }
+  }
+  ModelShape s;
+  if (!j.contains("name") || !j.at("name").is_string()) return spec_error(where, "missing string field 'name'");
+  s.name = j.at("name").get<std::string>();
+  if (j.contains("source")) {
+    if (!j.at("source").is_string()) return spec_error(where, "field 'source' must be a string");
+    s.source = j.at("source").get<std::string>();
+  } else {
+    s.source = std::string(where);
+  }
+  std::string attention = "mha";
+  if (j.contains("attention")) {
+    if (!j.at("attention").is_string()) return spec_error(where, "field 'attention' must be \"mha\" or \"mla\"");
+    attention = j.at("attention").get<std::string>();
+  }
+  if (attention != "mha" && attention != "mla")
+    return spec_error(where, "field 'attention' is '" + attention + "'; use \"mha\" or \"mla\"");
+  s.attention = attention == "mla" ? AttentionKind::mla : AttentionKind::mha;
+  auto layers = read_u32(j, "num_layers", where, !j.contains("layer_types"), 0);
+  if (!layers.ok()) return layers.error();
+  if (j.contains("layer_types")) {
+    const nlohmann::json& lt = j.at("layer_types");
+    if (!lt.is_array()) return spec_error(where, "field 'layer_types' must be an array of strings");
+    for (std::size_t i = 0; i < lt.size(); ++i) {
+      if (!lt[i].is_string())
+        return spec_error(where, "layer_types[" + std::to_string(i) + "] must be a string (full, swa, cross, mla)");
+      auto kind = parse_layer_kind(lt[i].get<std::string>());
+      if (!kind.ok()) return spec_error(where, "layer_types[" + std::to_string(i) + "]: " + kind.error().message);
+      s.layers.push_back(*kind);
+    }
+    if (j.contains("num_layers") && *layers != s.layers.size())
+      return spec_error(where, "num_layers is " + std::to_string(*layers) + " but layer_types lists " +
+                                   std::to_string(s.layers.size()) + " layers; make them agree");
+  } else {
+    s.layers = std::vector<LayerKind>(*layers, s.attention == AttentionKind::mla ? LayerKind::mla : LayerKind::full);
+  }
+  const bool is_mha = s.attention == AttentionKind::mha;
+  KVTWIN_TRY(s.num_kv_heads, read_u32(j, "num_kv_heads", where, is_mha, 0));
+  KVTWIN_TRY(s.swa_num_kv_heads, read_u32(j, "swa_num_kv_heads", where, false, 0));
+  KVTWIN_TRY(s.k_head_dim, read_u32(j, "head_dim", where, is_mha, 0));
+  KVTWIN_TRY(s.v_head_dim, read_u32(j, "v_head_dim", where, false, s.k_head_dim));
+  KVTWIN_TRY(s.sliding_window_tokens, read_u32(j, "sliding_window", where, false, 0));
+  KVTWIN_TRY(s.kv_lora_rank, read_u32(j, "kv_lora_rank", where, !is_mha, 0));
+  KVTWIN_TRY(s.qk_rope_head_dim, read_u32(j, "qk_rope_head_dim", where, false, 0));
+  if (j.contains("dtype")) {
+    if (!j.at("dtype").is_string()) return spec_error(where, "field 'dtype' must be a string");
+    auto d = parse_dtype(j.at("dtype").get<std::string>());
+    if (!d.ok()) return spec_error(where, d.error().message);
+    s.dtype = *d;
+  }
+  auto valid = validate_shape(s);
+  if (!valid.ok()) return valid.error().with_context(std::string(where) + ": ");
+  return s;
+}
+
+nlohmann::json shape_to_json(const ModelShape& s) {
+  nlohmann::json j;
+  j["name"] = s.name;
+  j["source"] = s.source;
+  j["attention"] = s.attention == AttentionKind::mla ? "mla" : "mha";
+  j["num_layers"] = s.layers.size();
+  nlohmann::json types = nlohmann::json::array();
+  for (LayerKind k : s.layers) types.push_back(std::string(layer_kind_name(k)));
+  j["layer_types"] = types;
+  if (s.attention == AttentionKind::mha) {
+    j["num_kv_heads"] = s.num_kv_heads;
+    if (s.swa_num_kv_heads != 0) j["swa_num_kv_heads"] = s.swa_num_kv_heads;
+    j["head_dim"] = s.k_head_dim;
+    j["v_head_dim"] = s.v_head_dim;
+    if (s.sliding_window_tokens != 0) j["sliding_window"] = s.sliding_window_tokens;
+  } else {
+    j["kv_lora_rank"] = s.kv_lora_rank;
+    j["qk_rope_head_dim"] = s.qk_rope_head_dim;
+  }
+  j["dtype"] = std::string(dtype_name(s.dtype));
+  return j;
+}
+
+Result<ModelShape> load_shape_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return make_error(ErrorKind::io, "cannot read spec file '" + path + "'; check the path and permissions");
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded())
+    return make_error(ErrorKind::malformed, path + ": not valid JSON; a spec file is one JSON object (docs/spec-files.md)");
+  return shape_from_json(j, path);
+}
+
+}  // namespace kvtwin

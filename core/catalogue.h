@@ -1,0 +1,32 @@
+// The built-in catalogue of real public model shapes, and custom shapes from JSON files.
+//
+// Each entry cites the public config its numbers come from. Only what the KV cache needs is
+// recorded: per-layer attention kind, KV heads, head dims, the sliding window and the latent
+// shape. A custom shape comes from a JSON file in the same vocabulary (docs/spec-files.md),
+// validated field by field: a typo in a key is an error, not a silent default.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/model.h"
+#include "core/result.h"
+
+namespace kvtwin {
+
+const std::vector<ModelShape>& model_catalogue();
+
+// Case-insensitive lookup; an unknown name is an error listing the catalogue.
+Result<ModelShape> find_model(std::string_view name);
+
+// JSON in the spec-file vocabulary, both ways. `where` prefixes error messages (a file name).
+Result<ModelShape> shape_from_json(const nlohmann::json& j, std::string_view where);
+nlohmann::json shape_to_json(const ModelShape& shape);
+
+// Reads and validates a spec file.
+Result<ModelShape> load_shape_file(const std::string& path);
+
+}  // namespace kvtwin

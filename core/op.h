@@ -1,0 +1,316 @@
+// The operation vocabulary: one type for everything a pool can be asked to do, and one type for
+// what it answers. The reference model, the CUDA implementation, the RapidCheck commands, the
+// trace reader and writer, the serving simulator and the runner all speak it.
+//
+// An Op is a std::variant of small structs; an Outcome is a std::variant of small result
+// structs. Operating errors (a double free, an unmarked loc, a malformed operation) are Error
+// values: apply(op) returns Result<Outcome>. "No room" is an Outcome, not an error.
+//
+// Both convert to and from JSON in trace syntax (docs/traces.md), e.g.
+//   {"op":"alloc","tokens":128}                       -> {"pages":[5,6]}
+//   {"op":"free","pages":[5]}                         -> {"moves":[["full",6,5]]}
+//   {"op":"write","layer":3,"write_number":7,"batch":0} -> {"ok":true}
+// and print in that syntax (to_string), so a shrunk counterexample reads as a trace.
+//
+// Ids: `tokens`/`ids`/`loc` are token ids, `pages` are page ids. Which space (virtual or
+// physical) each field is in is stated on the field; SPEC.md sections 4-7 give the rules.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/pool_config.h"
+#include "core/result.h"
+
+namespace kvtwin {
+
+// ---------------------------------------------------------------- pool and allocator (SPEC 3, 4)
+
+// Builds (or rebuilds) the pool; every other op needs one first.
+struct BuildPool {
+  PoolConfig config;
+  bool operator==(const BuildPool&) const = default;
+};
+
+// Allocates `tokens` tokens (a whole number of pages) on the owner side (and, on a composite,
+// the same virtual pages on the SWA side). Outcome: Allocated (virtual pages) or NoRoom.
+struct Alloc {
+  std::uint64_t tokens = 0;
+  bool operator==(const Alloc&) const = default;
+};
+
+// Several allocations, all or nothing. Outcome: AllocatedMany or NoRoom.
+struct AllocMany {
+  std::vector<std::uint64_t> tokens;
+  bool operator==(const AllocMany&) const = default;
+};
+
+enum class IdUnit : std::uint8_t { tokens, pages };
+
+// Frees virtual ids (tokens: v = sorted unique(t // page_size); pages: as given, sorted unique).
+// Outcome: Compaction (the page moves eager compaction made; empty in lazy mode).
+struct Free {
+  IdUnit unit = IdUnit::pages;
+  std::vector<std::int64_t> ids;  // virtual
+  bool operator==(const Free&) const = default;
+};
+
+// Composite pools: the pages left the sliding window; their SWA pages are freed (tombstoned).
+struct FreeSwa {
+  IdUnit unit = IdUnit::pages;
+  std::vector<std::int64_t> ids;  // virtual
+  bool operator==(const FreeSwa&) const = default;
+};
+
+// Lazy mode: compacts every side (SPEC 4.2). Outcome: Compaction.
+struct Flush {
+  bool operator==(const Flush&) const = default;
+};
+
+// Copies whole page envelopes src[i] -> dst[i] of one sub-pool. dst pages must be unbound, the
+// lists disjoint and free of repeats, and no open reader may hold any of them (SPEC 7).
+struct MovePages {
+  std::string sub_pool;
+  std::vector<std::int64_t> dst;  // physical pages
+  std::vector<std::int64_t> src;  // physical pages
+  bool operator==(const MovePages&) const = default;
+};
+
+// A reader (an attention read, a host transfer) starts holding physical pages of a sub-pool.
+struct BeginRead {
+  std::uint32_t reader = 0;
+  std::string sub_pool;
+  std::vector<std::int64_t> pages;  // physical
+  bool operator==(const BeginRead&) const = default;
+};
+
+struct EndRead {
+  std::uint32_t reader = 0;
+  bool operator==(const EndRead&) const = default;
+};
+
+// ---------------------------------------------------------------- write locs (SPEC 6)
+
+// Declares a forward batch: out_cache_loc starts as `tokens` (virtual ids, unmarked; -1 is a
+// padding lane). encoder_tokens, when given, is the encoder_out_cache_loc cross-attention layers
+// write through (one per lane; never translated, so never marked).
+struct MakeBatch {
+  std::uint32_t batch = 0;
+  std::vector<std::int64_t> tokens;          // virtual
+  std::vector<std::int64_t> encoder_tokens;  // virtual; empty or tokens.size()
+  bool operator==(const MakeBatch&) const = default;
+};
+
+// rebind(batch): translates out_cache_loc (SPEC 5) and marks it physical; with out_width W the
+// loc becomes W lanes, lanes past the batch set to the sink. Outcome: Ids (the new loc).
+struct Rebind {
+  std::uint32_t batch = 0;
+  std::uint64_t out_width = 0;  // 0: the batch's own width
+  bool operator==(const Rebind&) const = default;
+};
+
+// Two-batch overlap: lanes [0, at) go to `left`, [at, n) to `right`; both copy the parent's
+// mark. Outcome: Marks {left, right}.
+struct Split {
+  std::uint32_t batch = 0;
+  std::uint64_t at = 0;
+  std::uint32_t left = 0;
+  std::uint32_t right = 0;
+  bool operator==(const Split&) const = default;
+};
+
+struct DropBatch {
+  std::uint32_t batch = 0;
+  bool operator==(const DropBatch&) const = default;
+};
+
+// The write door for one model layer: scatters the oracle rows of every part (K and V, or the
+// MLA latent) for write number `write_number`.
+//  - batch form: the loc is for_layer(batch, layer): the batch's out_cache_loc with its mark, or
+//    for a cross-attention layer the encoder loc (never marked);
+//  - explicit form: `loc` with its own `physical` mark, and `tokens`, the virtual tokens whose
+//    rows are written (one per lane).
+// On a composite, an SWA layer writes at the SWA loc derived from the full physical loc
+// (SPEC 4.3). Lanes at the sink are discarded. A unified pool refuses an unmarked loc; two lanes
+// with one non-sink loc are refused (`checked` asks the GPU door to detect them itself).
+struct Write {
+  std::uint32_t layer = 0;  // model layer
+  std::uint64_t write_number = 0;
+  std::optional<std::uint32_t> batch;
+  std::vector<std::int64_t> loc;     // explicit form: full-side token ids
+  bool physical = false;             // explicit form: the loc's mark
+  std::vector<std::int64_t> tokens;  // explicit form: virtual tokens whose rows these are
+  bool checked = false;
+  bool operator==(const Write&) const = default;
+};
+
+// The read door: gathers one part's rows of one model layer at physical ids of its sub-pool.
+// Outcome: Bytes.
+struct Read {
+  std::uint32_t layer = 0;
+  std::string part;                 // "k", "v" or "kv"
+  std::vector<std::int64_t> ids;    // physical token ids
+  bool operator==(const Read&) const = default;
+};
+
+// ---------------------------------------------------------------- translation (SPEC 5)
+
+enum class IndexDtype : std::uint8_t { int32, int64 };
+enum class OutPlacement : std::uint8_t { fresh, alias, strided };
+
+// Virtual token ids -> physical token ids through the owner side's v2p. The input buffer is
+// int32 or int64, one- or two-dimensional, with an element stride (1-D) or row stride (2-D);
+// the output is fresh, aliases the input, or is a strided slice; it must be int64 of the same
+// shape. out_width W >= N (1-D) zero-fills lanes N..W-1. Outcome: Ids (logical output values).
+struct Translate {
+  std::vector<std::int64_t> ids;      // logical values, row-major
+  std::vector<std::int64_t> shape;    // [n] or [rows, cols]
+  IndexDtype index_dtype = IndexDtype::int64;
+  std::int64_t input_stride = 0;      // 0: contiguous
+  OutPlacement out = OutPlacement::fresh;
+  std::int64_t out_stride = 0;        // strided output; 0: contiguous
+  IndexDtype out_dtype = IndexDtype::int64;
+  std::uint64_t out_width = 0;        // 1-D only; 0: N
+  bool operator==(const Translate&) const = default;
+};
+
+// Full physical token ids -> SWA token ids (tombstoned pages go to the sink). Outcome: Ids.
+struct SwaTranslate {
+  std::vector<std::int64_t> ids;  // full physical
+  bool operator==(const SwaTranslate&) const = default;
+};
+
+// Block table from a request-to-token table: out[b, c] = max(v2p[rt[req[b], c*ps] // ps], 0)
+// for c < ceil(seq_len[b] / ps); everything else keeps `prior`. Outcome: Table.
+struct PageTable {
+  std::vector<std::vector<std::int64_t>> req_to_token;  // virtual token ids per request slot
+  std::vector<std::int64_t> req;                        // request slot of each batch row
+  std::vector<std::int64_t> seq_len;                    // tokens of each batch row
+  std::vector<std::vector<std::int64_t>> prior;         // the capture-stable table's contents
+  bool operator==(const PageTable&) const = default;
+};
+
+// In-place remap of token-level indices (virtual -> physical), bounded to [0, kv_indptr[bs]).
+// Outcome: Ids (the whole buffer afterwards; the stale tail unchanged).
+struct RemapIndices {
+  std::vector<std::int64_t> kv_indptr;   // bs + 1 entries
+  std::vector<std::int64_t> kv_indices;  // buffer, at least kv_indptr[bs] long
+  std::uint64_t bs = 0;
+  bool operator==(const RemapIndices&) const = default;
+};
+
+// ---------------------------------------------------------------- decode step (SPEC 7)
+
+// Captures a decode step (translate the batch's new tokens, write every layer, page table,
+// reference attention at `layer`) at batch size max_batch with capture-stable buffers.
+struct Capture {
+  std::uint32_t graph = 0;
+  std::uint32_t max_batch = 0;
+  std::uint32_t max_pages = 0;    // page-table width (pages per request)
+  std::uint32_t layer = 0;        // model layer attention reads (not an SWA layer)
+  std::uint32_t query_heads = 0;  // multiple of the layer's KV heads per rank
+  bool operator==(const Capture&) const = default;
+};
+
+// Replays a captured step for requests[b] = the request's virtual tokens in order, its new
+// token last (already allocated). Before the replay every lane past the batch is the sink and
+// every bound comes from this batch. Outcome: Decode.
+struct Replay {
+  std::uint32_t graph = 0;
+  std::vector<std::vector<std::int64_t>> requests;
+  std::uint64_t write_number = 0;
+  std::uint64_t query_seed = 0;
+  bool operator==(const Replay&) const = default;
+};
+
+// A point where the runner compares whole pools (page digests). Backends answer Done.
+struct Checkpoint {
+  bool operator==(const Checkpoint&) const = default;
+};
+
+using Op = std::variant<BuildPool, Alloc, AllocMany, Free, FreeSwa, Flush, MovePages, BeginRead, EndRead, MakeBatch,
+                        Rebind, Split, DropBatch, Write, Read, Translate, SwaTranslate, PageTable, RemapIndices,
+                        Capture, Replay, Checkpoint>;
+
+// The trace name of an op ("alloc", "free_swa", ...).
+std::string_view op_name(const Op& op);
+
+// ---------------------------------------------------------------- outcomes
+
+struct Done {
+  bool operator==(const Done&) const = default;
+};
+struct NoRoom {
+  bool operator==(const NoRoom&) const = default;
+};
+struct Allocated {
+  std::vector<std::int64_t> pages;  // virtual, in binding order
+  bool operator==(const Allocated&) const = default;
+};
+struct AllocatedMany {
+  std::vector<std::vector<std::int64_t>> pages;
+  bool operator==(const AllocatedMany&) const = default;
+};
+struct PageMove {
+  std::string sub_pool;
+  std::int64_t src = 0;  // physical page
+  std::int64_t dst = 0;
+  bool operator==(const PageMove&) const = default;
+};
+struct Compaction {
+  std::vector<PageMove> moves;  // in the order they were made
+  bool operator==(const Compaction&) const = default;
+};
+struct Ids {
+  std::vector<std::int64_t> values;
+  bool operator==(const Ids&) const = default;
+};
+struct Table {
+  std::vector<std::vector<std::int64_t>> rows;
+  bool operator==(const Table&) const = default;
+};
+// Bytes compare by size and digest (a trace stores only those).
+struct Bytes {
+  std::vector<std::uint8_t> bytes;  // may be empty when read from a trace
+  std::uint64_t size = 0;
+  std::uint64_t digest = 0;
+  static Bytes of(std::vector<std::uint8_t> data);
+  bool operator==(const Bytes& o) const { return size == o.size && digest == o.digest; }
+};
+struct Marks {
+  bool left_physical = false;
+  bool right_physical = false;
+  bool operator==(const Marks&) const = default;
+};
+struct Decode {
+  std::vector<std::int64_t> loc;                 // the capture-stable loc buffer (max_batch lanes)
+  std::vector<std::vector<std::int64_t>> table;  // the capture-stable page table (max_batch rows)
+  Bytes attention;                               // fp32 [batch, query_heads, v_head_dim]
+  bool operator==(const Decode&) const = default;
+};
+
+using Outcome = std::variant<Done, NoRoom, Allocated, AllocatedMany, Compaction, Ids, Table, Bytes, Marks, Decode>;
+using OpResult = Result<Outcome>;
+
+// Equality of results: same outcome, or errors of the same kind (messages may differ).
+bool same_result(const OpResult& a, const OpResult& b);
+
+// ---------------------------------------------------------------- JSON (trace syntax)
+
+nlohmann::json op_to_json(const Op& op);
+// `where` prefixes errors ("trace.jsonl:7"); unknown ops and fields are errors.
+Result<Op> op_from_json(const nlohmann::json& j, std::string_view where);
+
+nlohmann::json result_to_json(const OpResult& r);
+Result<OpResult> result_from_json(const nlohmann::json& j, std::string_view where);
+
+// One-line trace syntax.
+std::string to_string(const Op& op);
+std::string to_string(const OpResult& r);
+
+}  // namespace kvtwin

@@ -1,0 +1,50 @@
+// A pool's configuration: the model shape, how it is divided and paged, how many bytes the
+// pool has, the compaction mode and the oracle seed. Everything a backend needs to build the
+// same pool; a trace header carries it whole (the shape included, so a trace stands alone).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/layout.h"
+#include "core/model.h"
+#include "core/result.h"
+#include "core/sizing.h"
+
+namespace kvtwin {
+
+enum class CompactionMode : std::uint8_t { eager, lazy };
+
+struct PoolConfig {
+  ModelShape shape;
+  std::uint32_t tp = 1;
+  std::uint64_t page_size = 1;
+  std::uint64_t total_bytes = 0;
+  CompactionMode mode = CompactionMode::eager;
+  bool tables_only = false;   // no bytes: tables and decisions only (real-scale replays)
+  std::uint64_t seed = 0;     // content oracle seed
+
+  bool operator==(const PoolConfig&) const = default;
+};
+
+// Everything derived from a configuration: sub-pool plan, layouts, geometry.
+struct PoolDerived {
+  PoolPlan plan;
+  std::vector<DenseEntryLayout> layouts;  // one per sub-pool, in chain order
+  PoolGeometry geometry;
+
+  bool is_composite() const { return layouts.size() == 2; }
+  // Sub-pool index by name ("full", "swa", "mla"); nullopt when absent.
+  std::optional<std::size_t> sub_pool_index(std::string_view name) const;
+};
+
+Result<PoolDerived> derive_pool(const PoolConfig& config);
+
+nlohmann::json pool_config_to_json(const PoolConfig& config);
+// "model" may be a catalogue name or a full shape object. `where` prefixes errors.
+Result<PoolConfig> pool_config_from_json(const nlohmann::json& j, std::string_view where);
+
+}  // namespace kvtwin

@@ -1,0 +1,51 @@
+// Pool sizing arithmetic (SPEC.md section 3).
+#include "core/sizing.h"
+
+#include <algorithm>
+
+#include "core/checked.h"
+
+namespace kvtwin {
+
+Result<PoolGeometry> size_pool(const std::vector<DenseEntryLayout>& layouts, std::uint64_t page_size,
+                               std::uint64_t total_bytes) {
+  if (layouts.empty() || layouts.size() > 2)
+    return make_error(ErrorKind::invalid_argument,
+                      "a pool chain holds one or two sub-pools, got " + std::to_string(layouts.size()));
+  if (page_size == 0) return make_error(ErrorKind::invalid_argument, "page size is 0; use a page size of at least 1");
+  if (total_bytes == 0) return make_error(ErrorKind::sizing, "total_bytes is 0; give the pool some bytes");
+  PoolGeometry g;
+  g.total_bytes = total_bytes;
+  g.page_size = page_size;
+  for (const DenseEntryLayout& l : layouts) {
+    KVTWIN_TRY_STATUS(l.validate());
+    KVTWIN_TRY(std::uint64_t page_bytes, checked_mul(page_size, l.entry_bytes, "page bytes of '" + l.sub_pool + "'"));
+    g.reserved_floor_bytes = std::max({g.reserved_floor_bytes, l.entry_bytes, page_bytes});
+  }
+  for (std::size_t i = 0; i < layouts.size(); ++i) {
+    const DenseEntryLayout& l = layouts[i];
+    SubPoolGeometry s;
+    s.name = l.sub_pool;
+    s.direction = i == 0 ? GrowDirection::up : GrowDirection::down;
+    s.entry_bytes = l.entry_bytes;
+    s.page_size = page_size;
+    s.max_slots = total_bytes / l.entry_bytes;
+    s.min_slot_index = ceil_div(g.reserved_floor_bytes, l.entry_bytes);
+    s.num_pages = s.max_slots / page_size;
+    s.min_page_index = ceil_div(s.min_slot_index, page_size);
+    s.page_bytes = page_size * l.entry_bytes;  // checked above
+    if (s.num_pages <= s.min_page_index)
+      return make_error(ErrorKind::sizing,
+                        "sub-pool '" + s.name + "' fits " + std::to_string(s.max_slots) + " slots (" +
+                            std::to_string(s.num_pages) + " pages of " + std::to_string(s.page_bytes) +
+                            " bytes) in " + std::to_string(total_bytes) + " bytes, but its reserved floor of " +
+                            std::to_string(g.reserved_floor_bytes) + " bytes already takes pages 0.." +
+                            std::to_string(s.min_page_index == 0 ? 0 : s.min_page_index - 1) +
+                            ", leaving no usable page; increase total_bytes (at least " +
+                            std::to_string((s.min_page_index + 1) * s.page_bytes) + " bytes) or lower the page size");
+    g.sub_pools.push_back(s);
+  }
+  return g;
+}
+
+}  // namespace kvtwin

@@ -1,0 +1,37 @@
+// kvtwin: the command line. Parses flags with CLI11 and hands off to one command.
+#include <cstdio>
+#include <iostream>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "tools/kvtwin/command.h"
+
+#ifndef KVTWIN_VERSION
+#define KVTWIN_VERSION "0.0.0"
+#endif
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvtwin: a deterministic simulator and verification harness for unified KV-cache pools"};
+  app.set_version_flag("--version", std::string("kvtwin ") + KVTWIN_VERSION);
+  app.require_subcommand(1);
+
+  std::vector<kvtwin::cli::Command> commands;
+  commands.push_back(kvtwin::cli::add_layout_command(app));
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return kvtwin::cli::kExitBadInput;
+  }
+  for (const kvtwin::cli::Command& c : commands)
+    if (c.app->parsed()) return c.run();
+  return kvtwin::cli::kExitBadInput;
+}
