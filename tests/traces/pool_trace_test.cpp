@@ -1,0 +1,188 @@
+// Pool traces: exact round trips (random ops of every kind, every result kind, extremes), the
+// canonical form, and the reader's corpus of bad files (each names its file, line and field).
+#include "traces/pool_trace.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+#include "tests/traces/test_support.h"
+
+namespace kvtwin::traces {
+namespace {
+
+using testing::any_op;
+using testing::any_result;
+using testing::data_path;
+using testing::small_config;
+
+constexpr std::uint64_t kSeed = 20261129;
+
+PoolTrace random_trace(Rng& rng, std::size_t lines) {
+  PoolTrace t;
+  t.header.config = small_config();
+  t.header.seed = rng.next_u64();
+  t.header.origin = {{"producer", "test"}, {"case", rng.below(1000)}};
+  for (std::size_t i = 0; i < lines; ++i) {
+    TraceLine line;
+    line.op = any_op(rng);
+    if (rng.chance(2, 3)) line.expect = any_result(rng);
+    // After alloc_many, {"pages":[]} means the empty list of lists (the reader knows the op).
+    if (std::holds_alternative<AllocMany>(line.op) && line.expect && line.expect->ok()) {
+      if (const auto* a = std::get_if<Allocated>(&line.expect->value()); a != nullptr && a->pages.empty())
+        line.expect = OpResult(Outcome(AllocatedMany{}));
+    }
+    // An expected empty alloc_many answer is written as {"pages":[]} and must read back as one.
+    if (std::holds_alternative<AllocMany>(line.op) && rng.chance(1, 4)) line.expect = OpResult(Outcome(AllocatedMany{}));
+    t.lines.push_back(std::move(line));
+  }
+  return t;
+}
+
+std::string text_of(const PoolTrace& t) {
+  std::ostringstream out;
+  write_pool_trace(out, t);
+  return out.str();
+}
+
+TEST(PoolTrace, RandomTracesRoundTripExactly) {
+  std::printf("seed %llu\n", static_cast<unsigned long long>(kSeed));
+  Rng rng(kSeed);
+  for (int c = 0; c < 300; ++c) {
+    const PoolTrace original = random_trace(rng, 1 + rng.below(40));
+    const std::string text = text_of(original);
+    std::istringstream in(text);
+    Result<PoolTrace> back = parse_pool_trace(in, "<memory>");
+    ASSERT_TRUE(back.ok()) << "case " << c << " (seed " << kSeed << "): " << back.error().message << "\n" << text;
+    EXPECT_EQ(back->header, original.header) << "case " << c;
+    ASSERT_EQ(back->lines.size(), original.lines.size());
+    for (std::size_t i = 0; i < original.lines.size(); ++i)
+      ASSERT_TRUE(same_lines({back->lines[i]}, {original.lines[i]}))
+          << "case " << c << " line " << i + 2 << ": " << op_to_line(original.lines[i].op, original.lines[i].expect);
+    // Expected error messages survive too (same_result compares errors by kind only).
+    for (std::size_t i = 0; i < original.lines.size(); ++i) {
+      const auto& e = original.lines[i].expect;
+      if (e && !e->ok()) {
+        EXPECT_EQ(back->lines[i].expect->error().message, e->error().message);
+      }
+      EXPECT_EQ(back->lines[i].line, i + 2) << "op lines start on line 2";
+    }
+    EXPECT_EQ(text_of(*back), text) << "case " << c << ": writing what was read gives the same bytes";
+  }
+}
+
+TEST(PoolTrace, CanonicalLinePutsOpFirstAndExpectLast) {
+  Write w;
+  w.layer = 3;
+  w.write_number = 7;
+  w.batch = 0;
+  EXPECT_EQ(op_to_line(Op(w), OpResult(Outcome(Done{}))),
+            R"({"op":"write","batch":0,"layer":3,"write_number":7,"expect":{"ok":true}})");
+  EXPECT_EQ(op_to_line(Op(Free{IdUnit::pages, {5}}), std::nullopt), R"({"op":"free","pages":[5]})");
+}
+
+TEST(PoolTrace, FileRoundTripAndWriterStreams) {
+  Rng rng(kSeed + 1);
+  const PoolTrace original = random_trace(rng, 25);
+  const std::string path = ::testing::TempDir() + "kvtwin_round_trip.jsonl";
+  ASSERT_TRUE(write_pool_trace_file(path, original).ok());
+  Result<PoolTrace> back = read_pool_trace_file(path);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_TRUE(same_lines(back->lines, original.lines));
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  EXPECT_EQ(bytes.str(), text_of(original));
+  std::remove(path.c_str());
+}
+
+TEST(PoolTrace, BlankLinesAreSkippedButCounted) {
+  std::istringstream in(header_to_line(TraceHeader{small_config(), 3, {}}) + "\n\n{\"op\":\"flush\"}\n\n");
+  Result<PoolTrace> t = parse_pool_trace(in, "x.jsonl");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  ASSERT_EQ(t->lines.size(), 1u);
+  EXPECT_EQ(t->lines[0].line, 3u);
+}
+
+TEST(PoolTrace, UnwritableFileIsAnIoError) {
+  Result<PoolTraceWriter> w = PoolTraceWriter::open("/nonexistent-folder/x.jsonl", TraceHeader{small_config(), 1, {}});
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.error().kind, ErrorKind::io);
+  Result<PoolTrace> r = read_pool_trace_file("/nonexistent-folder/x.jsonl");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().kind, ErrorKind::io);
+}
+
+struct BadFile {
+  const char* file;
+  int line;              // 0: the message names no line (the file is empty)
+  const char* fragment;  // what the message must say
+};
+
+// The reader's error corpus (tests/traces/data/bad/): every file fails at its first problem with
+// an error that names the file, the line and the field.
+const BadFile kBadPoolTraces[] = {
+    {"empty.jsonl", 0, "the file is empty"},
+    {"header_bad_json.jsonl", 1, "malformed JSON at column"},
+    {"op_bad_json.jsonl", 2, "malformed JSON at column"},
+    {"unknown_version.jsonl", 1, "unknown trace version 2"},
+    {"missing_version.jsonl", 1, "missing field 'kvtwin_trace'"},
+    {"op_before_header.jsonl", 1, "found an operation"},
+    {"unknown_op.jsonl", 3, "unknown operation 'allocate'"},
+    {"missing_field.jsonl", 2, "missing field 'tokens'"},
+    {"mistyped_field.jsonl", 2, "field 'tokens' must be a non-negative integer"},
+    {"negative_size.jsonl", 2, "field 'tokens' = -16 must not be negative"},
+    {"size_too_big.jsonl", 2, "too big for 64 bits"},
+    {"id_too_big.jsonl", 2, "field 'pages[0]' = 9223372036854775808 is too big for a signed 64-bit integer"},
+    {"reader_id_out_of_range.jsonl", 2, "field 'reader' = 4294967296 is too big"},
+    {"layer_out_of_range.jsonl", 2, "field 'layer' = 32 is out of range: the model has 32 layers (0..31)"},
+    {"unknown_sub_pool.jsonl", 2, "field 'sub_pool' = 'swa' names no sub-pool"},
+    {"unknown_part.jsonl", 2, "field 'part' = 'kv' is not a part of sub-pool 'full'"},
+    {"unknown_field.jsonl", 2, "unknown field 'token'"},
+    {"bad_expect.jsonl", 2, "field 'expect'"},
+    {"bad_expect_error_kind.jsonl", 2, "unknown error kind 'oops'"},
+    {"config_page_size_zero.jsonl", 1, "field 'config' describes a pool that cannot be built: page size is 0"},
+    {"config_pool_too_small.jsonl", 1, "increase total_bytes"},
+    {"config_unknown_model.jsonl", 1, "unknown model 'llama-9b'"},
+    {"build_unknown_model.jsonl", 2, "unknown model 'nope'"},
+    {"header_missing_seed.jsonl", 1, "missing field 'seed'"},
+    {"header_wrong_kind.jsonl", 1, "field 'kind' is 'request'"},
+    {"second_header.jsonl", 3, "a second header"},
+    {"translate_shape_mismatch.jsonl", 2, "field 'shape' holds 4 elements but 'ids' has 3"},
+    {"error_after_blank_line.jsonl", 4, "unknown field 'now'"},
+    {"op_not_object.jsonl", 2, "must be a JSON object"},
+    {"number_overflows_double.jsonl", 2, "number overflow"},
+    {"mooncake_bad_json.jsonl", 1, "looks like a Mooncake request trace"},
+};
+
+TEST(PoolTrace, EveryBadFileNamesFileLineAndField) {
+  for (const BadFile& bad : kBadPoolTraces) {
+    const std::string path = data_path(std::string("bad/") + bad.file);
+    Result<PoolTrace> t = read_pool_trace_file(path);
+    ASSERT_FALSE(t.ok()) << bad.file << " was accepted";
+    EXPECT_EQ(t.error().kind, ErrorKind::malformed) << bad.file << ": " << t.error().message;
+    const std::string prefix = bad.line == 0 ? path + ": " : path + ":" + std::to_string(bad.line) + ": ";
+    EXPECT_EQ(t.error().message.rfind(prefix, 0), 0u) << bad.file << ": " << t.error().message;
+    EXPECT_NE(t.error().message.find(bad.fragment), std::string::npos) << bad.file << ": " << t.error().message;
+  }
+}
+
+TEST(PoolTrace, BuildOpChangesWhatLaterLinesAreCheckedAgainst) {
+  // Layer 30 exists in llama-3.1-8b (32 layers) but not in deepseek-v2-lite (27 layers).
+  PoolConfig mla = small_config();
+  mla.shape = find_model("deepseek-v2-lite").value();
+  const std::string text = header_to_line(TraceHeader{small_config(), 1, {}}) + "\n" +
+                           R"({"op":"read","layer":30,"part":"k","ids":[]})" + "\n" +
+                           op_to_line(Op(BuildPool{mla}), std::nullopt) + "\n" +
+                           R"({"op":"read","layer":30,"part":"kv","ids":[]})" + "\n";
+  std::istringstream in(text);
+  Result<PoolTrace> t = parse_pool_trace(in, "b.jsonl");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.error().message.rfind("b.jsonl:4: field 'layer' = 30 is out of range: the model has 27 layers", 0), 0u)
+      << t.error().message;
+}
+
+}  // namespace
+}  // namespace kvtwin::traces

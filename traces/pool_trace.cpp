@@ -1,0 +1,316 @@
+// Pool trace reader and writer (pool_trace.h; the format is docs/traces.md).
+#include "traces/pool_trace.h"
+
+#include <istream>
+#include <ostream>
+#include <sstream>
+
+#include "core/check.h"
+#include "core/json_fields.h"
+
+namespace kvtwin::traces {
+namespace {
+
+using nlohmann::json;
+
+Error malformed(std::string_view where, const std::string& message) {
+  return make_error(ErrorKind::malformed, std::string(where) + ": " + message);
+}
+
+// nlohmann's error text without its exception prefix: "at column 7: syntax error ...".
+std::string parse_error_text(const json::exception& e) {
+  std::string text = e.what();
+  const std::size_t column = text.find("column");
+  if (column != std::string::npos) return "at " + text.substr(column);
+  const std::size_t prefix_end = text.find("] ");
+  if (text.rfind("[json.exception", 0) == 0 && prefix_end != std::string::npos) return text.substr(prefix_end + 2);
+  return text;
+}
+
+Result<json> parse_json_line(std::string_view text, std::string_view where) {
+  try {
+    return json::parse(text.begin(), text.end());
+  } catch (const json::exception& e) {
+    return malformed(where, "malformed JSON " + parse_error_text(e));
+  }
+}
+
+std::string layer_range(const PoolDerived& d) {
+  const std::size_t n = d.plan.layer_map.size();
+  return "the model has " + std::to_string(n) + " layers (0.." + std::to_string(n == 0 ? 0 : n - 1) + ")";
+}
+
+Status check_layer(std::uint32_t layer, const PoolDerived& d, std::string_view where) {
+  if (layer >= d.plan.layer_map.size())
+    return malformed(where, "field 'layer' = " + std::to_string(layer) + " is out of range: " + layer_range(d));
+  return ok_status();
+}
+
+Status check_sub_pool(const std::string& name, const PoolDerived& d, std::string_view where) {
+  if (d.sub_pool_index(name)) return ok_status();
+  std::string known;
+  for (const DenseEntryLayout& l : d.layouts) known += (known.empty() ? "" : ", ") + l.sub_pool;
+  return malformed(where, "field 'sub_pool' = '" + name + "' names no sub-pool of this pool; it has: " + known);
+}
+
+Status check_shape(const Translate& t, std::string_view where) {
+  if (t.shape.empty() || t.shape.size() > 2)
+    return malformed(where, "field 'shape' must have one or two dimensions, got " + std::to_string(t.shape.size()));
+  std::uint64_t elements = 1;
+  for (std::int64_t d : t.shape) {
+    if (d < 0 || d > (std::int64_t{1} << 40))
+      return malformed(where, "field 'shape' has a dimension " + std::to_string(d) + " out of range (0 .. 2^40)");
+    elements *= static_cast<std::uint64_t>(d);
+  }
+  if (elements != t.ids.size())
+    return malformed(where, "field 'shape' holds " + std::to_string(elements) + " elements but 'ids' has " +
+                                std::to_string(t.ids.size()) + "; make them agree");
+  return ok_status();
+}
+
+// Ranges a trace line must respect whatever the pool's state: the layer, sub-pool and part it
+// names exist in the configuration in force, and its buffers agree with their stated shapes.
+// Everything that depends on the pool's state (a double free, an id past the table, an unmarked
+// loc) is not the reader's business: it is a result, and a trace may expect it.
+Status check_ranges(const Op& op, const PoolDerived& d, std::string_view where) {
+  if (const auto* w = std::get_if<Write>(&op)) {
+    KVTWIN_TRY_STATUS(check_layer(w->layer, d, where));
+    if (!w->batch && w->loc.size() != w->tokens.size())
+      return malformed(where, "fields 'loc' (" + std::to_string(w->loc.size()) + " lanes) and 'tokens' (" +
+                                  std::to_string(w->tokens.size()) + " lanes) must have one entry per lane each");
+  } else if (const auto* r = std::get_if<Read>(&op)) {
+    KVTWIN_TRY_STATUS(check_layer(r->layer, d, where));
+    const DenseEntryLayout& layout = d.layouts[d.plan.layer_map[r->layer].sub_pool];
+    if (!layout.part_index(r->part)) {
+      std::string known;
+      for (const DensePart& p : layout.parts) known += (known.empty() ? "" : ", ") + p.name;
+      return malformed(where, "field 'part' = '" + r->part + "' is not a part of sub-pool '" + layout.sub_pool +
+                                  "' (layer " + std::to_string(r->layer) + "); its parts: " + known);
+    }
+  } else if (const auto* c = std::get_if<Capture>(&op)) {
+    KVTWIN_TRY_STATUS(check_layer(c->layer, d, where));
+  } else if (const auto* m = std::get_if<MovePages>(&op)) {
+    KVTWIN_TRY_STATUS(check_sub_pool(m->sub_pool, d, where));
+  } else if (const auto* b = std::get_if<BeginRead>(&op)) {
+    KVTWIN_TRY_STATUS(check_sub_pool(b->sub_pool, d, where));
+  } else if (const auto* t = std::get_if<Translate>(&op)) {
+    KVTWIN_TRY_STATUS(check_shape(*t, where));
+  } else if (const auto* mb = std::get_if<MakeBatch>(&op)) {
+    if (!mb->encoder_tokens.empty() && mb->encoder_tokens.size() != mb->tokens.size())
+      return malformed(where, "field 'encoder_tokens' has " + std::to_string(mb->encoder_tokens.size()) +
+                                  " lanes but 'tokens' has " + std::to_string(mb->tokens.size()) +
+                                  "; give one encoder token per lane, or none");
+  } else if (const auto* rm = std::get_if<RemapIndices>(&op)) {
+    if (rm->kv_indptr.size() != rm->bs + 1)
+      return malformed(where, "field 'kv_indptr' has " + std::to_string(rm->kv_indptr.size()) +
+                                  " entries but 'bs' = " + std::to_string(rm->bs) + " needs bs + 1 = " +
+                                  std::to_string(rm->bs + 1));
+  } else if (const auto* pt = std::get_if<PageTable>(&op)) {
+    if (pt->req.size() != pt->seq_len.size())
+      return malformed(where, "fields 'req' (" + std::to_string(pt->req.size()) + ") and 'seq_len' (" +
+                                  std::to_string(pt->seq_len.size()) + ") must have one entry per batch row each");
+  }
+  return ok_status();
+}
+
+// JSON text of one value, compact, as nlohmann writes it (object keys sorted).
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::strict); }
+
+}  // namespace
+
+bool same_lines(const std::vector<TraceLine>& a, const std::vector<TraceLine>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!(a[i].op == b[i].op)) return false;
+    if (a[i].expect.has_value() != b[i].expect.has_value()) return false;
+    if (a[i].expect && !same_result(*a[i].expect, *b[i].expect)) return false;
+  }
+  return true;
+}
+
+std::string header_to_line(const TraceHeader& h) {
+  std::string s = "{\"kvtwin_trace\":" + std::to_string(kPoolTraceVersion) + ",\"kind\":\"pool\",\"seed\":" +
+                  std::to_string(h.seed) + ",\"config\":" + dump(pool_config_to_json(h.config));
+  if (h.origin.is_object() && !h.origin.empty()) s += ",\"origin\":" + dump(h.origin);
+  return s + "}";
+}
+
+std::string op_to_line(const Op& op, const std::optional<OpResult>& expect) {
+  const json j = op_to_json(op);
+  std::string s = "{\"op\":" + dump(j.at("op"));
+  for (const auto& [key, value] : j.items()) {  // nlohmann's objects iterate in sorted key order
+    if (key == "op") continue;
+    s += "," + dump(json(key)) + ":" + dump(value);
+  }
+  if (expect) s += ",\"expect\":" + dump(result_to_json(*expect));
+  return s + "}";
+}
+
+Result<TraceHeader> parse_header_line(std::string_view text, std::string_view where) {
+  KVTWIN_TRY(json j, parse_json_line(text, where));
+  if (!j.is_object()) return malformed(where, "the header must be a JSON object {\"kvtwin_trace\":1,...}");
+  if (!j.contains("kvtwin_trace")) {
+    if (j.contains("op"))
+      return malformed(where, "the first line must be the header {\"kvtwin_trace\":1,\"kind\":\"pool\",...}; found "
+                              "an operation (docs/traces.md shows a whole trace)");
+    if (j.contains("hash_ids") || j.contains("input_length"))
+      return malformed(where, "this looks like a Mooncake request trace, not a pool trace; replay it with "
+                              "--format mooncake (or --format auto)");
+    return malformed(where, "missing field 'kvtwin_trace' (the format version); a pool trace begins with "
+                            "{\"kvtwin_trace\":1,\"kind\":\"pool\",...}");
+  }
+  JsonFields f(j, where);
+  KVTWIN_TRY(std::uint64_t version, f.u64_required("kvtwin_trace"));
+  if (version != kPoolTraceVersion)
+    return malformed(where, "unknown trace version " + std::to_string(version) + "; this kvtwin reads version " +
+                                std::to_string(kPoolTraceVersion) + " (use the kvtwin that wrote it, or re-record it)");
+  KVTWIN_TRY_STATUS(f.only({"kvtwin_trace", "kind", "seed", "config", "origin"}));
+  KVTWIN_TRY(std::string kind, f.string_required("kind"));
+  if (kind != "pool") return malformed(where, "field 'kind' is '" + kind + "'; this reader reads \"pool\" traces");
+  TraceHeader h;
+  KVTWIN_TRY(h.seed, f.u64_required("seed"));
+  if (!j.contains("config")) return malformed(where, "missing field 'config' (the pool configuration)");
+  Result<PoolConfig> config = pool_config_from_json(j.at("config"), std::string(where) + ": field 'config'");
+  if (!config.ok()) {
+    const std::string& m = config.error().message;
+    if (m.rfind(std::string(where), 0) == 0) return make_error(ErrorKind::malformed, m);
+    return malformed(where, "field 'config': " + m);
+  }
+  h.config = std::move(config).value();
+  Result<PoolDerived> derived = derive_pool(h.config);
+  if (!derived.ok())
+    return malformed(where, "field 'config' describes a pool that cannot be built: " + derived.error().message);
+  if (j.contains("origin")) {
+    if (!j.at("origin").is_object()) return malformed(where, "field 'origin' must be a JSON object");
+    h.origin = j.at("origin");
+  }
+  return h;
+}
+
+Result<TraceLine> parse_op_line(std::string_view text, std::string_view where, const PoolDerived& derived) {
+  KVTWIN_TRY(json j, parse_json_line(text, where));
+  if (!j.is_object()) return malformed(where, "an operation line must be a JSON object {\"op\":...}");
+  if (j.contains("kvtwin_trace"))
+    return malformed(where, "a second header; a trace has one header, on its first line");
+  TraceLine line;
+  Result<Op> op = op_from_json(j, where);
+  if (!op.ok()) {
+    // Every reader error names its place, even one from a helper that does not know it (a
+    // catalogue lookup inside a build op's config).
+    const std::string& m = op.error().message;
+    if (m.rfind(std::string(where), 0) == 0) return make_error(ErrorKind::malformed, m);
+    return malformed(where, m);
+  }
+  line.op = std::move(op).value();
+  if (j.contains("expect")) {
+    KVTWIN_TRY(OpResult expect, result_from_json(j.at("expect"), std::string(where) + ": field 'expect'"));
+    // {"pages":[]} reads as an empty single allocation; after alloc_many it is the empty list of lists.
+    if (std::holds_alternative<AllocMany>(line.op) && expect.ok()) {
+      if (const auto* a = std::get_if<Allocated>(&expect.value()); a != nullptr && a->pages.empty())
+        expect = OpResult(Outcome(AllocatedMany{}));
+    }
+    line.expect = std::move(expect);
+  }
+  if (const auto* build = std::get_if<BuildPool>(&line.op)) {
+    Result<PoolDerived> d = derive_pool(build->config);
+    if (!d.ok()) return malformed(where, "field 'config' describes a pool that cannot be built: " + d.error().message);
+    return line;
+  }
+  KVTWIN_TRY_STATUS(check_ranges(line.op, derived, where));
+  return line;
+}
+
+PoolTraceReader::PoolTraceReader(std::istream& in, std::string name) : in_(in), name_(std::move(name)) {}
+
+bool PoolTraceReader::next_text() {
+  while (std::getline(in_, text_)) {
+    ++line_;
+    if (!text_.empty() && text_.back() == '\r') text_.pop_back();
+    if (text_.find_first_not_of(" \t") != std::string::npos) return true;
+  }
+  return false;
+}
+
+Result<TraceHeader> PoolTraceReader::header() {
+  if (!next_text())
+    return make_error(ErrorKind::malformed, name_ + ": the file is empty; a pool trace begins with a header line "
+                                                    "{\"kvtwin_trace\":1,\"kind\":\"pool\",...}");
+  KVTWIN_TRY(TraceHeader h, parse_header_line(text_, name_ + ":" + std::to_string(line_)));
+  Result<PoolDerived> d = derive_pool(h.config);
+  KVTWIN_CHECK(d.ok(), "a parsed header's configuration derives");
+  derived_ = std::move(d).value();
+  have_header_ = true;
+  return h;
+}
+
+Result<std::optional<TraceLine>> PoolTraceReader::next() {
+  KVTWIN_CHECK(have_header_, "PoolTraceReader::next() before header()");
+  if (!next_text()) {
+    if (in_.bad()) return make_error(ErrorKind::io, name_ + ": read error after line " + std::to_string(line_));
+    return std::optional<TraceLine>();
+  }
+  KVTWIN_TRY(TraceLine line, parse_op_line(text_, name_ + ":" + std::to_string(line_), derived_));
+  line.line = line_;
+  if (const auto* build = std::get_if<BuildPool>(&line.op)) {
+    Result<PoolDerived> d = derive_pool(build->config);
+    KVTWIN_CHECK(d.ok(), "a parsed build op's configuration derives");
+    derived_ = std::move(d).value();
+  }
+  return std::optional<TraceLine>(std::move(line));
+}
+
+Result<PoolTrace> parse_pool_trace(std::istream& in, std::string name) {
+  PoolTraceReader reader(in, std::move(name));
+  PoolTrace trace;
+  KVTWIN_TRY(trace.header, reader.header());
+  while (true) {
+    KVTWIN_TRY(std::optional<TraceLine> line, reader.next());
+    if (!line) break;
+    trace.lines.push_back(std::move(*line));
+  }
+  return trace;
+}
+
+Result<PoolTrace> read_pool_trace_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return make_error(ErrorKind::io, path + ": cannot open the file for reading; check the path");
+  return parse_pool_trace(in, path);
+}
+
+void write_pool_trace(std::ostream& out, const PoolTrace& trace) {
+  out << header_to_line(trace.header) << '\n';
+  for (const TraceLine& line : trace.lines) out << op_to_line(line.op, line.expect) << '\n';
+}
+
+Status write_pool_trace_file(const std::string& path, const PoolTrace& trace) {
+  KVTWIN_TRY(PoolTraceWriter writer, PoolTraceWriter::open(path, trace.header));
+  for (const TraceLine& line : trace.lines) KVTWIN_TRY_STATUS(writer.append(line.op, line.expect));
+  return writer.close();
+}
+
+Result<PoolTraceWriter> PoolTraceWriter::open(const std::string& path, const TraceHeader& header) {
+  auto out = std::make_unique<std::ofstream>(path, std::ios::binary | std::ios::trunc);
+  if (!*out) return make_error(ErrorKind::io, path + ": cannot open the file for writing; check the folder exists");
+  *out << header_to_line(header) << '\n';
+  if (!*out) return make_error(ErrorKind::io, path + ": write failed (disk full?)");
+  return PoolTraceWriter(path, std::move(out));
+}
+
+Status PoolTraceWriter::append(const Op& op, const std::optional<OpResult>& expect) {
+  KVTWIN_CHECK(out_ != nullptr, "append after close");
+  *out_ << op_to_line(op, expect) << '\n';
+  ++lines_;
+  if (!*out_) return make_error(ErrorKind::io, path_ + ": write failed after " + std::to_string(lines_) + " lines");
+  return ok_status();
+}
+
+Status PoolTraceWriter::close() {
+  if (!out_) return ok_status();
+  out_->close();
+  const bool good = !out_->fail();
+  out_.reset();
+  if (!good) return make_error(ErrorKind::io, path_ + ": closing the file failed (disk full?)");
+  return ok_status();
+}
+
+}  // namespace kvtwin::traces

@@ -1,0 +1,112 @@
+// Pool traces: what a server would record at the pool's API, as JSON Lines (docs/traces.md).
+//
+// Line 1 is the header, {"kvtwin_trace":1,"kind":"pool","seed":S,"config":{...},"origin":{...}}:
+// the format version, the pool configuration the trace runs against (the shape included, so a
+// trace stands alone), the seed of whatever produced it, and free-form provenance. Every further
+// line is one operation in the operation vocabulary's JSON (core/op.h), optionally with the
+// result it must produce under "expect".
+//
+// The reader is strict and says where the first problem is: file, line and field (malformed
+// JSON, an unknown version or operation, a missing or mistyped field, an id or size out of
+// range, a number too big for 64 bits), as an ErrorKind::malformed Error. The writer produces
+// one canonical form ("op" first, the other keys sorted, "expect" last), so reading a canonical
+// file and writing it again gives the same bytes. Replaying is the runner's job (runner.h).
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <iosfwd>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/op.h"
+#include "core/pool_config.h"
+#include "core/result.h"
+
+namespace kvtwin::traces {
+
+inline constexpr std::uint64_t kPoolTraceVersion = 1;
+
+struct TraceHeader {
+  PoolConfig config;
+  std::uint64_t seed = 0;  // the seed of the producer (fuzz case, simulator); printed on replay
+  nlohmann::json origin = nlohmann::json::object();  // provenance: producer, command, parameters
+
+  bool operator==(const TraceHeader&) const = default;
+};
+
+struct TraceLine {
+  Op op;
+  std::optional<OpResult> expect;
+  std::uint64_t line = 0;  // 1-based line in the file; 0 for lines built in memory
+};
+
+struct PoolTrace {
+  TraceHeader header;
+  std::vector<TraceLine> lines;
+};
+
+// The ops and expectations of two traces are equal (line numbers and messages of expected
+// errors aside; an expected error compares by kind, as results do).
+bool same_lines(const std::vector<TraceLine>& a, const std::vector<TraceLine>& b);
+
+// Canonical text of a header and of an op line (no newline).
+std::string header_to_line(const TraceHeader& header);
+std::string op_to_line(const Op& op, const std::optional<OpResult>& expect);
+
+// Parses one line. `where` is "FILE:LINE", prefixed to every error.
+Result<TraceHeader> parse_header_line(std::string_view text, std::string_view where);
+Result<TraceLine> parse_op_line(std::string_view text, std::string_view where, const PoolDerived& derived);
+
+// Reads a trace line by line, so that a replay of a long trace holds one line at a time.
+class PoolTraceReader {
+ public:
+  // `name` is used in error messages (the file's path, or "<memory>").
+  PoolTraceReader(std::istream& in, std::string name);
+
+  // Reads and checks the header (call first).
+  Result<TraceHeader> header();
+  // The next op line; nullopt at the end of the trace.
+  Result<std::optional<TraceLine>> next();
+
+  const std::string& name() const { return name_; }
+
+ private:
+  // The next non-blank line into text_; false at the end.
+  bool next_text();
+
+  std::istream& in_;
+  std::string name_;
+  std::string text_;
+  std::uint64_t line_ = 0;
+  bool have_header_ = false;
+  PoolDerived derived_;  // of the config in force (the header's, then the last build op's)
+};
+
+Result<PoolTrace> parse_pool_trace(std::istream& in, std::string name);
+Result<PoolTrace> read_pool_trace_file(const std::string& path);
+
+void write_pool_trace(std::ostream& out, const PoolTrace& trace);
+Status write_pool_trace_file(const std::string& path, const PoolTrace& trace);
+
+// Writes a trace as it is produced (the serving simulator's `record`). Errors are io Errors.
+class PoolTraceWriter {
+ public:
+  static Result<PoolTraceWriter> open(const std::string& path, const TraceHeader& header);
+  Status append(const Op& op, const std::optional<OpResult>& expect);
+  Status close();
+  std::uint64_t lines_written() const { return lines_; }
+
+ private:
+  PoolTraceWriter(std::string path, std::unique_ptr<std::ofstream> out) : path_(std::move(path)), out_(std::move(out)) {}
+  std::string path_;
+  std::unique_ptr<std::ofstream> out_;
+  std::uint64_t lines_ = 0;
+};
+
+}  // namespace kvtwin::traces

@@ -1,0 +1,111 @@
+// The prefix cache (radix_cache.h).
+#include "traces/radix_cache.h"
+
+#include "core/check.h"
+
+namespace kvtwin::traces {
+
+RadixCache::RadixCache(std::uint64_t block_pages) : block_pages_(block_pages) {
+  KVTWIN_CHECK(block_pages > 0, "a cache block holds at least one page");
+  nodes_.emplace(kRoot, Node{});
+}
+
+void RadixCache::touch(NodeId id, std::uint64_t now) {
+  Node& n = nodes_.at(id);
+  if (is_evictable_leaf(n)) evictable_leaves_.erase({n.last_used, id});
+  n.last_used = now;
+  if (is_evictable_leaf(n)) evictable_leaves_.insert({n.last_used, id});
+}
+
+std::vector<RadixCache::NodeId> RadixCache::match(const std::vector<std::int64_t>& hashes, std::uint64_t now) {
+  std::vector<NodeId> path;
+  NodeId at = kRoot;
+  for (std::int64_t h : hashes) {
+    const Node& n = nodes_.at(at);
+    auto child = n.children.find(h);
+    if (child == n.children.end()) break;
+    at = child->second;
+    path.push_back(at);
+  }
+  for (NodeId id : path) touch(id, now);
+  return path;
+}
+
+void RadixCache::lock(const std::vector<NodeId>& path) {
+  for (NodeId id : path) {
+    Node& n = nodes_.at(id);
+    if (is_evictable_leaf(n)) evictable_leaves_.erase({n.last_used, id});
+    if (n.refs == 0) evictable_pages_ -= n.pages.size();
+    ++n.refs;
+  }
+}
+
+void RadixCache::unlock(const std::vector<NodeId>& path) {
+  for (NodeId id : path) {
+    Node& n = nodes_.at(id);
+    KVTWIN_CHECK(n.refs > 0, "unlocking a cache node nobody holds");
+    --n.refs;
+    if (n.refs == 0) evictable_pages_ += n.pages.size();
+    if (is_evictable_leaf(n)) evictable_leaves_.insert({n.last_used, id});
+  }
+}
+
+RadixCache::NodeId RadixCache::insert(NodeId parent, std::int64_t hash, std::vector<std::int64_t> pages,
+                                      std::uint64_t now) {
+  KVTWIN_CHECK(pages.size() == block_pages_, "a cache block is exactly block_pages pages");
+  Node& p = nodes_.at(parent);
+  if (p.children.count(hash) != 0) return kRoot;
+  // The parent stops being a leaf: it leaves the evictable set (it was referenced anyway, by the
+  // inserting request, unless it is the root).
+  if (parent != kRoot && is_evictable_leaf(p)) evictable_leaves_.erase({p.last_used, parent});
+  const NodeId id = next_id_++;
+  p.children.emplace(hash, id);
+  Node n;
+  n.parent = parent;
+  n.hash = hash;
+  n.pages = std::move(pages);
+  n.refs = 1;
+  n.last_used = now;
+  cached_pages_ += n.pages.size();
+  nodes_.emplace(id, std::move(n));
+  return id;
+}
+
+std::vector<std::int64_t> RadixCache::evict(std::uint64_t pages_wanted) {
+  std::vector<std::int64_t> released;
+  while (released.size() < pages_wanted && !evictable_leaves_.empty()) {
+    const NodeId id = evictable_leaves_.begin()->second;
+    evictable_leaves_.erase(evictable_leaves_.begin());
+    Node& n = nodes_.at(id);
+    KVTWIN_CHECK(is_evictable_leaf(n), "the evictable set holds only unreferenced leaves");
+    released.insert(released.end(), n.pages.begin(), n.pages.end());
+    cached_pages_ -= n.pages.size();
+    evictable_pages_ -= n.pages.size();
+    const NodeId parent = n.parent;
+    nodes_.at(parent).children.erase(n.hash);
+    nodes_.erase(id);
+    if (parent != kRoot && is_evictable_leaf(nodes_.at(parent)))
+      evictable_leaves_.insert({nodes_.at(parent).last_used, parent});
+  }
+  return released;
+}
+
+bool RadixCache::consistent() const {
+  std::uint64_t cached = 0, evictable = 0, leaves = 0;
+  for (const auto& [id, n] : nodes_) {
+    if (id == kRoot) continue;
+    cached += n.pages.size();
+    if (n.refs == 0) evictable += n.pages.size();
+    if (is_evictable_leaf(n)) {
+      ++leaves;
+      if (evictable_leaves_.count({n.last_used, id}) == 0) return false;
+    }
+    const Node& parent = nodes_.at(n.parent);
+    auto it = parent.children.find(n.hash);
+    if (it == parent.children.end() || it->second != id) return false;
+    if (parent.refs < n.refs && n.parent != kRoot) return false;  // a path is locked whole
+  }
+  return cached == cached_pages_ && evictable == evictable_pages_ && leaves == evictable_leaves_.size();
+}
+
+}  // namespace kvtwin::traces

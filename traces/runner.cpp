@@ -1,0 +1,249 @@
+// The runner (runner.h): plays operations and checks after every step.
+#include "traces/runner.h"
+
+#include <cstdio>
+
+#include "core/check.h"
+#include "core/oracle.h"
+
+namespace kvtwin::traces {
+namespace {
+
+std::string hex_byte(std::uint8_t b) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "0x%02x", b);
+  return buf;
+}
+
+// Text of a long op or result, cut to a readable length.
+std::string clip(std::string text, std::size_t max_chars = 600) {
+  if (text.size() <= max_chars) return text;
+  return text.substr(0, max_chars) + "... (" + std::to_string(text.size()) + " characters)";
+}
+
+std::optional<std::string> diff_list(const std::string& side, const char* field, const std::vector<std::int64_t>& a,
+                                     const std::vector<std::int64_t>& b, std::string_view na, std::string_view nb) {
+  const std::size_t n = std::min(a.size(), b.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    if (a[i] != b[i])
+      return "side '" + side + "' " + field + "[" + std::to_string(i) + "]: " + std::string(na) + " has " +
+             std::to_string(a[i]) + ", " + std::string(nb) + " has " + std::to_string(b[i]);
+  }
+  if (a.size() != b.size())
+    return "side '" + side + "' " + field + " has " + std::to_string(a.size()) + " entries in " + std::string(na) +
+           " but " + std::to_string(b.size()) + " in " + std::string(nb) + " (first " + std::to_string(n) +
+           " agree)";
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string Failure::describe() const {
+  std::string where;
+  if (line != 0) where = "line " + std::to_string(line) + " (step " + std::to_string(step) + ")";
+  else if (op.empty()) where = "end of run (after " + std::to_string(step) + " ops)";
+  else where = "step " + std::to_string(step);
+  std::string s = where + ": " + check + " check failed";
+  if (!op.empty()) s += "\n  op: " + clip(op);
+  s += "\n  " + message;
+  return s;
+}
+
+std::optional<std::string> diff_tables(const PoolTables& a, const PoolTables& b, std::string_view na,
+                                       std::string_view nb) {
+  if (a.sides.size() != b.sides.size())
+    return std::string(na) + " has " + std::to_string(a.sides.size()) + " sides but " + std::string(nb) + " has " +
+           std::to_string(b.sides.size());
+  for (std::size_t s = 0; s < a.sides.size(); ++s) {
+    const SideTables& x = a.sides[s];
+    const SideTables& y = b.sides[s];
+    if (x.name != y.name)
+      return "side " + std::to_string(s) + " is '" + x.name + "' in " + std::string(na) + " but '" + y.name + "' in " +
+             std::string(nb);
+    if (auto d = diff_list(x.name, "v2p", x.v2p, y.v2p, na, nb)) return d;
+    if (auto d = diff_list(x.name, "p2v", x.p2v, y.p2v, na, nb)) return d;
+    if (auto d = diff_list(x.name, "free_queue", x.free_queue, y.free_queue, na, nb)) return d;
+    if (auto d = diff_list(x.name, "holes", x.holes, y.holes, na, nb)) return d;
+    if (x.watermark != y.watermark)
+      return "side '" + x.name + "' watermark: " + std::string(na) + " has " + std::to_string(x.watermark) + ", " +
+             std::string(nb) + " has " + std::to_string(y.watermark);
+    if (x.allocated_pages != y.allocated_pages)
+      return "side '" + x.name + "' allocated_pages: " + std::string(na) + " has " +
+             std::to_string(x.allocated_pages) + ", " + std::string(nb) + " has " + std::to_string(y.allocated_pages);
+  }
+  return std::nullopt;
+}
+
+Runner::Runner(std::vector<Player> players, CheckCadence cadence) : players_(std::move(players)), cadence_(cadence) {
+  KVTWIN_CHECK(!players_.empty() && players_.size() <= 2, "the runner plays one or two backends");
+  for (const Player& p : players_) KVTWIN_CHECK(p.backend != nullptr, "a player without a backend");
+}
+
+bool Runner::fail(std::string check, std::string message) {
+  Failure f;
+  f.step = step_;
+  f.line = line_;
+  f.op = op_text_;
+  f.check = std::move(check);
+  f.message = std::move(message);
+  failure_ = std::move(f);
+  return false;
+}
+
+bool Runner::check_expect(const std::vector<OpResult>& results, const OpResult& expect) {
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    if (!same_result(results[i], expect))
+      return fail("expect", "expected " + clip(to_string(expect)) + " but " + std::string(players_[i].backend->name()) +
+                                " answered " + clip(to_string(results[i])));
+  }
+  ++stats_.expects_checked;
+  return true;
+}
+
+bool Runner::check_results(const std::vector<OpResult>& results) {
+  if (results.size() < 2) return true;
+  if (!same_result(results[0], results[1]))
+    return fail("results", std::string(players_[0].backend->name()) + " answered " + clip(to_string(results[0])) +
+                               "\n  " + std::string(players_[1].backend->name()) + " answered " +
+                               clip(to_string(results[1])));
+  ++stats_.results_compared;
+  return true;
+}
+
+bool Runner::check_tables() {
+  if (players_.size() < 2 || !config_) return true;
+  Result<PoolTables> a = players_[0].backend->tables();
+  Result<PoolTables> b = players_[1].backend->tables();
+  if (!a.ok() || !b.ok())
+    return fail("tables", "a backend cannot show its tables: " + (a.ok() ? b.error().message : a.error().message));
+  if (auto d = diff_tables(*a, *b, players_[0].backend->name(), players_[1].backend->name()))
+    return fail("tables", "allocator tables differ: " + *d);
+  ++stats_.tables_compared;
+  return true;
+}
+
+bool Runner::check_verify() {
+  if (!config_) return true;
+  for (const Player& p : players_) {
+    if (!p.verify) continue;
+    Status s = p.verify();
+    if (!s.ok()) return fail("verify", std::string(p.backend->name()) + " broke an invariant: " + s.error().message);
+    ++stats_.verifies;
+  }
+  return true;
+}
+
+std::string Runner::describe_byte(std::uint64_t byte) const {
+  std::string out;
+  Result<PoolTables> tables = players_[0].backend->tables();
+  for (std::size_t s = 0; s < derived_->layouts.size(); ++s) {
+    const DenseEntryLayout& layout = derived_->layouts[s];
+    const SubPoolGeometry& g = derived_->geometry.sub_pools[s];
+    const std::uint64_t page = byte / g.page_bytes;
+    if (page >= g.num_pages) continue;
+    const std::uint64_t slot = (byte % g.page_bytes) / g.entry_bytes;
+    const std::uint64_t in_entry = byte % g.entry_bytes;
+    std::string what = "padding";
+    for (const DensePart& part : layout.parts) {
+      for (std::uint32_t l = 0; l < part.layer_num; ++l) {
+        const std::uint64_t start = part.offset_bytes + l * part.layer_stride_bytes;
+        if (in_entry >= start && in_entry < start + part.row_bytes()) {
+          std::uint32_t model_layer = 0;
+          for (std::size_t m = 0; m < derived_->plan.layer_map.size(); ++m) {
+            const LayerPlacement& lp = derived_->plan.layer_map[m];
+            if (lp.sub_pool == s && lp.local_layer == l) model_layer = static_cast<std::uint32_t>(m);
+          }
+          what = "layer " + std::to_string(model_layer) + " (sub-pool layer " + std::to_string(l) + ") part '" +
+                 part.name + "' byte " + std::to_string(in_entry - start) + " of its row";
+        }
+      }
+    }
+    std::string binding = "unbound";
+    if (tables.ok() && s < tables->sides.size() && page < tables->sides[s].p2v.size()) {
+      const std::int64_t v = tables->sides[s].p2v[page];
+      if (v >= 0) binding = "virtual page " + std::to_string(v);
+    }
+    const std::int64_t token = static_cast<std::int64_t>(page * g.page_size + slot);
+    out += "\n    as sub-pool '" + g.name + "': physical page " + std::to_string(page) + " (" + binding + "), slot " +
+           std::to_string(slot) + " (physical token " + std::to_string(token) + "), " + what;
+  }
+  for (const Player& p : players_)
+    if (p.describe_byte) out += "\n    " + std::string(p.backend->name()) + " says: " + p.describe_byte(byte);
+  return out;
+}
+
+bool Runner::check_pools() {
+  if (players_.size() < 2 || !derived_ || config_->tables_only || !cadence_.compare_pools) return true;
+  const std::uint64_t floor = derived_->geometry.reserved_floor_bytes;
+  const std::uint64_t total = derived_->geometry.total_bytes;
+  const std::uint64_t chunk = derived_->geometry.sub_pools[0].page_bytes;
+  // The bytes below the reserved floor belong to the sink (SPEC 3): never compared.
+  for (std::uint64_t offset = floor; offset < total;) {
+    const std::uint64_t length = std::min(chunk - offset % chunk, total - offset);
+    Result<std::vector<std::uint8_t>> a = players_[0].backend->raw_bytes(offset, length);
+    Result<std::vector<std::uint8_t>> b = players_[1].backend->raw_bytes(offset, length);
+    if (!a.ok() || !b.ok())
+      return fail("pool", "a backend cannot show its bytes at " + std::to_string(offset) + ": " +
+                              (a.ok() ? b.error().message : a.error().message));
+    ++stats_.pages_compared;
+    if (digest_bytes(*a) != digest_bytes(*b) || *a != *b) {
+      std::size_t i = 0;
+      while (i < a->size() && i < b->size() && (*a)[i] == (*b)[i]) ++i;
+      const std::uint64_t byte = offset + i;
+      return fail("pool", "raw pools differ first at byte " + std::to_string(byte) + ": " +
+                              std::string(players_[0].backend->name()) + " has " + hex_byte((*a)[i]) + ", " +
+                              std::string(players_[1].backend->name()) + " has " + hex_byte((*b)[i]) +
+                              describe_byte(byte));
+    }
+    offset += length;
+  }
+  ++stats_.pools_compared;
+  return true;
+}
+
+std::optional<OpResult> Runner::play(const Op& op, const std::optional<OpResult>& expect, std::uint64_t line) {
+  KVTWIN_CHECK(!failure_, "Runner::play after a failed check; the run is over");
+  line_ = line;
+  op_text_.clear();
+  std::vector<OpResult> results;
+  results.reserve(players_.size());
+  for (Player& p : players_) results.push_back(p.backend->apply(op));
+  const OpResult& first = results.front();
+  ++stats_.ops;
+  const auto failed = [&](bool ok) {
+    if (ok) return false;
+    failure_->op = to_string(op);
+    return true;
+  };
+  if (!first.ok()) ++stats_.errors;
+  else if (std::holds_alternative<NoRoom>(first.value())) ++stats_.no_rooms;
+  else if (const auto* c = std::get_if<Compaction>(&first.value())) stats_.compaction_moves += c->moves.size();
+
+  if (expect && failed(check_expect(results, *expect))) return std::nullopt;
+  if (failed(check_results(results))) return std::nullopt;
+
+  if (const auto* build = std::get_if<BuildPool>(&op); build != nullptr && first.ok()) {
+    Result<PoolDerived> d = derive_pool(build->config);
+    KVTWIN_CHECK(d.ok(), "a pool a backend built derives");
+    config_ = build->config;
+    derived_ = std::move(d).value();
+  }
+  const bool checkpoint = std::holds_alternative<Checkpoint>(op);
+  const std::uint64_t n = stats_.ops;
+  if ((checkpoint || (cadence_.tables_every != 0 && n % cadence_.tables_every == 0)) && failed(check_tables()))
+    return std::nullopt;
+  if ((checkpoint || (cadence_.verify_every != 0 && n % cadence_.verify_every == 0)) && failed(check_verify()))
+    return std::nullopt;
+  if (checkpoint && failed(check_pools())) return std::nullopt;
+  ++step_;
+  return first;
+}
+
+bool Runner::finish() {
+  KVTWIN_CHECK(!failure_, "Runner::finish after a failed check");
+  line_ = 0;
+  op_text_.clear();
+  return check_verify() && check_tables() && check_pools();
+}
+
+}  // namespace kvtwin::traces

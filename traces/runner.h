@@ -1,0 +1,122 @@
+// The runner: plays a sequence of operations against one backend or two side by side, and checks
+// after every step, so that kvtwin replay, record, fuzz and check all judge a run the same way.
+//
+// After each operation it checks, in this order:
+//   expect   the result the trace line expects, when it has one (same_result: errors by kind);
+//   results  with two backends, both answered the same (same_result);
+//   tables   with two backends, every side's allocator tables are equal (v2p, p2v, free queue,
+//            watermark, holes, counts), reporting the first differing entry with both values;
+//   verify   a backend's own invariant check (the reference model's verify()), when it has one;
+//   pool     at `checkpoint` operations and at finish(), with two backends holding bytes: the raw
+//            pools page by page (a digest per page), reporting the first differing byte as
+//            sub-pool, physical and virtual page, slot, layer, part and byte, both values, and
+//            what the content oracle expects there when a backend can say.
+// The first failed check stops the run: play() returns nullopt and failure() says which step,
+// which trace line, which check, and what differed. Tables and verify may be run every N
+// operations instead (CheckCadence) for real-scale replays; checkpoints and finish() always run
+// every check.
+//
+// The runner only sees what core/backend.h exposes; it never reaches into a backend's internals.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/op.h"
+#include "core/pool_config.h"
+
+namespace kvtwin::traces {
+
+// A backend under the runner, with what only it can tell.
+struct Player {
+  Backend* backend = nullptr;
+  // The backend's own invariant check (the model's verify()); empty when it has none.
+  std::function<Status()> verify;
+  // Where a byte of the pool belongs and what the content oracle expects there, for pool
+  // mismatch reports; empty when the backend cannot say.
+  std::function<std::string(std::uint64_t)> describe_byte;
+};
+
+struct CheckCadence {
+  std::uint64_t tables_every = 1;  // compare tables after every Nth op (two backends); 0 = only at the end
+  std::uint64_t verify_every = 1;  // run verify() after every Nth op; 0 = only at checkpoints and the end
+  bool compare_pools = true;       // at checkpoints and at the end (two backends with bytes)
+};
+
+struct RunStats {
+  std::uint64_t ops = 0;
+  std::uint64_t expects_checked = 0;
+  std::uint64_t results_compared = 0;
+  std::uint64_t tables_compared = 0;
+  std::uint64_t verifies = 0;
+  std::uint64_t pools_compared = 0;
+  std::uint64_t pages_compared = 0;
+  std::uint64_t compaction_moves = 0;  // page moves reported by compactions (first backend)
+  std::uint64_t errors = 0;            // ops answered with an error (expected or not)
+  std::uint64_t no_rooms = 0;
+
+  std::uint64_t checks_passed() const {
+    return expects_checked + results_compared + tables_compared + verifies + pools_compared;
+  }
+};
+
+struct Failure {
+  std::uint64_t step = 0;  // 0-based index of the op in the run
+  std::uint64_t line = 0;  // its trace line; 0 when it came from no file
+  std::string op;          // the op in trace syntax ("" for end-of-run checks)
+  std::string check;       // "expect", "results", "tables", "verify", "pool"
+  std::string message;     // what differed, with both values
+
+  // "line 57 (step 55): {"op":...}: tables: ..." in one paragraph.
+  std::string describe() const;
+};
+
+class Runner {
+ public:
+  Runner(std::vector<Player> players, CheckCadence cadence = {});
+
+  // Plays `op` on every backend, then checks. Returns the first backend's result, or nullopt
+  // when a check failed (failure() says why; the run is over).
+  std::optional<OpResult> play(const Op& op, const std::optional<OpResult>& expect = std::nullopt,
+                               std::uint64_t line = 0);
+
+  // End-of-run checks: verify, tables and whole pools. False when one failed.
+  bool finish();
+
+  const std::optional<Failure>& failure() const { return failure_; }
+  const RunStats& stats() const { return stats_; }
+  std::size_t backend_count() const { return players_.size(); }
+  const Player& player(std::size_t i) const { return players_.at(i); }
+  // The configuration of the last successful build; nullopt before one.
+  const std::optional<PoolConfig>& config() const { return config_; }
+
+ private:
+  bool fail(std::string check, std::string message);
+  bool check_expect(const std::vector<OpResult>& results, const OpResult& expect);
+  bool check_results(const std::vector<OpResult>& results);
+  bool check_tables();
+  bool check_verify();
+  bool check_pools();
+  std::string describe_byte(std::uint64_t byte) const;
+
+  std::vector<Player> players_;
+  CheckCadence cadence_;
+  RunStats stats_;
+  std::optional<Failure> failure_;
+  std::optional<PoolConfig> config_;
+  std::optional<PoolDerived> derived_;
+  // The op being checked (for failure reports).
+  std::uint64_t step_ = 0;
+  std::uint64_t line_ = 0;
+  std::string op_text_;
+};
+
+// Comparison helpers, exposed for tests: nullopt when equal, else the first difference.
+std::optional<std::string> diff_tables(const PoolTables& a, const PoolTables& b, std::string_view name_a,
+                                       std::string_view name_b);
+
+}  // namespace kvtwin::traces

@@ -1,0 +1,513 @@
+// The serving simulator (serving_sim.h).
+#include "traces/serving_sim.h"
+
+#include <algorithm>
+
+#include <nlohmann/json.hpp>
+
+#include "core/catalogue.h"
+#include "core/check.h"
+#include "core/checked.h"
+
+namespace kvtwin::traces {
+namespace {
+
+// Unscaled prefill tokens one step may take (chunked-prefill budgets of serving engines are of
+// this order); at least one request is admitted per step whatever its size.
+constexpr std::uint64_t kPrefillBudgetTokens = 16384;
+// Steps in a row that neither decode nor admit anything before the simulator calls it a stall.
+constexpr std::uint64_t kStallSteps = 1000;
+
+Error bad_params(const std::string& message) { return make_error(ErrorKind::invalid_argument, message); }
+
+}  // namespace
+
+Result<PoolConfig> serving_pool_config(const ServingParams& p) {
+  PoolConfig c;
+  if (p.shape) {
+    c.shape = *p.shape;
+  } else {
+    KVTWIN_TRY(c.shape, find_model(p.model));
+  }
+  for (LayerKind k : c.shape.layers)
+    if (k == LayerKind::cross)
+      return make_error(ErrorKind::unsupported, "model '" + c.shape.name +
+                                                    "' has cross-attention layers; the serving simulator drives "
+                                                    "decoder-only models");
+  if (p.page_size == 0) return bad_params("page size is 0; use a page size of at least 1 token");
+  if (p.token_scale == 0) return bad_params("token scale is 0; use 1 for real token counts, or a larger divisor");
+  if (p.max_running == 0) return bad_params("max running requests is 0; allow at least 1");
+  if (p.pool_bytes == 0) return bad_params("pool bytes is 0; give the pool some bytes (e.g. --pool-bytes 8GiB)");
+  c.tp = p.tp;
+  c.page_size = p.page_size;
+  c.total_bytes = p.pool_bytes;
+  c.mode = p.mode;
+  c.tables_only = p.tables_only;
+  c.seed = p.seed;
+  Result<PoolDerived> d = derive_pool(c);
+  if (!d.ok()) return d.error().with_context("the pool cannot be built: ");
+  return c;
+}
+
+nlohmann::json serving_params_json(const ServingParams& p, const RequestTrace& trace) {
+  nlohmann::json j;
+  j["producer"] = "kvtwin serving simulator";
+  j["request_trace"] = trace.name;
+  j["request_format"] = std::string(format_name(trace.format));
+  j["model"] = p.shape ? p.shape->name : p.model;
+  j["tp"] = p.tp;
+  j["page_size"] = p.page_size;
+  j["pool_bytes"] = p.pool_bytes;
+  j["host_bytes"] = p.host_bytes;
+  j["host_arena"] = "not modelled";
+  j["token_scale"] = p.token_scale;
+  j["max_running"] = p.max_running;
+  j["mode"] = p.mode == CompactionMode::lazy ? "lazy" : "eager";
+  j["tables_only"] = p.tables_only;
+  j["decode_step_us"] = p.decode_step_us;
+  j["prefill_ns_per_token"] = p.prefill_ns_per_token;
+  j["reserve_permille"] = p.reserve_permille;
+  j["checkpoint_every"] = p.checkpoint_every;
+  j["max_requests"] = p.max_requests;
+  return j;
+}
+
+nlohmann::json summary_json(const ServingSummary& s) {
+  nlohmann::json j;
+  j["requests_in_trace"] = s.requests_in_trace;
+  j["requests_served"] = s.requests_served;
+  j["requests_rejected"] = s.requests_rejected;
+  j["admissions"] = s.admissions;
+  j["retractions"] = s.retractions;
+  j["prompt_tokens"] = s.prompt_tokens;
+  j["cached_tokens"] = s.cached_tokens;
+  j["prefix_hit_rate"] = s.prefix_hit_rate();
+  j["prefill_tokens"] = s.prefill_tokens;
+  j["decode_tokens"] = s.decode_tokens;
+  j["steps"] = s.steps;
+  j["simulated_seconds"] = static_cast<double>(s.simulated_us) / 1e6;
+  j["ops"] = s.ops;
+  j["compaction_moves"] = s.compaction_moves;
+  j["cache_evicted_pages"] = s.cache_evicted_pages;
+  j["swa_freed_pages"] = s.swa_freed_pages;
+  j["offloads"] = s.offloads;
+  j["load_backs"] = s.load_backs;
+  j["host_arena"] = "not modelled";
+  nlohmann::json sides = nlohmann::json::array();
+  for (const SideOccupancy& o : s.sides)
+    sides.push_back({{"name", o.name}, {"usable_pages", o.usable_pages}, {"peak_pages", o.peak_pages}});
+  j["sides"] = sides;
+  return j;
+}
+
+Result<ServingSimulator> ServingSimulator::create(const ServingParams& params, const RequestTrace& trace) {
+  ServingSimulator sim;
+  sim.params_ = params;
+  KVTWIN_TRY(sim.config_, serving_pool_config(params));
+  KVTWIN_TRY(sim.derived_, derive_pool(sim.config_));
+  sim.trace_ = &trace;
+  sim.request_count_ = trace.requests.size();
+  if (params.max_requests != 0) sim.request_count_ = std::min(sim.request_count_, params.max_requests);
+  if (trace.block_tokens != 0) {
+    if (trace.block_tokens % params.token_scale != 0)
+      return bad_params("token scale " + std::to_string(params.token_scale) + " does not divide the trace's " +
+                        std::to_string(trace.block_tokens) + "-token prefix blocks; use a power of two up to " +
+                        std::to_string(trace.block_tokens));
+    sim.block_tokens_ = trace.block_tokens / params.token_scale;
+    if (sim.block_tokens_ % params.page_size != 0)
+      return bad_params("a prefix block of " + std::to_string(trace.block_tokens) + " / " +
+                        std::to_string(params.token_scale) + " = " + std::to_string(sim.block_tokens_) +
+                        " tokens is not a whole number of " + std::to_string(params.page_size) +
+                        "-token pages; lower the page size or the token scale");
+    sim.cache_.emplace(sim.block_tokens_ / params.page_size);
+  }
+  sim.summary_.requests_in_trace = sim.request_count_;
+  for (const SubPoolGeometry& g : sim.derived_.geometry.sub_pools)
+    sim.summary_.sides.push_back(SideOccupancy{g.name, g.usable_pages(), 0});
+  return sim;
+}
+
+std::uint64_t ServingSimulator::scaled(std::uint64_t tokens) const { return ceil_div(tokens, params_.token_scale); }
+
+Status ServingSimulator::send(const Op& op, std::optional<OpResult>& out) {
+  out = (*sink_)(op);
+  ++summary_.ops;
+  if (!out) {
+    stopped_ = true;
+    return make_error(ErrorKind::internal, "the run stopped at step " + std::to_string(step_) + " (a check failed)");
+  }
+  if (out->ok()) {
+    if (const auto* c = std::get_if<Compaction>(&out->value())) summary_.compaction_moves += c->moves.size();
+  }
+  return ok_status();
+}
+
+Result<Outcome> ServingSimulator::send_expect_ok(const Op& op) {
+  std::optional<OpResult> r;
+  KVTWIN_TRY_STATUS(send(op, r));
+  if (!r->ok())
+    return make_error(ErrorKind::internal, "the pool refused an operation the serving simulator considers valid, at "
+                                           "step " + std::to_string(step_) + ": " + to_string(op).substr(0, 300) +
+                                               " -> " + to_string(*r));
+  return r->value();
+}
+
+// Pages a new allocation may take, from the geometry and the pages this simulator holds:
+// a single sub-pool has its usable pages less those held; a full + SWA composite takes one page
+// of each side per allocated page, from the gap between the two frontiers (SPEC 4.3). An
+// estimate for admission only (lazy holes are not counted): the pool's answer is the truth.
+std::uint64_t ServingSimulator::pages_free_with(std::uint64_t full_held, std::uint64_t swa_held) const {
+  const SubPoolGeometry& up = derived_.geometry.sub_pools[0];
+  const std::uint64_t r_up = up.usable_pages() - std::min(up.usable_pages(), full_held);
+  if (!derived_.is_composite()) return r_up;
+  const SubPoolGeometry& down = derived_.geometry.sub_pools[1];
+  const std::uint64_t r_down = down.usable_pages() - std::min(down.usable_pages(), swa_held);
+  const std::uint64_t up_frontier = (up.min_page_index + full_held) * up.page_bytes;
+  const std::uint64_t down_frontier = (down.num_pages - std::min(down.num_pages, swa_held)) * down.page_bytes;
+  const std::uint64_t gap = down_frontier > up_frontier ? down_frontier - up_frontier : 0;
+  return std::min({gap / (up.page_bytes + down.page_bytes), r_up, r_down});
+}
+
+std::uint64_t ServingSimulator::free_pages_estimate() const {
+  return pages_free_with(full_pages_held_, swa_pages_held_);
+}
+
+std::uint64_t ServingSimulator::reserve_pages() const {
+  std::uint64_t remaining = 0;
+  for (const Running& r : running_) {
+    const std::uint64_t out = scaled(trace_->requests[r.request].output_tokens);
+    remaining += out > r.generated ? out - r.generated : 0;
+  }
+  return ceil_div(remaining * params_.reserve_permille / 1000, params_.page_size);
+}
+
+void ServingSimulator::note_occupancy() {
+  summary_.sides[0].peak_pages = std::max(summary_.sides[0].peak_pages, full_pages_held_);
+  if (summary_.sides.size() > 1) summary_.sides[1].peak_pages = std::max(summary_.sides[1].peak_pages, swa_pages_held_);
+}
+
+Status ServingSimulator::free_pages(std::vector<std::int64_t> pages) {
+  if (pages.empty()) return ok_status();
+  KVTWIN_TRY_STATUS(send_expect_ok(Op(Free{IdUnit::pages, std::move(pages)})));
+  freed_this_step_ = true;
+  return ok_status();
+}
+
+Status ServingSimulator::evict(std::uint64_t pages_wanted) {
+  if (!cache_) return ok_status();
+  std::vector<std::int64_t> pages = cache_->evict(pages_wanted);
+  const std::uint64_t n = pages.size();
+  KVTWIN_TRY_STATUS(free_pages(std::move(pages)));
+  // Cache pages are never SWA-evicted: each held a page on both sides of a composite.
+  full_pages_held_ -= n;
+  if (derived_.is_composite()) swa_pages_held_ -= n;
+  summary_.cache_evicted_pages += n;
+  return ok_status();
+}
+
+Status ServingSimulator::release(Running& r) {
+  std::vector<std::int64_t> private_pages(r.pages.begin() + static_cast<std::ptrdiff_t>(r.shared_pages), r.pages.end());
+  const std::uint64_t n = private_pages.size();
+  KVTWIN_TRY_STATUS(free_pages(std::move(private_pages)));
+  full_pages_held_ -= n;
+  if (derived_.is_composite()) swa_pages_held_ -= n - r.swa_freed_pages;
+  if (cache_) cache_->unlock(r.path);
+  r.pages.clear();
+  r.path.clear();
+  return ok_status();
+}
+
+Status ServingSimulator::admit(std::vector<Running>& admitted) {
+  const std::uint64_t ps = params_.page_size;
+  const std::uint64_t budget = std::max<std::uint64_t>(1, kPrefillBudgetTokens / params_.token_scale);
+  std::uint64_t prefill_tokens = 0;
+  while (!waiting_.empty() && running_.size() + admitted.size() < params_.max_running) {
+    const Pending pending = waiting_.front();
+    const Request& req = trace_->requests[pending.request];
+    const std::uint64_t prompt_len = scaled(req.input_tokens) + pending.generated;
+    // The prompt's full blocks may be cached (SPEC 9: prefix reuse from hash_ids).
+    std::vector<RadixCache::NodeId> path;
+    if (cache_) {
+      const std::uint64_t full_blocks = req.input_tokens / trace_->block_tokens;
+      std::vector<std::int64_t> hashes(req.block_hashes.begin(),
+                                       req.block_hashes.begin() + static_cast<std::ptrdiff_t>(full_blocks));
+      path = cache_->match(hashes, step_);
+    }
+    const std::uint64_t cache_pages = cache_ ? path.size() * cache_->block_pages() : 0;
+    const std::uint64_t cached_len = cache_pages * ps;
+    const std::uint64_t total_pages = ceil_div(prompt_len, ps);
+    const std::uint64_t need_pages = total_pages - cache_pages;
+    const std::uint64_t out = scaled(req.output_tokens);
+    const std::uint64_t own_reserve =
+        ceil_div((out > pending.generated ? out - pending.generated : 0) * params_.reserve_permille / 1000, ps);
+
+    // A prompt that cannot fit an empty pool (with one decode page) is rejected.
+    if (total_pages + 1 > pages_free_with(0, 0)) {
+      waiting_.pop_front();
+      ++summary_.requests_rejected;
+      continue;
+    }
+    const bool alone = running_.empty() && admitted.empty();
+    if (!alone && prefill_tokens + (prompt_len - cached_len) > budget) break;
+    if (cache_) cache_->lock(path);
+    const std::uint64_t reserve = alone ? 0 : reserve_pages() + own_reserve;
+    const std::uint64_t available = free_pages_estimate() + (cache_ ? cache_->evictable_pages() : 0);
+    if (need_pages + reserve > available) {
+      if (cache_) cache_->unlock(path);
+      break;
+    }
+    std::vector<std::int64_t> new_pages;
+    if (need_pages > 0) {
+      const std::uint64_t free_now = free_pages_estimate();
+      if (need_pages > free_now) KVTWIN_TRY_STATUS(evict(need_pages - free_now));
+      while (true) {
+        KVTWIN_TRY(Outcome o, send_expect_ok(Op(Alloc{need_pages * ps})));
+        if (const auto* a = std::get_if<Allocated>(&o)) {
+          KVTWIN_CHECK(a->pages.size() == need_pages, "alloc answers one page per page asked for");
+          new_pages = a->pages;
+          break;
+        }
+        KVTWIN_CHECK(std::holds_alternative<NoRoom>(o), "alloc answers pages or no_room");
+        if (!cache_ || cache_->evictable_pages() == 0) break;
+        KVTWIN_TRY_STATUS(evict(need_pages));
+      }
+      if (new_pages.empty()) {
+        if (cache_) cache_->unlock(path);
+        if (alone) {  // nothing else will ever free room for it
+          waiting_.pop_front();
+          ++summary_.requests_rejected;
+          continue;
+        }
+        break;
+      }
+    }
+    waiting_.pop_front();
+    Running r;
+    r.request = pending.request;
+    r.admitted_seq = admitted_seq_++;
+    r.generated = pending.generated;
+    r.prompt_len = prompt_len;
+    r.cached_len = cached_len;
+    r.path = path;
+    r.shared_pages = cache_pages;
+    for (RadixCache::NodeId id : path) {
+      const std::vector<std::int64_t>& p = cache_->pages(id);
+      r.pages.insert(r.pages.end(), p.begin(), p.end());
+    }
+    r.pages.insert(r.pages.end(), new_pages.begin(), new_pages.end());
+    full_pages_held_ += need_pages;
+    if (derived_.is_composite()) swa_pages_held_ += need_pages;
+    note_occupancy();
+    prefill_tokens += prompt_len - cached_len;
+    ++summary_.admissions;
+    summary_.prompt_tokens += prompt_len;
+    summary_.cached_tokens += cached_len;
+    admitted.push_back(std::move(r));
+  }
+  return ok_status();
+}
+
+Status ServingSimulator::prefill(std::vector<Running>& admitted) {
+  const std::uint64_t ps = params_.page_size;
+  std::vector<std::int64_t> tokens;
+  for (const Running& r : admitted)
+    for (std::uint64_t pos = r.cached_len; pos < r.prompt_len; ++pos)
+      tokens.push_back(r.pages[pos / ps] * static_cast<std::int64_t>(ps) + static_cast<std::int64_t>(pos % ps));
+  if (!tokens.empty()) {
+    summary_.prefill_tokens += tokens.size();
+    KVTWIN_TRY_STATUS(send_expect_ok(Op(MakeBatch{0, std::move(tokens), {}})));
+    KVTWIN_TRY_STATUS(send_expect_ok(Op(Rebind{0, 0})));
+    for (std::uint32_t l = 0; l < config_.shape.layers.size(); ++l) {
+      Write w;
+      w.layer = l;
+      w.write_number = step_;
+      w.batch = 0;
+      KVTWIN_TRY_STATUS(send_expect_ok(Op(w)));
+    }
+    KVTWIN_TRY_STATUS(send_expect_ok(Op(DropBatch{0})));
+  }
+  for (Running& r : admitted) {
+    r.seq_len = r.prompt_len;
+    if (!cache_) continue;
+    // The prompt's full blocks enter the cache, continuing the matched path; a block another
+    // request inserted first stops the insertion (the rest stays private).
+    const Request& req = trace_->requests[r.request];
+    const std::uint64_t full_blocks = req.input_tokens / trace_->block_tokens;
+    const std::uint64_t bp = cache_->block_pages();
+    RadixCache::NodeId parent = r.path.empty() ? RadixCache::kRoot : r.path.back();
+    for (std::uint64_t b = r.path.size(); b < full_blocks; ++b) {
+      KVTWIN_CHECK(r.shared_pages == b * bp, "cache pages are a prefix of the request's pages");
+      std::vector<std::int64_t> pages(r.pages.begin() + static_cast<std::ptrdiff_t>(b * bp),
+                                      r.pages.begin() + static_cast<std::ptrdiff_t>((b + 1) * bp));
+      const RadixCache::NodeId node = cache_->insert(parent, req.block_hashes[b], std::move(pages), step_);
+      if (node == RadixCache::kRoot) break;
+      r.path.push_back(node);
+      r.shared_pages += bp;
+      parent = node;
+    }
+  }
+  for (Running& r : admitted) running_.push_back(std::move(r));
+  return ok_status();
+}
+
+Status ServingSimulator::retract_one() {
+  KVTWIN_CHECK(!running_.empty(), "retraction with nothing running");
+  // The request with the fewest generated tokens; on a tie the one admitted last.
+  std::size_t victim = 0;
+  for (std::size_t i = 1; i < running_.size(); ++i) {
+    const Running& a = running_[i];
+    const Running& b = running_[victim];
+    if (a.generated < b.generated || (a.generated == b.generated && a.admitted_seq > b.admitted_seq)) victim = i;
+  }
+  Running r = std::move(running_[victim]);
+  running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(victim));
+  KVTWIN_TRY_STATUS(release(r));
+  waiting_.push_front(Pending{r.request, r.generated});
+  ++summary_.retractions;
+  return ok_status();
+}
+
+Status ServingSimulator::grow_for_decode() {
+  const std::uint64_t ps = params_.page_size;
+  // Bounded: each round either allocates, evicts at least one page, or retracts a request.
+  for (std::uint64_t round = 0;; ++round) {
+    KVTWIN_CHECK(round <= running_.size() + full_pages_held_ + 2, "decode growth makes no progress");
+    std::vector<std::size_t> needers;
+    for (std::size_t i = 0; i < running_.size(); ++i)
+      if (running_[i].seq_len == running_[i].pages.size() * ps) needers.push_back(i);
+    if (needers.empty()) return ok_status();
+    KVTWIN_TRY(Outcome o, send_expect_ok(Op(AllocMany{std::vector<std::uint64_t>(needers.size(), ps)})));
+    if (const auto* a = std::get_if<AllocatedMany>(&o)) {
+      KVTWIN_CHECK(a->pages.size() == needers.size(), "alloc_many answers one list per request");
+      for (std::size_t k = 0; k < needers.size(); ++k) {
+        KVTWIN_CHECK(a->pages[k].size() == 1, "a one-page request gets one page");
+        running_[needers[k]].pages.push_back(a->pages[k][0]);
+      }
+      full_pages_held_ += needers.size();
+      if (derived_.is_composite()) swa_pages_held_ += needers.size();
+      note_occupancy();
+      return ok_status();
+    }
+    KVTWIN_CHECK(std::holds_alternative<NoRoom>(o), "alloc_many answers pages or no_room");
+    if (cache_ && cache_->evictable_pages() > 0) {
+      KVTWIN_TRY_STATUS(evict(needers.size()));
+    } else {
+      KVTWIN_TRY_STATUS(retract_one());
+    }
+  }
+}
+
+Status ServingSimulator::decode() {
+  KVTWIN_TRY_STATUS(grow_for_decode());
+  if (running_.empty()) return ok_status();
+  const std::int64_t ps = static_cast<std::int64_t>(params_.page_size);
+  std::vector<std::int64_t> tokens;
+  tokens.reserve(running_.size());
+  for (const Running& r : running_) {
+    const std::int64_t pos = static_cast<std::int64_t>(r.seq_len);
+    tokens.push_back(r.pages[static_cast<std::size_t>(pos / ps)] * ps + pos % ps);
+  }
+  KVTWIN_TRY_STATUS(send_expect_ok(Op(MakeBatch{1, std::move(tokens), {}})));
+  KVTWIN_TRY_STATUS(send_expect_ok(Op(Rebind{1, 0})));
+  for (std::uint32_t l = 0; l < config_.shape.layers.size(); ++l) {
+    Write w;
+    w.layer = l;
+    w.write_number = step_;
+    w.batch = 1;
+    KVTWIN_TRY_STATUS(send_expect_ok(Op(w)));
+  }
+  KVTWIN_TRY_STATUS(send_expect_ok(Op(DropBatch{1})));
+  for (Running& r : running_) {
+    ++r.seq_len;
+    ++r.generated;
+  }
+  summary_.decode_tokens += running_.size();
+  return ok_status();
+}
+
+Status ServingSimulator::finish_and_window() {
+  // Finished requests leave (in running order).
+  std::vector<Running> still;
+  for (Running& r : running_) {
+    if (r.generated >= scaled(trace_->requests[r.request].output_tokens)) {
+      KVTWIN_TRY_STATUS(release(r));
+      ++summary_.requests_served;
+    } else {
+      still.push_back(std::move(r));
+    }
+  }
+  running_ = std::move(still);
+  // Sliding window (SPEC 9, free_swa): a private page whose every token is older than the
+  // window of the next query loses its SWA page.
+  const std::uint64_t window = config_.shape.sliding_window_tokens;
+  if (!derived_.is_composite() || window == 0) return ok_status();
+  const std::uint64_t ps = params_.page_size;
+  std::vector<std::int64_t> pages;
+  std::uint64_t count = 0;
+  for (Running& r : running_) {
+    if (r.seq_len <= window) continue;
+    const std::uint64_t dead_pages = (r.seq_len - window) / ps;
+    for (std::uint64_t j = r.shared_pages + r.swa_freed_pages; j < dead_pages; ++j) {
+      pages.push_back(r.pages[j]);
+      ++r.swa_freed_pages;
+      ++count;
+    }
+  }
+  if (pages.empty()) return ok_status();
+  KVTWIN_TRY_STATUS(send_expect_ok(Op(FreeSwa{IdUnit::pages, std::move(pages)})));
+  swa_pages_held_ -= count;
+  summary_.swa_freed_pages += count;
+  freed_this_step_ = true;
+  return ok_status();
+}
+
+Status ServingSimulator::run(const OpSink& sink, const ProgressFn& progress) {
+  KVTWIN_CHECK(sink_ == nullptr, "a ServingSimulator runs once");
+  sink_ = &sink;
+  KVTWIN_TRY_STATUS(send_expect_ok(Op(BuildPool{config_})));
+  const std::vector<Request>& requests = trace_->requests;
+  std::uint64_t idle_steps = 0;
+  while (next_arrival_ < request_count_ || !waiting_.empty() || !running_.empty()) {
+    if (running_.empty() && waiting_.empty()) now_us_ = std::max(now_us_, requests[next_arrival_].arrival_us);
+    while (next_arrival_ < request_count_ && requests[next_arrival_].arrival_us <= now_us_)
+      waiting_.push_back(Pending{next_arrival_++, 0});
+    freed_this_step_ = false;
+    const std::uint64_t decoded_before = summary_.decode_tokens;
+    const std::uint64_t settled_before = summary_.requests_served + summary_.requests_rejected;
+    KVTWIN_TRY_STATUS(decode());
+    const bool decoded = summary_.decode_tokens != decoded_before;
+    KVTWIN_TRY_STATUS(finish_and_window());
+    std::vector<Running> admitted;
+    KVTWIN_TRY_STATUS(admit(admitted));
+    std::uint64_t prefilled = 0;
+    for (const Running& r : admitted) prefilled += r.prompt_len - r.cached_len;
+    KVTWIN_TRY_STATUS(prefill(admitted));
+    if (params_.mode == CompactionMode::lazy && freed_this_step_) KVTWIN_TRY_STATUS(send_expect_ok(Op(Flush{})));
+    ++step_;
+    ++summary_.steps;
+    if (params_.checkpoint_every != 0 && !params_.tables_only && step_ % params_.checkpoint_every == 0)
+      KVTWIN_TRY_STATUS(send_expect_ok(Op(Checkpoint{})));
+    const std::uint64_t cost_us =
+        ((decoded ? params_.decode_step_us : 0) + prefilled * params_.prefill_ns_per_token / 1000) *
+        params_.token_scale;
+    now_us_ += std::max<std::uint64_t>(cost_us, 1);
+    const bool progressed = decoded || !admitted.empty() ||
+                            summary_.requests_served + summary_.requests_rejected != settled_before;
+    idle_steps = progressed ? 0 : idle_steps + 1;
+    if (idle_steps > kStallSteps)
+      return make_error(ErrorKind::internal, "the serving simulator stalled at step " + std::to_string(step_) + " with " +
+                                                 std::to_string(waiting_.size()) + " waiting and " +
+                                                 std::to_string(running_.size()) + " running requests");
+    if (progress) progress(summary_.requests_served + summary_.requests_rejected, request_count_);
+  }
+  // Drain: empty the cache, so a pool that accounts correctly ends empty.
+  freed_this_step_ = false;
+  if (cache_) KVTWIN_TRY_STATUS(evict(UINT64_MAX));
+  if (params_.mode == CompactionMode::lazy && freed_this_step_) KVTWIN_TRY_STATUS(send_expect_ok(Op(Flush{})));
+  if (!params_.tables_only) KVTWIN_TRY_STATUS(send_expect_ok(Op(Checkpoint{})));
+  KVTWIN_CHECK(full_pages_held_ == 0 && swa_pages_held_ == 0, "the serving simulator's page accounting balances");
+  summary_.simulated_us = now_us_;
+  return ok_status();
+}
+
+}  // namespace kvtwin::traces

@@ -1,0 +1,193 @@
+// The serving simulator: turns a request trace (request_trace.h) into pool operations, the way a
+// serving engine's scheduler would drive a unified KV pool, on a simulated clock.
+//
+// It is a producer of operations: every op goes to an OpSink (the runner, or the runner plus a
+// trace writer) and the simulator sees only the results that come back, never a backend's
+// internals. One forward step at a time:
+//   1. arrivals: every request whose timestamp has passed joins the waiting queue (FIFO);
+//   2. admission: the head of the queue is admitted while there is a running slot and its pages
+//      fit the pool's free pages plus the prefix cache's evictable pages, keeping a reserve for
+//      the running requests' growth; its prompt's cached prefix (hash_ids blocks) is reused from
+//      the prefix cache (radix_cache.h), pages are allocated for the rest, evicting cache leaves
+//      when the pool answers no_room;
+//   3. prefill: one batch writes every layer's rows of the admitted prompts' uncached tokens,
+//      and their full blocks enter the prefix cache;
+//   4. decode: one token per running request: a page for each request whose last page is full
+//      (alloc_many, all or nothing), evicting cache leaves and then retracting the running request
+//      with the fewest generated tokens until it fits; the retracted request waits again at the
+//      head of the queue and recomputes its prompt and output so far when re-admitted; then one
+//      batch writes every layer's row of the new tokens;
+//   5. finished requests free their private pages and release their cache path; on models with
+//      sliding-window layers, private pages that left every window lose their SWA page
+//      (free_swa); in lazy mode the step ends with a flush; every `checkpoint_every` steps a
+//      checkpoint asks the runner to compare whole pools.
+// The clock advances by a cost model of the step (decode and prefill cost per token, in unscaled
+// tokens), or jumps to the next arrival when the server is idle. Token counts are divided by
+// the token scale (rounded up); the scale is part of the output.
+//
+// Not modelled: the host arena (offload of evicted prefix pages and load-back on a hit) does not
+// exist yet; the summary says "host arena: not modelled". Prefix pages owned by the cache keep
+// their SWA pages (only a request's private pages are SWA-evicted).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/op.h"
+#include "core/pool_config.h"
+#include "core/result.h"
+#include "traces/radix_cache.h"
+#include "traces/request_trace.h"
+
+namespace kvtwin::traces {
+
+struct ServingParams {
+  std::string model = "llama-3.1-8b";  // catalogue name (or a shape, see `shape`)
+  std::optional<ModelShape> shape;     // when set, used instead of the catalogue entry
+  std::uint32_t tp = 1;
+  std::uint64_t page_size = 16;
+  std::uint64_t pool_bytes = 0;
+  std::uint64_t host_bytes = 0;  // recorded; the host arena is not modelled yet
+  std::uint64_t token_scale = 1;
+  std::uint32_t max_running = 64;
+  CompactionMode mode = CompactionMode::eager;
+  bool tables_only = false;
+  std::uint64_t seed = 1;  // the content oracle's seed
+  // The clock: a step costs decode_step_us (when any request decodes) plus prefill_ns_per_token
+  // per prefilled token, both for unscaled tokens (so multiplied by the token scale).
+  std::uint64_t decode_step_us = 20000;
+  std::uint64_t prefill_ns_per_token = 10000;
+  // Admission keeps reserve_permille/1000 of the running requests' remaining output in reserve.
+  std::uint64_t reserve_permille = 300;
+  std::uint64_t checkpoint_every = 0;  // steps between checkpoints; 0 = none (the runner checks at the end)
+  // Stop admitting after this many requests (0 = all): a slice.
+  std::uint64_t max_requests = 0;
+};
+
+// Checks the parameters against the trace and the model, and derives the pool configuration.
+Result<PoolConfig> serving_pool_config(const ServingParams& params);
+
+// The parameters and the result counters, as recorded in a trace header's "origin" and in --json.
+nlohmann::json serving_params_json(const ServingParams& params, const RequestTrace& trace);
+
+struct SideOccupancy {
+  std::string name;
+  std::uint64_t usable_pages = 0;
+  std::uint64_t peak_pages = 0;
+};
+
+struct ServingSummary {
+  std::uint64_t requests_in_trace = 0;
+  std::uint64_t requests_served = 0;
+  std::uint64_t requests_rejected = 0;  // prompt larger than the whole pool
+  std::uint64_t admissions = 0;         // first admissions and re-admissions
+  std::uint64_t retractions = 0;
+  std::uint64_t prompt_tokens = 0;      // scaled, over admissions
+  std::uint64_t cached_tokens = 0;      // of those, reused from the prefix cache
+  std::uint64_t prefill_tokens = 0;     // computed (written) by prefills
+  std::uint64_t decode_tokens = 0;
+  std::uint64_t steps = 0;
+  std::uint64_t simulated_us = 0;
+  std::uint64_t ops = 0;
+  std::uint64_t compaction_moves = 0;
+  std::uint64_t cache_evicted_pages = 0;
+  std::uint64_t swa_freed_pages = 0;
+  std::uint64_t offloads = 0;    // host arena not modelled: always 0
+  std::uint64_t load_backs = 0;  // host arena not modelled: always 0
+  std::vector<SideOccupancy> sides;
+
+  double prefix_hit_rate() const {
+    return prompt_tokens == 0 ? 0.0 : static_cast<double>(cached_tokens) / static_cast<double>(prompt_tokens);
+  }
+};
+
+// Where the simulator's operations go: the pool's answer, or nullopt to stop (a check failed).
+using OpSink = std::function<std::optional<OpResult>(const Op&)>;
+// Progress: requests finished (served or rejected) and the total.
+using ProgressFn = std::function<void(std::uint64_t done, std::uint64_t total)>;
+
+class ServingSimulator {
+ public:
+  static Result<ServingSimulator> create(const ServingParams& params, const RequestTrace& trace);
+
+  const PoolConfig& pool_config() const { return config_; }
+
+  // Runs the whole trace (build first, drain at the end: the cache is emptied, so a pool that
+  // accounts correctly ends empty). Returns an error when the pool refused an operation the
+  // simulator considers valid, or the sink stopped the run (then `stopped()` is true).
+  Status run(const OpSink& sink, const ProgressFn& progress = {});
+
+  bool stopped() const { return stopped_; }
+  const ServingSummary& summary() const { return summary_; }
+
+ private:
+  struct Running {
+    std::uint64_t request = 0;        // index into requests_
+    std::uint64_t admitted_seq = 0;   // admission order
+    std::uint64_t seq_len = 0;        // tokens held (prompt, then decode)
+    std::uint64_t generated = 0;      // output tokens produced so far (survives retraction)
+    std::uint64_t prompt_len = 0;     // tokens to prefill at this admission
+    std::uint64_t cached_len = 0;     // of which reused
+    std::vector<std::int64_t> pages;  // virtual pages in token order
+    std::uint64_t shared_pages = 0;   // pages[0 .. shared_pages) belong to the cache
+    std::vector<RadixCache::NodeId> path;  // cache nodes held
+    std::uint64_t swa_freed_pages = 0;     // pages[shared .. shared + this) lost their SWA page
+  };
+  struct Pending {
+    std::uint64_t request = 0;
+    std::uint64_t generated = 0;  // kept across a retraction
+  };
+
+  ServingSimulator() = default;
+
+  // Plays one op; an error result or a stopped sink becomes an Error.
+  Status send(const Op& op, std::optional<OpResult>& out);
+  Result<Outcome> send_expect_ok(const Op& op);
+
+  std::uint64_t pages_free_with(std::uint64_t full_held, std::uint64_t swa_held) const;
+  std::uint64_t free_pages_estimate() const;
+  std::uint64_t reserve_pages() const;
+  Status admit(std::vector<Running>& admitted);
+  Status prefill(std::vector<Running>& admitted);
+  Status grow_for_decode();
+  Status decode();
+  Status finish_and_window();
+  Status release(Running& r);
+  Status free_pages(std::vector<std::int64_t> pages);
+  Status evict(std::uint64_t pages_wanted);
+  Status retract_one();
+  void note_occupancy();
+  std::uint64_t scaled(std::uint64_t tokens) const;
+
+  ServingParams params_;
+  PoolConfig config_;
+  PoolDerived derived_;
+  const RequestTrace* trace_ = nullptr;
+  std::uint64_t request_count_ = 0;
+  std::uint64_t block_tokens_ = 0;  // scaled tokens per prefix block; 0 when the trace has no hashes
+  std::optional<RadixCache> cache_;
+  const OpSink* sink_ = nullptr;
+  bool stopped_ = false;
+
+  std::uint64_t next_arrival_ = 0;  // index of the next request to arrive
+  std::deque<Pending> waiting_;
+  std::vector<Running> running_;
+  std::uint64_t admitted_seq_ = 0;
+  std::uint64_t now_us_ = 0;
+  std::uint64_t step_ = 0;
+  std::uint64_t full_pages_held_ = 0;  // owner-side pages this simulator holds
+  std::uint64_t swa_pages_held_ = 0;   // SWA pages still bound (composite only)
+  bool freed_this_step_ = false;
+  ServingSummary summary_;
+};
+
+nlohmann::json summary_json(const ServingSummary& summary);
+
+}  // namespace kvtwin::traces
