@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "core/oracle.h"
+#include "traces/pool_trace.h"
 
 namespace kvtwin::traces {
 namespace {
@@ -212,15 +213,15 @@ std::optional<OpResult> Runner::play(const Op& op, const std::optional<OpResult>
   ++stats_.ops;
   const auto failed = [&](bool ok) {
     if (ok) return false;
-    failure_->op = to_string(op);
+    failure_->op = op_to_line(op, std::nullopt);
     return true;
   };
   if (!first.ok()) ++stats_.errors;
   else if (std::holds_alternative<NoRoom>(first.value())) ++stats_.no_rooms;
   else if (const auto* c = std::get_if<Compaction>(&first.value())) stats_.compaction_moves += c->moves.size();
 
-  if (expect && failed(check_expect(results, *expect))) return std::nullopt;
   if (failed(check_results(results))) return std::nullopt;
+  if (expect && failed(check_expect(results, *expect))) return std::nullopt;
 
   if (const auto* build = std::get_if<BuildPool>(&op); build != nullptr && first.ok()) {
     Result<PoolDerived> d = derive_pool(build->config);

@@ -12,9 +12,6 @@
 namespace kvtwin::traces {
 namespace {
 
-// Unscaled prefill tokens one step may take (chunked-prefill budgets of serving engines are of
-// this order); at least one request is admitted per step whatever its size.
-constexpr std::uint64_t kPrefillBudgetTokens = 16384;
 // Steps in a row that neither decode nor admit anything before the simulator calls it a stall.
 constexpr std::uint64_t kStallSteps = 1000;
 
@@ -37,6 +34,7 @@ Result<PoolConfig> serving_pool_config(const ServingParams& p) {
   if (p.page_size == 0) return bad_params("page size is 0; use a page size of at least 1 token");
   if (p.token_scale == 0) return bad_params("token scale is 0; use 1 for real token counts, or a larger divisor");
   if (p.max_running == 0) return bad_params("max running requests is 0; allow at least 1");
+  if (p.prefill_budget_tokens == 0) return bad_params("the prefill budget is 0 tokens; allow at least 1");
   if (p.pool_bytes == 0) return bad_params("pool bytes is 0; give the pool some bytes (e.g. --pool-bytes 8GiB)");
   c.tp = p.tp;
   c.page_size = p.page_size;
@@ -67,6 +65,7 @@ nlohmann::json serving_params_json(const ServingParams& p, const RequestTrace& t
   j["decode_step_us"] = p.decode_step_us;
   j["prefill_ns_per_token"] = p.prefill_ns_per_token;
   j["reserve_permille"] = p.reserve_permille;
+  j["prefill_budget_tokens"] = p.prefill_budget_tokens;
   j["checkpoint_every"] = p.checkpoint_every;
   j["max_requests"] = p.max_requests;
   return j;
@@ -219,7 +218,7 @@ Status ServingSimulator::release(Running& r) {
 
 Status ServingSimulator::admit(std::vector<Running>& admitted) {
   const std::uint64_t ps = params_.page_size;
-  const std::uint64_t budget = std::max<std::uint64_t>(1, kPrefillBudgetTokens / params_.token_scale);
+  const std::uint64_t budget = params_.prefill_budget_tokens;
   std::uint64_t prefill_tokens = 0;
   while (!waiting_.empty() && running_.size() + admitted.size() < params_.max_running) {
     const Pending pending = waiting_.front();

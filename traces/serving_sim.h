@@ -66,6 +66,9 @@ struct ServingParams {
   std::uint64_t prefill_ns_per_token = 10000;
   // Admission keeps reserve_permille/1000 of the running requests' remaining output in reserve.
   std::uint64_t reserve_permille = 300;
+  // Scaled prompt tokens one step may prefill (chunked-prefill budgets of serving engines are of
+  // this order); at least one request is admitted per step whatever its size.
+  std::uint64_t prefill_budget_tokens = 16384;
   std::uint64_t checkpoint_every = 0;  // steps between checkpoints; 0 = none (the runner checks at the end)
   // Stop admitting after this many requests (0 = all): a slice.
   std::uint64_t max_requests = 0;

@@ -22,5 +22,9 @@ struct Command {
 };
 
 Command add_layout_command(CLI::App& root);
+Command add_replay_command(CLI::App& root);
+Command add_record_command(CLI::App& root);
+Command add_fuzz_command(CLI::App& root);
+Command add_check_command(CLI::App& root);
 
 }  // namespace kvtwin::cli

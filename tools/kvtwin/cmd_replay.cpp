@@ -1,0 +1,104 @@
+// kvtwin replay FILE: plays a pool trace against the model, the GPU or both, checking after every
+// operation, and stops at the first divergence with the operation's line. On a request trace
+// (Mooncake, Azure) it runs the serving simulator and checks in one go.
+//
+// Exit: 0 every check passed, 1 a check failed, 2 bad usage or a file that cannot be read.
+#include <cstdio>
+#include <iostream>
+
+#include "tools/kvtwin/command.h"
+#include "tools/kvtwin/trace_options.h"
+#include "traces/replay.h"
+
+namespace kvtwin::cli {
+namespace {
+
+struct ReplayOptions {
+  std::string file;
+  std::string format = "auto";
+  std::string backend = "model";
+  std::string json_file;
+  std::string fault;
+  bool quiet = false;
+  ServingOptions serving;
+  CadenceOptions cadence;
+};
+
+int run_replay(const ReplayOptions& o, const std::string& command) {
+  Result<traces::BackendChoice> choice = traces::parse_backend_choice(o.backend);
+  if (!choice.ok()) return bad_input("replay", choice.error());
+  traces::TraceFormat format{};
+  if (o.format == "auto") {
+    Result<traces::TraceFormat> f = traces::detect_format(o.file);
+    if (!f.ok()) return bad_input("replay", f.error());
+    format = *f;
+  } else {
+    Result<traces::TraceFormat> f = traces::parse_format_name(o.format);
+    if (!f.ok()) return bad_input("replay", f.error());
+    format = *f;
+  }
+  Result<traces::BackendSet> backends = traces::make_backend_set(*choice, o.fault);
+  if (!backends.ok()) return bad_input("replay", backends.error());
+
+  ProgressBar bar(o.quiet ? "" : "replay");
+  const traces::Progress progress = [&](std::uint64_t done, std::uint64_t total) {
+    if (!o.quiet) bar.update(done, total);
+  };
+  Result<traces::ReplayReport> report = make_error(ErrorKind::internal, "not run");
+  if (format == traces::TraceFormat::pool) {
+    std::printf("kvtwin replay: %s (pool trace) on %s\n", o.file.c_str(), backends->names().c_str());
+    std::fflush(stdout);
+    Result<traces::CheckCadence> checks = cadence(o.cadence, false);
+    if (!checks.ok()) return bad_input("replay", checks.error());
+    report = traces::replay_pool_trace_file(o.file, *backends, *checks, progress);
+  } else {
+    Result<traces::ServingParams> params = serving_params(o.serving);
+    if (!params.ok()) return bad_input("replay", params.error());
+    Result<traces::RequestTrace> trace = traces::read_request_trace(o.file, format, {params->max_requests});
+    if (!trace.ok()) return bad_input("replay", trace.error());
+    std::printf("kvtwin replay: %s (%s request trace, %zu requests, token scale %llu, oracle seed %llu) on %s\n",
+                o.file.c_str(), std::string(traces::format_name(format)).c_str(), trace->requests.size(),
+                static_cast<unsigned long long>(params->token_scale), static_cast<unsigned long long>(params->seed),
+                backends->names().c_str());
+    std::fflush(stdout);
+    Result<traces::CheckCadence> checks = cadence(o.cadence, !params->tables_only);
+    if (!checks.ok()) return bad_input("replay", checks.error());
+    report = traces::simulate_request_trace(*trace, *params, *backends, *checks, nullptr, progress);
+  }
+  bar.finish();
+  if (!report.ok()) return bad_input("replay", report.error());
+  if (format == traces::TraceFormat::pool) std::printf("trace seed %llu\n", static_cast<unsigned long long>(report->seed));
+  std::printf("%s\n", traces::report_text(*report).c_str());
+  if (!report->passed()) std::printf("reproduce: %s\n", command.c_str());
+  if (!o.json_file.empty()) {
+    Status s = write_json_file(o.json_file, traces::report_json(*report));
+    if (!s.ok()) return bad_input("replay", s.error());
+  }
+  return report->passed() ? kExitOk : kExitCheckFailed;
+}
+
+}  // namespace
+
+Command add_replay_command(CLI::App& root) {
+  auto options = std::make_shared<ReplayOptions>();
+  CLI::App* app = root.add_subcommand(
+      "replay",
+      "Replay a pool trace against the model, the GPU or both, checking after every operation; on a request "
+      "trace (Mooncake, Azure), simulate a server and check in one go");
+  app->add_option("FILE", options->file, "a pool trace (.jsonl) or a request trace (Mooncake .jsonl, Azure .csv)")
+      ->required();
+  app->add_option("--format", options->format, "auto, pool, mooncake or azure")->capture_default_str();
+  app->add_option("--backend", options->backend, "model, gpu or both")->capture_default_str();
+  app->add_option("--json", options->json_file, "also write the report as JSON to FILE ('-': stdout)");
+  app->add_option("--fault", options->fault,
+                  "plant a named bug in the second backend (a self-test: the replay must fail)");
+  app->add_flag("--quiet", options->quiet, "no progress bar");
+  add_serving_options(*app, options->serving);
+  add_cadence_options(*app, options->cadence);
+  Command c;
+  c.app = app;
+  c.run = [options, app]() { return run_replay(*options, command_line(*app)); };
+  return c;
+}
+
+}  // namespace kvtwin::cli

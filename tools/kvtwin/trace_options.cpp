@@ -1,0 +1,200 @@
+// Shared options and output of the trace commands (trace_options.h).
+#include "tools/kvtwin/trace_options.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/catalogue.h"
+#include "tools/kvtwin/command.h"
+
+namespace kvtwin::cli {
+
+Result<std::uint64_t> parse_count(const std::string& text, std::string_view option) {
+  std::uint64_t v = 0;
+  if (text.empty()) return make_error(ErrorKind::invalid_argument, std::string(option) + " is empty; give a whole number");
+  for (char c : text) {
+    if (c < '0' || c > '9' || v > (UINT64_MAX - static_cast<std::uint64_t>(c - '0')) / 10)
+      return make_error(ErrorKind::invalid_argument,
+                        std::string(option) + " '" + text + "' is not a whole number of 64 bits (or 'auto')");
+    v = v * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  return v;
+}
+
+Result<std::uint64_t> parse_byte_size(const std::string& text, std::string_view option) {
+  const auto bad = [&](const std::string& why) {
+    return make_error(ErrorKind::invalid_argument, std::string(option) + " '" + text + "' " + why +
+                                                       "; give bytes as a whole number with an optional unit, "
+                                                       "e.g. 4096, 64MiB, 8GiB, 2TB");
+  };
+  std::size_t digits = 0;
+  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
+  if (digits == 0) return bad("is not a byte size");
+  std::uint64_t value = 0;
+  for (std::size_t i = 0; i < digits; ++i) {
+    const std::uint64_t d = static_cast<std::uint64_t>(text[i] - '0');
+    if (value > (UINT64_MAX - d) / 10) return bad("is too big for 64 bits");
+    value = value * 10 + d;
+  }
+  const std::string unit = text.substr(digits);
+  std::uint64_t scale = 1;
+  if (unit.empty() || unit == "B") scale = 1;
+  else if (unit == "KiB") scale = std::uint64_t{1} << 10;
+  else if (unit == "MiB") scale = std::uint64_t{1} << 20;
+  else if (unit == "GiB") scale = std::uint64_t{1} << 30;
+  else if (unit == "TiB") scale = std::uint64_t{1} << 40;
+  else if (unit == "KB" || unit == "kB") scale = 1000;
+  else if (unit == "MB") scale = 1000 * 1000;
+  else if (unit == "GB") scale = 1000ULL * 1000 * 1000;
+  else if (unit == "TB") scale = 1000ULL * 1000 * 1000 * 1000;
+  else return bad("has an unknown unit '" + unit + "' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
+  if (value > UINT64_MAX / scale) return bad("is too big for 64 bits");
+  return value * scale;
+}
+
+void add_serving_options(CLI::App& app, ServingOptions& o) {
+  app.add_option("--model", o.model, "catalogue model of the simulated server (kvtwin layout --list)")
+      ->capture_default_str();
+  app.add_option("--spec", o.spec_file, "a model shape from a JSON spec file, instead of --model");
+  app.add_option("--tp", o.tp, "tensor-parallel ranks (the pool is one rank's)")->capture_default_str();
+  app.add_option("--page-size", o.page_size, "tokens per page")->capture_default_str();
+  app.add_option("--pool-bytes", o.pool_bytes, "bytes of the device pool, e.g. 8GiB")->capture_default_str();
+  app.add_option("--host-bytes", o.host_bytes, "bytes of the host arena (recorded; not modelled yet)")
+      ->capture_default_str();
+  app.add_option("--token-scale", o.token_scale, "divide token counts by this (recorded in the output)")
+      ->capture_default_str();
+  app.add_option("--max-running", o.max_running, "most requests running at once")->capture_default_str();
+  app.add_option("--mode", o.mode, "compaction mode: eager or lazy")->capture_default_str();
+  app.add_flag("--tables-only", o.tables_only, "keep tables only, no bytes (real-scale pools)");
+  app.add_option("--requests", o.requests, "simulate only the first N requests (0: all)")->capture_default_str();
+  app.add_option("--checkpoint-every", o.checkpoint_every,
+                 "simulated steps between checkpoints (whole-pool comparisons); 0: only at the end; auto: 64 with "
+                 "bytes, 0 tables-only")
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "the content oracle's seed")->capture_default_str();
+  app.add_option("--decode-step-us", o.decode_step_us, "simulated microseconds of one decode step (unscaled)")
+      ->capture_default_str();
+  app.add_option("--prefill-ns-per-token", o.prefill_ns_per_token, "simulated nanoseconds per prefilled token")
+      ->capture_default_str();
+  app.add_option("--reserve-permille", o.reserve_permille,
+                 "admission keeps this share (per mille) of running requests' remaining output free")
+      ->capture_default_str();
+  app.add_option("--prefill-budget", o.prefill_budget_tokens, "scaled prompt tokens one step may prefill")
+      ->capture_default_str();
+}
+
+Result<traces::ServingParams> serving_params(const ServingOptions& o) {
+  traces::ServingParams p;
+  p.model = o.model;
+  if (!o.spec_file.empty()) {
+    KVTWIN_TRY(ModelShape shape, load_shape_file(o.spec_file));
+    p.shape = shape;
+  }
+  p.tp = o.tp;
+  p.page_size = o.page_size;
+  KVTWIN_TRY(p.pool_bytes, parse_byte_size(o.pool_bytes, "--pool-bytes"));
+  KVTWIN_TRY(p.host_bytes, parse_byte_size(o.host_bytes, "--host-bytes"));
+  p.token_scale = o.token_scale;
+  p.max_running = o.max_running;
+  if (o.mode != "eager" && o.mode != "lazy")
+    return make_error(ErrorKind::invalid_argument, "--mode '" + o.mode + "' is not a compaction mode; use eager or lazy");
+  p.mode = o.mode == "lazy" ? CompactionMode::lazy : CompactionMode::eager;
+  p.tables_only = o.tables_only;
+  p.max_requests = o.requests;
+  if (o.checkpoint_every == "auto") {
+    p.checkpoint_every = o.tables_only ? 0 : 64;
+  } else {
+    KVTWIN_TRY(p.checkpoint_every, parse_count(o.checkpoint_every, "--checkpoint-every"));
+  }
+  p.seed = o.seed;
+  p.decode_step_us = o.decode_step_us;
+  p.prefill_ns_per_token = o.prefill_ns_per_token;
+  p.reserve_permille = o.reserve_permille;
+  p.prefill_budget_tokens = o.prefill_budget_tokens;
+  return p;
+}
+
+void add_cadence_options(CLI::App& app, CadenceOptions& o) {
+  app.add_option("--verify-every", o.verify_every,
+                 "run the model's verify() after every Nth op (0: at checkpoints and the end; auto: 1, or 0 when "
+                 "a request trace is simulated with bytes)")
+      ->capture_default_str();
+  app.add_option("--tables-every", o.tables_every,
+                 "compare both backends' tables after every Nth op (0: at checkpoints and the end)")
+      ->capture_default_str();
+}
+
+Result<traces::CheckCadence> cadence(const CadenceOptions& o, bool simulating_with_bytes) {
+  traces::CheckCadence c;
+  if (o.verify_every == "auto") {
+    c.verify_every = simulating_with_bytes ? 0 : 1;
+  } else {
+    KVTWIN_TRY(c.verify_every, parse_count(o.verify_every, "--verify-every"));
+  }
+  c.tables_every = o.tables_every;
+  return c;
+}
+
+std::string command_line(const CLI::App& app) {
+  const auto quoted = [](const std::string& v) {
+    return v.find_first_of(" \t\"'") == std::string::npos && !v.empty() ? v : "'" + v + "'";
+  };
+  std::string line = "kvtwin " + app.get_name();
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->count() == 0 || opt->get_name() == "--help") continue;
+    if (opt->get_positional()) {
+      for (const std::string& v : opt->results()) line += " " + quoted(v);
+    } else if (opt->get_expected_min() == 0) {
+      line += " " + opt->get_name();
+    } else {
+      for (const std::string& v : opt->results()) line += " " + opt->get_name() + " " + quoted(v);
+    }
+  }
+  return line;
+}
+
+Status write_json_file(const std::string& path, const nlohmann::json& j) {
+  if (path == "-") {
+    std::cout << j.dump(2) << "\n";
+    return ok_status();
+  }
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return make_error(ErrorKind::io, path + ": cannot open the file for writing; check the folder exists");
+  out << j.dump(2) << "\n";
+  out.close();
+  if (out.fail()) return make_error(ErrorKind::io, path + ": writing failed (disk full?)");
+  return ok_status();
+}
+
+int bad_input(std::string_view command, const Error& error) {
+  std::fprintf(stderr, "kvtwin %.*s: error: %s\n", static_cast<int>(command.size()), command.data(),
+               error.message.c_str());
+  return kExitBadInput;
+}
+
+ProgressBar::ProgressBar(std::string label) : label_(std::move(label)), active_(isatty(STDERR_FILENO) == 1) {}
+
+void ProgressBar::update(std::uint64_t done, std::uint64_t total) {
+  if (!active_ || total == 0) return;
+  const int percent = static_cast<int>(std::min<std::uint64_t>(100, done * 100 / total));
+  if (percent == last_percent_) return;
+  last_percent_ = percent;
+  constexpr int kWidth = 30;
+  const int filled = percent * kWidth / 100;
+  std::fprintf(stderr, "\r%s [%s%s] %3d%% (%llu/%llu)", label_.c_str(), std::string(static_cast<std::size_t>(filled), '#').c_str(),
+               std::string(static_cast<std::size_t>(kWidth - filled), '.').c_str(), percent,
+               static_cast<unsigned long long>(done), static_cast<unsigned long long>(total));
+  std::fflush(stderr);
+}
+
+void ProgressBar::finish() {
+  if (active_ && last_percent_ >= 0) std::fprintf(stderr, "\n");
+  last_percent_ = -1;
+}
+
+}  // namespace kvtwin::cli

@@ -1,0 +1,81 @@
+// Options and output shared by the trace commands (replay, record, fuzz, check): the serving
+// simulator's parameters, the check cadence, byte sizes with units, the backend choice, JSON
+// report files, and a progress bar that is drawn only when stderr is a terminal.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/result.h"
+#include "traces/runner.h"
+#include "traces/serving_sim.h"
+
+namespace kvtwin::cli {
+
+// A whole number (for options that also take "auto").
+Result<std::uint64_t> parse_count(const std::string& text, std::string_view option);
+
+// "64MiB", "8GiB", "1.5GB" is refused (whole numbers only), "4096" is bytes.
+Result<std::uint64_t> parse_byte_size(const std::string& text, std::string_view option);
+
+// The serving simulator's options, as strings where units or names need checking.
+struct ServingOptions {
+  std::string model = "llama-3.1-8b";
+  std::string spec_file;
+  std::uint32_t tp = 1;
+  std::uint64_t page_size = 16;
+  std::string pool_bytes = "1GiB";
+  std::string host_bytes = "0";
+  std::uint64_t token_scale = 16;
+  std::uint32_t max_running = 64;
+  std::string mode = "eager";
+  bool tables_only = false;
+  std::uint64_t requests = 0;
+  std::string checkpoint_every = "auto";  // auto: every 64 steps with bytes, none tables-only
+  std::uint64_t seed = 1;
+  std::uint64_t decode_step_us = 20000;
+  std::uint64_t prefill_ns_per_token = 10000;
+  std::uint64_t reserve_permille = 300;
+  std::uint64_t prefill_budget_tokens = 16384;
+};
+void add_serving_options(CLI::App& app, ServingOptions& options);
+Result<traces::ServingParams> serving_params(const ServingOptions& options);
+
+// --verify-every auto: after every op, except when a request trace is simulated with bytes (the
+// model's verify() reads every live row back, so it runs at checkpoints and at the end).
+struct CadenceOptions {
+  std::string verify_every = "auto";
+  std::uint64_t tables_every = 1;
+};
+void add_cadence_options(CLI::App& app, CadenceOptions& options);
+Result<traces::CheckCadence> cadence(const CadenceOptions& options, bool simulating_with_bytes);
+
+// The command line that reproduces a parsed subcommand: "kvtwin NAME" and every argument given,
+// positionals and options in the order they were defined.
+std::string command_line(const CLI::App& app);
+
+// Writes a JSON document to a file ("-" is stdout); an io Error when it cannot.
+Status write_json_file(const std::string& path, const nlohmann::json& j);
+
+// Prints "kvtwin CMD: error: MESSAGE" to stderr and returns the exit code for bad input (2).
+int bad_input(std::string_view command, const Error& error);
+
+// A one-line progress bar on stderr, drawn only when stderr is a terminal; it redraws when the
+// whole percentage changes (never by time), and finish() ends the line.
+class ProgressBar {
+ public:
+  explicit ProgressBar(std::string label);
+  void update(std::uint64_t done, std::uint64_t total);
+  void finish();
+  bool active() const { return active_; }
+
+ private:
+  std::string label_;
+  bool active_ = false;
+  int last_percent_ = -1;
+};
+
+}  // namespace kvtwin::cli

@@ -1,0 +1,181 @@
+// Replays of pool traces, op sequences and request traces (replay.h).
+#include "traces/replay.h"
+
+#include <cstdio>
+#include <fstream>
+
+namespace kvtwin::traces {
+namespace {
+
+std::string percent(std::uint64_t part, std::uint64_t whole) {
+  if (whole == 0) return "0.0%";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * static_cast<double>(part) / static_cast<double>(whole));
+  return buf;
+}
+
+Runner make_runner(BackendSet& backends, const CheckCadence& cadence) { return Runner(backends.players, cadence); }
+
+void finish_report(ReplayReport& report, Runner& runner) {
+  if (!runner.failure()) runner.finish();
+  report.stats = runner.stats();
+  report.failure = runner.failure();
+  report.config = runner.config();
+}
+
+}  // namespace
+
+nlohmann::json report_json(const ReplayReport& r) {
+  nlohmann::json j;
+  j["source"] = r.source;
+  j["format"] = r.format;
+  j["backends"] = r.backends;
+  j["seed"] = r.seed;
+  j["passed"] = r.passed();
+  if (r.config) j["config"] = pool_config_to_json(*r.config);
+  j["parameters"] = r.parameters;
+  const RunStats& s = r.stats;
+  j["ops"] = s.ops;
+  j["checks"] = {{"passed", s.checks_passed()},       {"expect", s.expects_checked},
+                 {"results", s.results_compared},     {"tables", s.tables_compared},
+                 {"verify", s.verifies},              {"pools", s.pools_compared},
+                 {"pages_compared", s.pages_compared}};
+  j["compaction_moves"] = s.compaction_moves;
+  j["error_results"] = s.errors;
+  j["no_room_results"] = s.no_rooms;
+  if (r.failure) {
+    j["failure"] = {{"step", r.failure->step},
+                    {"line", r.failure->line},
+                    {"check", r.failure->check},
+                    {"op", r.failure->op},
+                    {"message", r.failure->message}};
+  }
+  if (r.serving) j["serving"] = summary_json(*r.serving);
+  return j;
+}
+
+std::string report_text(const ReplayReport& r) {
+  const RunStats& s = r.stats;
+  std::string t = "replayed " + r.source + " (" + r.format + ", seed " + std::to_string(r.seed) + ") on " +
+                  r.backends + ": " + (r.passed() ? "PASS" : "FAIL");
+  t += "\n  ops " + std::to_string(s.ops) + " (" + std::to_string(s.errors) + " answered with an error, " +
+       std::to_string(s.no_rooms) + " no_room); checks passed " + std::to_string(s.checks_passed()) + " (expect " +
+       std::to_string(s.expects_checked) + ", results " + std::to_string(s.results_compared) + ", tables " +
+       std::to_string(s.tables_compared) + ", verify " + std::to_string(s.verifies) + ", pools " +
+       std::to_string(s.pools_compared) + " over " + std::to_string(s.pages_compared) + " pages)";
+  t += "\n  pages moved by compaction " + std::to_string(s.compaction_moves);
+  if (r.serving) {
+    const ServingSummary& v = *r.serving;
+    t += "\n  requests served " + std::to_string(v.requests_served) + " of " + std::to_string(v.requests_in_trace) +
+         " (rejected as larger than the pool: " + std::to_string(v.requests_rejected) + "), admissions " +
+         std::to_string(v.admissions) + ", retractions " + std::to_string(v.retractions);
+    t += "\n  tokens: prompt " + std::to_string(v.prompt_tokens) + " (from the prefix cache " +
+         std::to_string(v.cached_tokens) + ", prefix hit rate " + percent(v.cached_tokens, v.prompt_tokens) +
+         "), prefilled " + std::to_string(v.prefill_tokens) + ", decoded " + std::to_string(v.decode_tokens);
+    t += "\n  peak occupancy:";
+    for (const SideOccupancy& o : v.sides)
+      t += " " + o.name + " " + std::to_string(o.peak_pages) + " of " + std::to_string(o.usable_pages) + " pages (" +
+           percent(o.peak_pages, o.usable_pages) + ")";
+    t += "\n  cache evictions " + std::to_string(v.cache_evicted_pages) + " pages, sliding-window frees " +
+         std::to_string(v.swa_freed_pages) + " pages";
+    t += "\n  host arena: not modelled (offloads " + std::to_string(v.offloads) + ", load-backs " +
+         std::to_string(v.load_backs) + ")";
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%.1f", static_cast<double>(v.simulated_us) / 1e6);
+    t += "\n  simulated " + std::string(seconds) + " s in " + std::to_string(v.steps) + " steps";
+    if (r.parameters.contains("token_scale"))
+      t += ", token scale " + r.parameters["token_scale"].dump();
+  }
+  if (r.failure) t += "\n" + r.failure->describe();
+  return t;
+}
+
+Result<ReplayReport> replay_pool_trace_file(const std::string& path, BackendSet& backends, const CheckCadence& cadence,
+                                            const Progress& progress) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return make_error(ErrorKind::io, path + ": cannot open the file for reading; check the path");
+  in.seekg(0, std::ios::end);
+  const std::uint64_t total = static_cast<std::uint64_t>(std::max<std::streamoff>(in.tellg(), 0));
+  in.seekg(0, std::ios::beg);
+  PoolTraceReader reader(in, path);
+  KVTWIN_TRY(TraceHeader header, reader.header());
+  ReplayReport report;
+  report.source = path;
+  report.format = "pool";
+  report.backends = backends.names();
+  report.seed = header.seed;
+  report.parameters = header.origin;
+  Runner runner = make_runner(backends, cadence);
+  if (runner.play(Op(BuildPool{header.config}), std::nullopt, 1)) {
+    std::uint64_t lines = 0;
+    while (true) {
+      KVTWIN_TRY(std::optional<TraceLine> line, reader.next());
+      if (!line) break;
+      if (!runner.play(line->op, line->expect, line->line)) break;
+      if (progress && ++lines % 1024 == 0) progress(static_cast<std::uint64_t>(std::max<std::streamoff>(in.tellg(), 0)), total);
+    }
+  }
+  finish_report(report, runner);
+  if (progress) progress(total, total);
+  return report;
+}
+
+ReplayReport replay_lines(const TraceHeader& header, const std::vector<TraceLine>& lines, BackendSet& backends,
+                          const CheckCadence& cadence, const std::string& source) {
+  ReplayReport report;
+  report.source = source;
+  report.format = "ops";
+  report.backends = backends.names();
+  report.seed = header.seed;
+  report.parameters = header.origin;
+  Runner runner = make_runner(backends, cadence);
+  if (runner.play(Op(BuildPool{header.config}), std::nullopt, lines.empty() ? 0 : 1)) {
+    for (std::size_t i = 0; i < lines.size(); ++i)
+      if (!runner.play(lines[i].op, lines[i].expect, lines[i].line)) break;
+  }
+  finish_report(report, runner);
+  return report;
+}
+
+Result<ReplayReport> simulate_request_trace(const RequestTrace& trace, const ServingParams& params,
+                                            BackendSet& backends, const CheckCadence& cadence, PoolTraceWriter* record,
+                                            const Progress& progress) {
+  KVTWIN_TRY(ServingSimulator sim, ServingSimulator::create(params, trace));
+  ReplayReport report;
+  report.source = trace.name;
+  report.format = std::string(format_name(trace.format));
+  report.backends = backends.names();
+  report.seed = params.seed;
+  report.parameters = serving_params_json(params, trace);
+  Runner runner = make_runner(backends, cadence);
+  Status write_status = ok_status();
+  bool build_seen = false;
+  const OpSink sink = [&](const Op& op) -> std::optional<OpResult> {
+    std::optional<OpResult> r = runner.play(op);
+    if (r && record != nullptr && write_status.ok()) {
+      // The header carries the configuration and the replayer builds it: the build is not a line.
+      if (!build_seen && std::holds_alternative<BuildPool>(op)) {
+        build_seen = true;
+      } else {
+        write_status = record->append(op, r);
+      }
+    }
+    if (!write_status.ok()) return std::nullopt;
+    return r;
+  };
+  Status run = sim.run(sink, progress);
+  if (!write_status.ok()) return write_status.error();
+  finish_report(report, runner);
+  if (!run.ok() && !sim.stopped() && !report.failure) {
+    // The pool refused what a correct scheduler sends, or the simulator stalled: a failure of the run.
+    Failure f;
+    f.step = report.stats.ops;
+    f.check = "simulator";
+    f.message = run.error().message;
+    report.failure = f;
+  }
+  report.serving = sim.summary();
+  return report;
+}
+
+}  // namespace kvtwin::traces
