@@ -38,10 +38,11 @@ struct LayoutArgs {
 };
 
 // Decimal digits only, at most max_value.
-Result<std::uint64_t> parse_count(const std::string& text, const std::string& flag, std::uint64_t max_value) {
+Result<std::uint64_t> parse_count(const std::string& text, const std::string& flag, std::uint64_t max_value,
+                                  const std::string& example) {
   if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos)
     return make_error(ErrorKind::invalid_argument,
-                      flag + " '" + text + "' is not a whole number; give decimal digits, e.g. " + flag + " 64");
+                      flag + " '" + text + "' is not a whole number; give decimal digits, e.g. " + flag + " " + example);
   std::uint64_t v = 0;
   for (char c : text) {
     auto next = checked_mul_add(v, 10, static_cast<std::uint64_t>(c - '0'), flag);
@@ -73,7 +74,7 @@ Result<std::uint64_t> parse_byte_count(const std::string& text, const std::strin
     return make_error(ErrorKind::invalid_argument, flag + " '" + text +
                                                        "' is not a byte count; give decimal digits, optionally "
                                                        "ending in KiB, MiB, GiB or TiB (e.g. 4GiB)");
-  KVTWIN_TRY(std::uint64_t v, parse_count(digits, flag, UINT64_MAX));
+  KVTWIN_TRY(std::uint64_t v, parse_count(digits, flag, UINT64_MAX, "4294967296"));
   auto bytes = checked_mul(v, scale, flag);
   if (!bytes.ok())
     return make_error(ErrorKind::overflow, flag + " '" + text + "' does not fit in 64 bits (at most " +
@@ -88,10 +89,10 @@ int fail(const Error& e) {
 
 Result<LayoutOptions> parse_options(const LayoutArgs& a) {
   LayoutOptions o;
-  KVTWIN_TRY(std::uint64_t tp, parse_count(a.tp, "--tp", 1024));
+  KVTWIN_TRY(std::uint64_t tp, parse_count(a.tp, "--tp", 1024, "2"));
   if (tp == 0) return make_error(ErrorKind::invalid_argument, "--tp 0: the tensor-parallel size is at least 1");
   o.tp = static_cast<std::uint32_t>(tp);
-  KVTWIN_TRY(o.page_size, parse_count(a.page_size, "--page-size", UINT64_MAX));
+  KVTWIN_TRY(o.page_size, parse_count(a.page_size, "--page-size", UINT64_MAX, "64"));
   if (o.page_size == 0)
     return make_error(ErrorKind::invalid_argument, "--page-size 0: a page holds at least one slot (e.g. --page-size 64)");
   KVTWIN_TRY(o.total_bytes, parse_byte_count(a.total_bytes, "--total-bytes"));

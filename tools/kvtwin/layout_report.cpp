@@ -309,6 +309,7 @@ json render_json(const LayoutReport& r) {
   j["source"] = r.shape.source;
   j["attention"] = r.shape.attention == AttentionKind::mla ? "mla" : "mha";
   j["num_layers"] = r.shape.layers.size();
+  j["shape"] = shape_to_json(r.shape);  // a valid spec file (docs/spec-files.md)
   j["dtype"] = std::string(dtype_name(r.shape.dtype));
   j["tp"] = r.options.tp;
   j["page_size"] = r.options.page_size;
