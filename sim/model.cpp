@@ -7,6 +7,7 @@
 #include <cstring>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -106,6 +107,16 @@ const PoolDerived& Model::derived() const {
 std::vector<PagePair> Model::pair_for_compaction(const std::vector<std::int64_t>& survivors,
                                                  const std::vector<std::int64_t>& holes) const {
   return pair_in_order(survivors, holes);  // SPEC 4.1: paired in order, both ascending
+}
+
+std::span<std::uint8_t> Model::bytes_for_test() {
+  KVTWIN_CHECK(built(), "bytes_for_test() needs a built pool");
+  return pool_->bytes ? pool_->bytes->all() : std::span<std::uint8_t>();
+}
+
+PageAllocator& Model::allocator_for_test() {
+  KVTWIN_CHECK(built(), "allocator_for_test() needs a built pool");
+  return pool_->allocator;
 }
 
 PairingRule Model::pairing() const {
@@ -478,7 +489,7 @@ void Model::write_row(std::size_t side, std::int64_t pt, std::uint32_t layer, st
   const std::int64_t page = pt / pool_->page_size;
   const std::int64_t v = page >= s.min_page() && page < s.num_pages() ? s.virtual_of(page) : -1;
   if (v >= 1) pool_->ledger.record(side, v, RowSlot{pt % pool_->page_size, layer, part}, token, write_number);
-  const std::uint64_t begin = static_cast<std::uint64_t>(row.data() - pool_->bytes->all().data());
+  const std::uint64_t begin = static_cast<std::uint64_t>(row.data() - std::as_const(*pool_->bytes).all().data());
   forget_overlapped_rows(side, begin, begin + row.size());
 }
 

@@ -108,6 +108,11 @@ class Model : public Backend {
   virtual std::vector<PagePair> pair_for_compaction(const std::vector<std::int64_t>& survivors,
                                                     const std::vector<std::int64_t>& holes) const;
 
+  // Test seams: a test-only subclass corrupts the state through these to show that verify()
+  // catches it. Require built(); the byte buffer is empty in tables-only mode.
+  std::span<std::uint8_t> bytes_for_test();
+  PageAllocator& allocator_for_test();
+
  private:
   struct Reader {
     std::size_t side = 0;

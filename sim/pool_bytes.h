@@ -23,6 +23,7 @@ class PoolBytes {
 
   std::uint64_t size() const { return bytes_.size(); }
   std::span<const std::uint8_t> all() const { return bytes_; }
+  std::span<std::uint8_t> all() { return bytes_; }
 
   // [offset, offset + length) of the buffer.
   std::span<const std::uint8_t> range(std::uint64_t offset, std::uint64_t length) const;
