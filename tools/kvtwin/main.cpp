@@ -17,22 +17,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
 
   std::vector<kvtwin::cli::Command> commands;
-  // Each command registers when its file is built (tools/CMakeLists.txt defines KVTWIN_CMD_<NAME>).
-#if KVTWIN_CMD_LAYOUT
   commands.push_back(kvtwin::cli::add_layout_command(app));
-#endif
-#if KVTWIN_CMD_REPLAY
   commands.push_back(kvtwin::cli::add_replay_command(app));
-#endif
-#if KVTWIN_CMD_RECORD
   commands.push_back(kvtwin::cli::add_record_command(app));
-#endif
-#if KVTWIN_CMD_FUZZ
-  commands.push_back(kvtwin::cli::add_fuzz_command(app));
-#endif
-#if KVTWIN_CMD_CHECK
-  commands.push_back(kvtwin::cli::add_check_command(app));
-#endif
 
   try {
     app.parse(argc, argv);
