@@ -225,18 +225,24 @@ Result<RequestTrace> parse_request_trace(std::istream& in, std::string name, Tra
       return malformed(name + ":" + std::to_string(line),
                        "the header is '" + shorten(header) + "'; an Azure trace begins with " + std::string(kAzureHeader));
   }
-  std::uint64_t first_arrival_us = 0, last_arrival_us = 0;
+  std::uint64_t first_arrival_us = 0, last_arrival_us = 0, skipped = 0;
+  bool any = false;
   while ((options.limit == 0 || trace.requests.size() < options.limit) && next_line(in, text, line)) {
     const std::string where = name + ":" + std::to_string(line);
     Result<Request> r = format == TraceFormat::mooncake ? parse_mooncake_line(text, where) : parse_azure_line(text, where);
     if (!r.ok()) return r.error();
     Request request = std::move(r).value();
-    if (trace.requests.empty()) first_arrival_us = request.arrival_us;
-    if (!trace.requests.empty() && request.arrival_us < last_arrival_us)
+    if (any && request.arrival_us < last_arrival_us)
       return malformed(where, "arrivals must not go back in time: this request arrives " +
                                   std::to_string(last_arrival_us - request.arrival_us) +
                                   " us before the one above it; sort the file by timestamp");
     last_arrival_us = request.arrival_us;
+    any = true;
+    if (skipped < options.skip) {
+      ++skipped;
+      continue;
+    }
+    if (trace.requests.empty()) first_arrival_us = request.arrival_us;
     request.arrival_us -= first_arrival_us;
     request.index = trace.requests.size();
     request.line = line;
@@ -244,7 +250,9 @@ Result<RequestTrace> parse_request_trace(std::istream& in, std::string name, Tra
   }
   if (in.bad()) return make_error(ErrorKind::io, name + ": read error after line " + std::to_string(line));
   if (trace.requests.empty())
-    return make_error(ErrorKind::malformed, name + ": the trace holds no requests");
+    return make_error(ErrorKind::malformed, name + ": the trace holds no requests" +
+                                               (options.skip != 0 ? " after the first " + std::to_string(options.skip)
+                                                                  : std::string()));
   return trace;
 }
 

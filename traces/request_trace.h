@@ -7,7 +7,7 @@
 //     TIMESTAMP,ContextTokens,GeneratedTokens  and wall-clock timestamps "2023-11-16 18:17:03.9799600".
 //
 // Both become a list of Requests with arrival times in microseconds relative to the first
-// request. The readers are strict: a problem is reported with the file, line and field, as an
+// request read. The readers are strict: a problem is reported with the file, line and field, as an
 // ErrorKind::malformed Error; any other format is ErrorKind::unsupported with the formats kvtwin
 // reads. detect_format() also recognizes pool traces (pool_trace.h), so a command can take either.
 // What a request does to a pool is the serving simulator's business (serving_sim.h).
@@ -57,6 +57,7 @@ struct RequestTrace {
 
 struct RequestReadOptions {
   std::uint64_t limit = 0;  // read at most this many requests; 0 = all
+  std::uint64_t skip = 0;   // skip this many requests first (a slice from the middle)
 };
 
 // Reads a Mooncake or Azure trace (format must be one of those two).

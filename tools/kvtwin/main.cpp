@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
   commands.push_back(kvtwin::cli::add_layout_command(app));
   commands.push_back(kvtwin::cli::add_replay_command(app));
   commands.push_back(kvtwin::cli::add_record_command(app));
+  commands.push_back(kvtwin::cli::add_fuzz_command(app));
+  commands.push_back(kvtwin::cli::add_check_command(app));
 
   try {
     app.parse(argc, argv);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 
@@ -72,6 +73,8 @@ void add_serving_options(CLI::App& app, ServingOptions& o) {
   app.add_option("--mode", o.mode, "compaction mode: eager or lazy")->capture_default_str();
   app.add_flag("--tables-only", o.tables_only, "keep tables only, no bytes (real-scale pools)");
   app.add_option("--requests", o.requests, "simulate only the first N requests (0: all)")->capture_default_str();
+  app.add_option("--skip-requests", o.skip_requests, "skip the trace's first N requests (a slice from the middle)")
+      ->capture_default_str();
   app.add_option("--checkpoint-every", o.checkpoint_every,
                  "simulated steps between checkpoints (whole-pool comparisons); 0: only at the end; auto: 64 with "
                  "bytes, 0 tables-only")
@@ -156,6 +159,32 @@ std::string command_line(const CLI::App& app) {
     }
   }
   return line;
+}
+
+void add_shard_options(CLI::App& app, ShardOptions& o) {
+  app.add_option("--shard-index", o.index, "run only the work items of this shard (0-based; or GTEST_SHARD_INDEX)");
+  app.add_option("--shard-count", o.count, "split the work into this many shards (or GTEST_TOTAL_SHARDS)");
+}
+
+Result<Shard> resolve_shard(const ShardOptions& o) {
+  std::int64_t index = o.index, count = o.count;
+  const auto from_env = [](const char* name, std::int64_t& out) -> Status {
+    const char* v = std::getenv(name);
+    if (v == nullptr) return ok_status();
+    KVTWIN_TRY(std::uint64_t n, parse_count(v, name));
+    out = static_cast<std::int64_t>(n);
+    return ok_status();
+  };
+  if (index < 0 && count < 0) {
+    KVTWIN_TRY_STATUS(from_env("GTEST_SHARD_INDEX", index));
+    KVTWIN_TRY_STATUS(from_env("GTEST_TOTAL_SHARDS", count));
+  }
+  if (index < 0 && count < 0) return Shard{};
+  if (index < 0 || count < 1 || index >= count)
+    return make_error(ErrorKind::invalid_argument,
+                      "shard index " + std::to_string(index) + " of " + std::to_string(count) +
+                          " shards is not a shard; give --shard-index I --shard-count N with 0 <= I < N");
+  return Shard{static_cast<std::uint64_t>(index), static_cast<std::uint64_t>(count)};
 }
 
 Status write_json_file(const std::string& path, const nlohmann::json& j) {

@@ -34,6 +34,7 @@ struct ServingOptions {
   std::string mode = "eager";
   bool tables_only = false;
   std::uint64_t requests = 0;
+  std::uint64_t skip_requests = 0;
   std::string checkpoint_every = "auto";  // auto: every 64 steps with bytes, none tables-only
   std::uint64_t seed = 1;
   std::uint64_t decode_step_us = 20000;
@@ -56,6 +57,20 @@ Result<traces::CheckCadence> cadence(const CadenceOptions& options, bool simulat
 // The command line that reproduces a parsed subcommand: "kvtwin NAME" and every argument given,
 // positionals and options in the order they were defined.
 std::string command_line(const CLI::App& app);
+
+// Sharding (kvtwin check, kvtwin fuzz): work item i runs on shard i % count. The options win;
+// without them GoogleTest's GTEST_SHARD_INDEX / GTEST_TOTAL_SHARDS are honoured.
+struct ShardOptions {
+  std::int64_t index = -1;  // -1: not given
+  std::int64_t count = -1;
+};
+struct Shard {
+  std::uint64_t index = 0;
+  std::uint64_t count = 1;
+  bool mine(std::uint64_t item) const { return item % count == index; }
+};
+void add_shard_options(CLI::App& app, ShardOptions& options);
+Result<Shard> resolve_shard(const ShardOptions& options);
 
 // Writes a JSON document to a file ("-" is stdout); an io Error when it cannot.
 Status write_json_file(const std::string& path, const nlohmann::json& j);
