@@ -17,6 +17,18 @@ Error malformed(std::string_view where, const std::string& message) {
   return make_error(ErrorKind::malformed, std::string(where) + ": " + message);
 }
 
+// A malformed error that begins "FILE:LINE: ", whether or not the helper that produced the message
+// knew its place (a catalogue lookup inside a build op's config does not; a JSON field reader
+// writes "FILE:LINE config: ...").
+Error placed(std::string_view where, const std::string& message) {
+  std::string_view rest = message;
+  if (rest.substr(0, where.size()) == where) {
+    rest.remove_prefix(where.size());
+    while (!rest.empty() && (rest.front() == ':' || rest.front() == ' ')) rest.remove_prefix(1);
+  }
+  return malformed(where, std::string(rest));
+}
+
 // nlohmann's error text without its exception prefix: "at column 7: syntax error ...".
 std::string parse_error_text(const json::exception& e) {
   std::string text = e.what();
@@ -170,12 +182,8 @@ Result<TraceHeader> parse_header_line(std::string_view text, std::string_view wh
   TraceHeader h;
   KVTWIN_TRY(h.seed, f.u64_required("seed"));
   if (!j.contains("config")) return malformed(where, "missing field 'config' (the pool configuration)");
-  Result<PoolConfig> config = pool_config_from_json(j.at("config"), std::string(where) + ": field 'config'");
-  if (!config.ok()) {
-    const std::string& m = config.error().message;
-    if (m.rfind(std::string(where), 0) == 0) return make_error(ErrorKind::malformed, m);
-    return malformed(where, "field 'config': " + m);
-  }
+  Result<PoolConfig> config = pool_config_from_json(j.at("config"), "field 'config'");
+  if (!config.ok()) return placed(where, config.error().message);
   h.config = std::move(config).value();
   Result<PoolDerived> derived = derive_pool(h.config);
   if (!derived.ok())
@@ -194,13 +202,7 @@ Result<TraceLine> parse_op_line(std::string_view text, std::string_view where, c
     return malformed(where, "a second header; a trace has one header, on its first line");
   TraceLine line;
   Result<Op> op = op_from_json(j, where);
-  if (!op.ok()) {
-    // Every reader error names its place, even one from a helper that does not know it (a
-    // catalogue lookup inside a build op's config).
-    const std::string& m = op.error().message;
-    if (m.rfind(std::string(where), 0) == 0) return make_error(ErrorKind::malformed, m);
-    return malformed(where, m);
-  }
+  if (!op.ok()) return placed(where, op.error().message);
   line.op = std::move(op).value();
   if (j.contains("expect")) {
     KVTWIN_TRY(OpResult expect, result_from_json(j.at("expect"), std::string(where) + ": field 'expect'"));

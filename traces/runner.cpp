@@ -75,6 +75,11 @@ std::optional<std::string> diff_tables(const PoolTables& a, const PoolTables& b,
   return std::nullopt;
 }
 
+std::uint64_t resolve_verify_every(const CheckCadence& cadence, const PoolConfig& config) {
+  if (cadence.verify_every != kVerifyAuto) return cadence.verify_every;
+  return config.tables_only || config.total_bytes <= kVerifyEveryOpMaxBytes ? 1 : 0;
+}
+
 Runner::Runner(std::vector<Player> players, CheckCadence cadence) : players_(std::move(players)), cadence_(cadence) {
   KVTWIN_CHECK(!players_.empty() && players_.size() <= 2, "the runner plays one or two backends");
   for (const Player& p : players_) KVTWIN_CHECK(p.backend != nullptr, "a player without a backend");
@@ -228,12 +233,13 @@ std::optional<OpResult> Runner::play(const Op& op, const std::optional<OpResult>
     KVTWIN_CHECK(d.ok(), "a pool a backend built derives");
     config_ = build->config;
     derived_ = std::move(d).value();
+    verify_every_ = resolve_verify_every(cadence_, *config_);
   }
   const bool checkpoint = std::holds_alternative<Checkpoint>(op);
   const std::uint64_t n = stats_.ops;
   if ((checkpoint || (cadence_.tables_every != 0 && n % cadence_.tables_every == 0)) && failed(check_tables()))
     return std::nullopt;
-  if ((checkpoint || (cadence_.verify_every != 0 && n % cadence_.verify_every == 0)) && failed(check_verify()))
+  if ((checkpoint || (verify_every_ != 0 && n % verify_every_ == 0)) && failed(check_verify()))
     return std::nullopt;
   if (checkpoint && failed(check_pools())) return std::nullopt;
   ++step_;

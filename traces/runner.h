@@ -41,11 +41,20 @@ struct Player {
   std::function<std::string(std::uint64_t)> describe_byte;
 };
 
+// verify_every = kVerifyAuto: after every op on pools a verify() reads quickly (tables only, or
+// at most kVerifyEveryOpMaxBytes of bytes); on larger pools with bytes, where verify() re-reads
+// every live row, only at checkpoints and at the end.
+inline constexpr std::uint64_t kVerifyAuto = UINT64_MAX;
+inline constexpr std::uint64_t kVerifyEveryOpMaxBytes = std::uint64_t{4} << 20;
+
 struct CheckCadence {
-  std::uint64_t tables_every = 1;  // compare tables after every Nth op (two backends); 0 = only at the end
-  std::uint64_t verify_every = 1;  // run verify() after every Nth op; 0 = only at checkpoints and the end
-  bool compare_pools = true;       // at checkpoints and at the end (two backends with bytes)
+  std::uint64_t tables_every = 1;            // compare tables after every Nth op (two backends); 0 = only at the end
+  std::uint64_t verify_every = kVerifyAuto;  // run verify() after every Nth op; 0 = only at checkpoints and the end
+  bool compare_pools = true;                 // at checkpoints and at the end (two backends with bytes)
 };
+
+// The verify cadence auto means for a pool of this configuration.
+std::uint64_t resolve_verify_every(const CheckCadence& cadence, const PoolConfig& config);
 
 struct RunStats {
   std::uint64_t ops = 0;
@@ -105,6 +114,7 @@ class Runner {
 
   std::vector<Player> players_;
   CheckCadence cadence_;
+  std::uint64_t verify_every_ = 1;  // cadence_.verify_every, resolved for the pool built last
   RunStats stats_;
   std::optional<Failure> failure_;
   std::optional<PoolConfig> config_;

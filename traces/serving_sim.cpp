@@ -192,7 +192,7 @@ Status ServingSimulator::free_pages(std::vector<std::int64_t> pages) {
   return ok_status();
 }
 
-Status ServingSimulator::evict(std::uint64_t pages_wanted) {
+Status ServingSimulator::evict(std::uint64_t pages_wanted, bool draining) {
   if (!cache_) return ok_status();
   std::vector<std::int64_t> pages = cache_->evict(pages_wanted);
   const std::uint64_t n = pages.size();
@@ -200,7 +200,7 @@ Status ServingSimulator::evict(std::uint64_t pages_wanted) {
   // Cache pages are never SWA-evicted: each held a page on both sides of a composite.
   full_pages_held_ -= n;
   if (derived_.is_composite()) swa_pages_held_ -= n;
-  summary_.cache_evicted_pages += n;
+  if (!draining) summary_.cache_evicted_pages += n;
   return ok_status();
 }
 
@@ -501,7 +501,7 @@ Status ServingSimulator::run(const OpSink& sink, const ProgressFn& progress) {
   }
   // Drain: empty the cache, so a pool that accounts correctly ends empty.
   freed_this_step_ = false;
-  if (cache_) KVTWIN_TRY_STATUS(evict(UINT64_MAX));
+  if (cache_) KVTWIN_TRY_STATUS(evict(UINT64_MAX, /*draining=*/true));
   if (params_.mode == CompactionMode::lazy && freed_this_step_) KVTWIN_TRY_STATUS(send_expect_ok(Op(Flush{})));
   if (!params_.tables_only) KVTWIN_TRY_STATUS(send_expect_ok(Op(Checkpoint{})));
   KVTWIN_CHECK(full_pages_held_ == 0 && swa_pages_held_ == 0, "the serving simulator's page accounting balances");

@@ -100,7 +100,7 @@ struct ServingSummary {
   std::uint64_t simulated_us = 0;
   std::uint64_t ops = 0;
   std::uint64_t compaction_moves = 0;
-  std::uint64_t cache_evicted_pages = 0;
+  std::uint64_t cache_evicted_pages = 0;  // evicted to make room (not the final drain)
   std::uint64_t swa_freed_pages = 0;
   std::uint64_t offloads = 0;    // host arena not modelled: always 0
   std::uint64_t load_backs = 0;  // host arena not modelled: always 0
@@ -164,7 +164,8 @@ class ServingSimulator {
   Status finish_and_window();
   Status release(Running& r);
   Status free_pages(std::vector<std::int64_t> pages);
-  Status evict(std::uint64_t pages_wanted);
+  // Frees least recently used cache leaves; `draining` (the end of the run) is not counted as eviction.
+  Status evict(std::uint64_t pages_wanted, bool draining = false);
   Status retract_one();
   void note_occupancy();
   std::uint64_t scaled(std::uint64_t tokens) const;

@@ -42,7 +42,7 @@ int run_record(const RecordOptions& o, const std::string& command) {
   Result<traces::RequestTrace> trace = traces::read_request_trace(o.from, *format,
                                                                   {params->max_requests, o.serving.skip_requests});
   if (!trace.ok()) return bad_input("record", trace.error());
-  Result<traces::CheckCadence> checks = cadence(o.cadence, !params->tables_only);
+  Result<traces::CheckCadence> checks = cadence(o.cadence);
   if (!checks.ok()) return bad_input("record", checks.error());
   Result<traces::BackendSet> backends = traces::make_backend_set(*choice);
   if (!backends.ok()) return bad_input("record", backends.error());

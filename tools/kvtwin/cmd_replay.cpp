@@ -48,7 +48,7 @@ int run_replay(const ReplayOptions& o, const std::string& command) {
   if (format == traces::TraceFormat::pool) {
     std::printf("kvtwin replay: %s (pool trace) on %s\n", o.file.c_str(), backends->names().c_str());
     std::fflush(stdout);
-    Result<traces::CheckCadence> checks = cadence(o.cadence, false);
+    Result<traces::CheckCadence> checks = cadence(o.cadence);
     if (!checks.ok()) return bad_input("replay", checks.error());
     report = traces::replay_pool_trace_file(o.file, *backends, *checks, progress);
   } else {
@@ -62,7 +62,7 @@ int run_replay(const ReplayOptions& o, const std::string& command) {
                 static_cast<unsigned long long>(params->token_scale), static_cast<unsigned long long>(params->seed),
                 backends->names().c_str());
     std::fflush(stdout);
-    Result<traces::CheckCadence> checks = cadence(o.cadence, !params->tables_only);
+    Result<traces::CheckCadence> checks = cadence(o.cadence);
     if (!checks.ok()) return bad_input("replay", checks.error());
     report = traces::simulate_request_trace(*trace, *params, *backends, *checks, nullptr, progress);
   }

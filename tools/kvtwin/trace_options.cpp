@@ -124,18 +124,18 @@ Result<traces::ServingParams> serving_params(const ServingOptions& o) {
 
 void add_cadence_options(CLI::App& app, CadenceOptions& o) {
   app.add_option("--verify-every", o.verify_every,
-                 "run the model's verify() after every Nth op (0: at checkpoints and the end; auto: 1, or 0 when "
-                 "a request trace is simulated with bytes)")
+                 "run the model's verify() after every Nth op (0: at checkpoints and the end; auto: every op on "
+                 "pools of tables only or of at most 4 MiB, else 0)")
       ->capture_default_str();
   app.add_option("--tables-every", o.tables_every,
                  "compare both backends' tables after every Nth op (0: at checkpoints and the end)")
       ->capture_default_str();
 }
 
-Result<traces::CheckCadence> cadence(const CadenceOptions& o, bool simulating_with_bytes) {
+Result<traces::CheckCadence> cadence(const CadenceOptions& o) {
   traces::CheckCadence c;
   if (o.verify_every == "auto") {
-    c.verify_every = simulating_with_bytes ? 0 : 1;
+    c.verify_every = traces::kVerifyAuto;
   } else {
     KVTWIN_TRY(c.verify_every, parse_count(o.verify_every, "--verify-every"));
   }

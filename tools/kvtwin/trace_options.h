@@ -45,14 +45,14 @@ struct ServingOptions {
 void add_serving_options(CLI::App& app, ServingOptions& options);
 Result<traces::ServingParams> serving_params(const ServingOptions& options);
 
-// --verify-every auto: after every op, except when a request trace is simulated with bytes (the
-// model's verify() reads every live row back, so it runs at checkpoints and at the end).
+// --verify-every auto: after every op on pools of tables only or of at most 4 MiB; on larger pools
+// with bytes (the model's verify() reads every live row back) at checkpoints and at the end.
 struct CadenceOptions {
   std::string verify_every = "auto";
   std::uint64_t tables_every = 1;
 };
 void add_cadence_options(CLI::App& app, CadenceOptions& options);
-Result<traces::CheckCadence> cadence(const CadenceOptions& options, bool simulating_with_bytes);
+Result<traces::CheckCadence> cadence(const CadenceOptions& options);
 
 // The command line that reproduces a parsed subcommand: "kvtwin NAME" and every argument given,
 // positionals and options in the order they were defined.

@@ -1,0 +1,192 @@
+// The runner: a clean replay passes with every check counted; each kind of divergence (results,
+// expectation, tables, raw pool bytes) stops the run at the right line with both values, and the
+// pool report names the page, slot, layer, part and byte the test computes itself.
+#include "traces/runner.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/check.h"
+#include "core/oracle.h"
+#include "tests/traces/test_support.h"
+#include "traces/backends.h"
+#include "traces/replay.h"
+
+namespace kvtwin::traces {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The example trace of docs/traces.md, cut out of the page (so the page cannot rot).
+std::string docs_example() {
+  std::ifstream in(testing::source_dir() + "/docs/traces.md");
+  std::string line, out;
+  bool inside = false;
+  while (std::getline(in, line)) {
+    if (line == "```jsonl") {
+      inside = true;
+    } else if (inside && line == "```") {
+      break;
+    } else if (inside) {
+      out += line + "\n";
+    }
+  }
+  return out;
+}
+
+PoolTrace parse(const std::string& text) {
+  std::istringstream in(text);
+  Result<PoolTrace> t = parse_pool_trace(in, "t.jsonl");
+  KVTWIN_CHECK(t.ok(), t.ok() ? "" : t.error().message);
+  return *t;
+}
+
+ReplayReport replay(const PoolTrace& t, BackendChoice choice, const std::string& fault, CheckCadence cadence = {}) {
+  Result<BackendSet> b = make_backend_set(choice, fault);
+  KVTWIN_CHECK(b.ok(), b.ok() ? "" : b.error().message);
+  return replay_lines(t.header, t.lines, *b, cadence, "t.jsonl");
+}
+
+// Llama-3.1-8B at TP 8: 256-byte rows, a 16,384-byte entry, 4-token pages of 65,536 bytes;
+// 1 MiB holds 16 pages, page 0 below the floor.
+PoolConfig tp8_config() {
+  PoolConfig c = testing::small_config();
+  c.tp = 8;
+  c.page_size = 4;
+  c.total_bytes = 1 << 20;
+  c.tables_only = false;
+  c.seed = 3;
+  return c;
+}
+
+std::string header(const PoolConfig& c) { return header_to_line(TraceHeader{c, 9, {}}) + "\n"; }
+
+TEST(Runner, TheDocsExampleReplaysCleanWithEveryCheckCounted) {
+  const std::string text = docs_example();
+  ASSERT_FALSE(text.empty()) << "docs/traces.md lost its ```jsonl example";
+  const PoolTrace t = parse(text);
+  const ReplayReport r = replay(t, BackendChoice::model, "");
+  ASSERT_TRUE(r.passed()) << r.failure->describe();
+  EXPECT_EQ(r.stats.ops, t.lines.size() + 1) << "the header's build, then every line";
+  EXPECT_EQ(r.stats.expects_checked, t.lines.size());
+  EXPECT_EQ(r.stats.verifies, r.stats.ops + 1) << "after every op, and at the end";
+  EXPECT_EQ(r.stats.compaction_moves, 1u);
+  EXPECT_EQ(r.stats.errors, 1u) << "the double free";
+}
+
+TEST(Runner, ModelAgainstItselfComparesResultsTablesAndPools) {
+  const PoolTrace t = parse(docs_example());
+  // A planted fault that the example never triggers (it has no alloc_many): a clean side-by-side run.
+  const ReplayReport r = replay(t, BackendChoice::model, "alloc_many_partial");
+  ASSERT_TRUE(r.passed()) << r.failure->describe();
+  EXPECT_EQ(r.stats.results_compared, r.stats.ops);
+  EXPECT_EQ(r.stats.tables_compared, r.stats.ops + 1);
+  EXPECT_EQ(r.stats.pools_compared, 2u) << "at the checkpoint and at the end";
+  // Pages above the floor: 16 pages of 64 KiB, page 0 below it.
+  EXPECT_EQ(r.stats.pages_compared, 2u * 15u);
+}
+
+TEST(Runner, DivergentResultsStopAtTheirLineWithBothAnswers) {
+  const ReplayReport r = replay(parse(docs_example()), BackendChoice::model, "negative_not_sink");
+  ASSERT_FALSE(r.passed());
+  EXPECT_EQ(r.failure->check, "results");
+  EXPECT_EQ(r.failure->line, 8u);
+  EXPECT_EQ(r.failure->op, R"({"op":"translate","ids":[12,-1,1000],"shape":[3]})");
+  EXPECT_THAT(r.failure->message, HasSubstr(R"(model answered {"ids":[4,0,0]})"));
+  EXPECT_THAT(r.failure->message, HasSubstr(R"(model+negative_not_sink answered {"ids":[4,-1,0]})"));
+  EXPECT_THAT(r.failure->describe(), HasSubstr("line 8 (step 7): results check failed"));
+}
+
+TEST(Runner, AnExpectationMismatchNamesExpectedAndActual) {
+  std::string text = docs_example();
+  const std::string right = R"("pages":[1,2])";
+  text.replace(text.find(right), right.size(), R"("pages":[1,3])");
+  const ReplayReport r = replay(parse(text), BackendChoice::model, "");
+  ASSERT_FALSE(r.passed());
+  EXPECT_EQ(r.failure->check, "expect");
+  EXPECT_EQ(r.failure->line, 2u);
+  EXPECT_THAT(r.failure->message, HasSubstr(R"(expected {"pages":[1,3]} but model answered {"pages":[1,2]})"));
+}
+
+TEST(Runner, TablesThatDivergeAreReportedEntryByEntry) {
+  // 15 usable pages of 4 tokens: alloc_many of 12 + 12 pages cannot fit, so the model answers
+  // no_room and changes nothing; the planted copy keeps the first request (queue front: virtual
+  // page 1 bound at the watermark, physical page 1).
+  const PoolTrace t = parse(header(tp8_config()) + R"({"op":"alloc_many","tokens":[48,48]})" + "\n");
+  const ReplayReport r = replay(t, BackendChoice::model, "alloc_many_partial");
+  ASSERT_FALSE(r.passed());
+  EXPECT_EQ(r.failure->check, "tables");
+  EXPECT_EQ(r.failure->line, 2u);
+  EXPECT_THAT(r.failure->message, HasSubstr("side 'full' v2p[1]: model has -1, model+alloc_many_partial has 1"));
+}
+
+TEST(Runner, WithTablesOnlyAtTheEndTheDivergenceShowsAtTheEnd) {
+  const PoolTrace t = parse(header(tp8_config()) + R"({"op":"alloc_many","tokens":[48,48]})" + "\n");
+  CheckCadence cadence;
+  cadence.tables_every = 0;
+  const ReplayReport r = replay(t, BackendChoice::model, "alloc_many_partial", cadence);
+  ASSERT_FALSE(r.passed());
+  EXPECT_EQ(r.failure->check, "tables");
+  EXPECT_EQ(r.failure->line, 0u);
+  EXPECT_TRUE(r.failure->op.empty());
+  EXPECT_THAT(r.failure->describe(), HasSubstr("end of run (after 2 ops)"));
+}
+
+TEST(Runner, PoolBytesThatDifferNameTheirPageSlotLayerPartAndByte) {
+  const PoolConfig c = tp8_config();
+  const PoolTrace t = parse(header(c) + R"({"op":"alloc","tokens":4})" + "\n" +
+                            R"({"op":"batch","batch":0,"tokens":[4,5,6,7]})" + "\n" + R"({"op":"rebind","batch":0})" +
+                            "\n" + R"({"op":"write","layer":5,"write_number":1,"batch":0})" + "\n" +
+                            R"({"op":"checkpoint"})" + "\n");
+  const ReplayReport r = replay(t, BackendChoice::model, "drop_write");
+  ASSERT_FALSE(r.passed());
+  EXPECT_EQ(r.failure->check, "pool");
+  EXPECT_EQ(r.failure->line, 6u);
+  // Independently: virtual page 1 sits at physical page 1 (65,536 bytes in); token 4 is slot 0;
+  // layer 5's K row starts at 5 * (256 + 256) in the entry; the pool was zero-filled, so the
+  // first differing byte is the oracle row's first non-zero byte.
+  std::vector<std::uint8_t> row(256);
+  fill_oracle_row(c.seed, RowIdentity{4, 0, 5, 0, 1}, DType::bf16, row);
+  std::size_t first = 0;
+  while (row[first] == 0) ++first;
+  const std::uint64_t byte = 65536 + 5 * 512 + first;
+  char values[64];
+  std::snprintf(values, sizeof values, "model has 0x%02x, model+drop_write has 0x00", row[first]);
+  EXPECT_THAT(r.failure->message, HasSubstr("raw pools differ first at byte " + std::to_string(byte) + ": " + values));
+  EXPECT_THAT(r.failure->message,
+              HasSubstr("as sub-pool 'full': physical page 1 (virtual page 1), slot 0 (physical token 4), layer 5 "
+                        "(sub-pool layer 5) part 'k' byte " + std::to_string(first) + " of its row"));
+  EXPECT_THAT(r.failure->message, HasSubstr("model says:")) << "the model names what the oracle expects there";
+}
+
+TEST(Runner, DiffTablesNamesTheFirstDifference) {
+  PoolTables a;
+  a.sides.push_back(SideTables{"full", {0, 1, -1}, {0, 1, -1}, {2, 3}, 2, {}, 1});
+  PoolTables b = a;
+  EXPECT_FALSE(diff_tables(a, b, "x", "y").has_value());
+  b.sides[0].free_queue = {2};
+  EXPECT_EQ(*diff_tables(a, b, "x", "y"), "side 'full' free_queue has 2 entries in x but 1 in y (first 1 agree)");
+  b = a;
+  b.sides[0].watermark = 5;
+  EXPECT_EQ(*diff_tables(a, b, "x", "y"), "side 'full' watermark: x has 2, y has 5");
+  b = a;
+  b.sides.push_back(a.sides[0]);
+  EXPECT_EQ(*diff_tables(a, b, "x", "y"), "x has 1 sides but y has 2");
+}
+
+TEST(Runner, UnknownFaultsAndMissingGpuAreClearErrors) {
+  Result<BackendSet> f = make_backend_set(BackendChoice::model, "no_such_fault");
+  ASSERT_FALSE(f.ok());
+  EXPECT_THAT(f.error().message, HasSubstr("unknown fault 'no_such_fault'; the model can plant: alloc_many_partial"));
+  if (!gpu_device_available()) {
+    Result<BackendSet> g = make_backend_set(BackendChoice::gpu);
+    ASSERT_FALSE(g.ok());
+    EXPECT_EQ(g.error().kind, ErrorKind::unsupported);
+  }
+}
+
+}  // namespace
+}  // namespace kvtwin::traces

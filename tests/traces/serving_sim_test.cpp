@@ -1,0 +1,262 @@
+// The serving simulator on the committed request-trace samples: determinism (same inputs, the
+// same trace byte for byte), the recorded trace replaying clean, token accounting against sums
+// the test computes from the trace itself, prefix reuse, retraction under pressure, sliding-window
+// frees, lazy flushes, MLA, rejections, and parameter errors.
+#include "traces/serving_sim.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/check.h"
+#include "core/checked.h"
+#include "tests/traces/test_support.h"
+#include "traces/replay.h"
+
+namespace kvtwin::traces {
+namespace {
+
+using ::testing::HasSubstr;
+
+RequestTrace sample(const char* file, TraceFormat format, std::uint64_t limit) {
+  Result<RequestTrace> t = read_request_trace(testing::source_dir() + "/traces/samples/" + file, format, {limit});
+  KVTWIN_CHECK(t.ok(), t.ok() ? "" : t.error().message);
+  return *t;
+}
+RequestTrace mooncake(std::uint64_t limit) {
+  return sample("mooncake_conversation_head.jsonl", TraceFormat::mooncake, limit);
+}
+RequestTrace azure(std::uint64_t limit) { return sample("azure_code_head.csv", TraceFormat::azure, limit); }
+
+ServingParams params(const char* model, std::uint32_t tp, std::uint64_t pool_bytes, std::uint64_t scale) {
+  ServingParams p;
+  p.model = model;
+  p.tp = tp;
+  p.page_size = 16;
+  p.pool_bytes = pool_bytes;
+  p.token_scale = scale;
+  p.max_running = 16;
+  p.checkpoint_every = 32;
+  return p;
+}
+
+struct SimRun {
+  ReplayReport report;
+  PoolTables final_tables;
+};
+
+SimRun simulate(const RequestTrace& trace, const ServingParams& p, PoolTraceWriter* writer = nullptr) {
+  Result<BackendSet> b = make_backend_set(BackendChoice::model);
+  KVTWIN_CHECK(b.ok(), "model");
+  Result<ReplayReport> r = simulate_request_trace(trace, p, *b, CheckCadence{}, writer);
+  KVTWIN_CHECK(r.ok(), r.ok() ? "" : r.error().message);
+  Result<PoolTables> tables = b->players.front().backend->tables();
+  KVTWIN_CHECK(tables.ok(), "tables after a run");
+  return SimRun{*r, *tables};
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string record(const RequestTrace& trace, const ServingParams& p, const std::string& name) {
+  const std::string path = ::testing::TempDir() + name;
+  TraceHeader h;
+  h.config = *serving_pool_config(p);
+  h.seed = p.seed;
+  h.origin = serving_params_json(p, trace);
+  Result<PoolTraceWriter> w = PoolTraceWriter::open(path, h);
+  KVTWIN_CHECK(w.ok(), "writer");
+  const SimRun run = simulate(trace, p, &*w);
+  KVTWIN_CHECK(run.report.passed(), run.report.failure ? run.report.failure->describe() : "");
+  KVTWIN_CHECK(w->close().ok(), "close");
+  return path;
+}
+
+void expect_empty_at_the_end(const SimRun& run) {
+  for (const SideTables& s : run.final_tables.sides)
+    EXPECT_EQ(s.allocated_pages, 0u) << "side " << s.name << ": the drained pool must be empty";
+}
+
+TEST(ServingSim, SameInputsRecordTheSameTraceByteForByte) {
+  const RequestTrace t = mooncake(30);
+  const ServingParams p = params("llama-3.1-8b", 8, 16ull << 20, 32);
+  const std::string a = read_all(record(t, p, "kvtwin_sim_a.jsonl"));
+  const std::string b = read_all(record(t, p, "kvtwin_sim_b.jsonl"));
+  EXPECT_GT(a.size(), 1000u);
+  EXPECT_EQ(a, b);
+  ServingParams other = p;
+  other.seed = 2;
+  EXPECT_NE(read_all(record(t, other, "kvtwin_sim_c.jsonl")), a) << "the oracle seed is part of the trace";
+}
+
+TEST(ServingSim, TheRecordedTraceReplaysCleanAndCarriesItsParameters) {
+  const RequestTrace t = mooncake(30);
+  ServingParams p = params("llama-3.1-8b", 8, 32ull << 20, 16);
+  const std::string path = record(t, p, "kvtwin_sim_replay.jsonl");
+  Result<PoolTrace> trace = read_pool_trace_file(path);
+  ASSERT_TRUE(trace.ok()) << trace.error().message;
+  EXPECT_EQ(trace->header.origin["token_scale"], 16);
+  EXPECT_EQ(trace->header.origin["host_arena"], "not modelled");
+  for (const TraceLine& l : trace->lines) ASSERT_TRUE(l.expect.has_value()) << "line " << l.line;
+  Result<BackendSet> b = make_backend_set(BackendChoice::model);
+  Result<ReplayReport> r = replay_pool_trace_file(path, *b, CheckCadence{});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->passed()) << r->failure->describe();
+  EXPECT_EQ(r->stats.expects_checked, trace->lines.size());
+  // A 32 MiB pool with bytes: verify() at every checkpoint the simulator put in, and at the end.
+  std::uint64_t checkpoints = 0;
+  for (const TraceLine& l : trace->lines) checkpoints += std::holds_alternative<Checkpoint>(l.op) ? 1 : 0;
+  EXPECT_GE(checkpoints, 2u);
+  EXPECT_EQ(r->stats.verifies, checkpoints + 1);
+}
+
+TEST(ServingSim, TokensAddUpToWhatTheTraceSays) {
+  const RequestTrace t = mooncake(60);
+  // A roomy pool: nothing is rejected, evicted or retracted.
+  ServingParams p = params("llama-3.1-8b", 8, 8ull << 30, 16);
+  p.tables_only = true;
+  const SimRun run = simulate(t, p);
+  ASSERT_TRUE(run.report.passed()) << run.report.failure->describe();
+  const ServingSummary& s = *run.report.serving;
+  std::uint64_t prompt = 0, output = 0;
+  for (const Request& r : t.requests) {
+    prompt += ceil_div(r.input_tokens, 16);
+    output += ceil_div(r.output_tokens, 16);
+  }
+  EXPECT_EQ(s.requests_in_trace, 60u);
+  EXPECT_EQ(s.requests_served, 60u);
+  EXPECT_EQ(s.requests_rejected, 0u);
+  EXPECT_EQ(s.retractions, 0u);
+  EXPECT_EQ(s.admissions, 60u);
+  EXPECT_EQ(s.prompt_tokens, prompt);
+  EXPECT_EQ(s.decode_tokens, output);
+  EXPECT_EQ(s.prefill_tokens + s.cached_tokens, prompt);
+  EXPECT_EQ(s.cache_evicted_pages, 0u);
+  EXPECT_GE(s.simulated_us, t.requests.back().arrival_us) << "the clock passes every arrival";
+  expect_empty_at_the_end(run);
+}
+
+TEST(ServingSim, SharedPrefixesAreReusedUpToWhatAnEndlessCacheWouldReuse) {
+  const RequestTrace t = mooncake(120);
+  ServingParams p = params("llama-3.1-8b", 8, 512ull << 20, 16);
+  p.tables_only = true;  // prefix reuse is decided on tables alone
+  const SimRun run = simulate(t, p);
+  ASSERT_TRUE(run.report.passed()) << run.report.failure->describe();
+  const ServingSummary& s = *run.report.serving;
+  // The most an endless cache could reuse: each request's longest run of leading full blocks that
+  // an earlier request's prompt already had.
+  std::set<std::vector<std::int64_t>> seen;
+  std::uint64_t bound = 0;
+  for (const Request& r : t.requests) {
+    const std::uint64_t full = r.input_tokens / 512;
+    std::vector<std::int64_t> prefix;
+    bool hit = true;
+    for (std::uint64_t b = 0; b < full; ++b) {
+      prefix.push_back(r.block_hashes[b]);
+      if (hit && seen.count(prefix)) bound += 512 / 16;
+      else hit = false;
+      seen.insert(prefix);
+    }
+  }
+  EXPECT_GT(bound, 0u) << "the sample shares prefixes";
+  EXPECT_GT(s.cached_tokens, 0u);
+  EXPECT_LE(s.cached_tokens, bound);
+  EXPECT_GT(s.prefix_hit_rate(), 0.0);
+  expect_empty_at_the_end(run);
+}
+
+TEST(ServingSim, APoolUnderPressureRetractsAndStillServesEveryone) {
+  const RequestTrace t = mooncake(60);
+  ServingParams p = params("llama-3.1-8b", 8, 24ull << 20, 16);  // 96 pages of 16 tokens
+  p.reserve_permille = 0;                                        // admit greedily
+  p.max_running = 32;
+  const SimRun run = simulate(t, p);
+  ASSERT_TRUE(run.report.passed()) << run.report.failure->describe();
+  const ServingSummary& s = *run.report.serving;
+  EXPECT_GT(s.retractions, 0u);
+  EXPECT_EQ(s.admissions, s.requests_served + s.retractions);
+  EXPECT_EQ(s.requests_served + s.requests_rejected, 60u);
+  EXPECT_GT(s.cache_evicted_pages, 0u);
+  EXPECT_EQ(s.sides[0].peak_pages, s.sides[0].usable_pages) << "the pool was full at some point";
+  std::uint64_t output = 0;
+  for (const Request& r : t.requests) output += ceil_div(r.output_tokens, 16);
+  EXPECT_LE(s.decode_tokens, output) << "a retraction keeps the tokens generated so far";
+  expect_empty_at_the_end(run);
+}
+
+TEST(ServingSim, SlidingWindowPagesAreFreedOnTheSwaSideOnly) {
+  // gpt-oss-20b: alternating sliding-window (128 tokens) and full layers: a composite pool.
+  const RequestTrace t = azure(80);
+  ServingParams p = params("gpt-oss-20b", 8, 16ull << 20, 4);
+  p.mode = CompactionMode::lazy;
+  const SimRun run = simulate(t, p);
+  ASSERT_TRUE(run.report.passed()) << run.report.failure->describe();
+  const ServingSummary& s = *run.report.serving;
+  ASSERT_EQ(s.sides.size(), 2u);
+  EXPECT_EQ(s.sides[1].name, "swa");
+  EXPECT_GT(s.swa_freed_pages, 0u);
+  EXPECT_LT(s.sides[1].peak_pages, s.sides[0].peak_pages) << "window pages leave the SWA side early";
+  EXPECT_EQ(s.cached_tokens, 0u) << "Azure traces carry no prefix hashes";
+  EXPECT_GT(s.compaction_moves, 0u) << "lazy flushes compact";
+  expect_empty_at_the_end(run);
+}
+
+TEST(ServingSim, MlaAndTablesOnlyPoolsRunToo) {
+  const RequestTrace t = mooncake(50);
+  ServingParams p = params("deepseek-v2-lite", 1, 64ull << 20, 16);
+  const SimRun mla = simulate(t, p);
+  ASSERT_TRUE(mla.report.passed()) << mla.report.failure->describe();
+  EXPECT_EQ(mla.report.serving->sides[0].name, "mla");
+  p.tables_only = true;
+  p.pool_bytes = 4ull << 30;  // real-scale, tables only
+  const SimRun big = simulate(t, p);
+  ASSERT_TRUE(big.report.passed()) << big.report.failure->describe();
+  EXPECT_EQ(big.report.stats.verifies, big.report.stats.ops + 1) << "tables-only runs verify after every op";
+  EXPECT_EQ(big.report.serving->requests_served, 50u);
+  expect_empty_at_the_end(big);
+}
+
+TEST(ServingSim, APromptLargerThanThePoolIsRejectedNotStuck) {
+  RequestTrace t = azure(10);
+  t.requests[3].input_tokens = 1000000;  // far beyond 32 MiB of pool
+  const SimRun run = simulate(t, params("gpt-oss-20b", 8, 32ull << 20, 4));
+  ASSERT_TRUE(run.report.passed()) << run.report.failure->describe();
+  EXPECT_EQ(run.report.serving->requests_rejected, 1u);
+  EXPECT_EQ(run.report.serving->requests_served, 9u);
+}
+
+TEST(ServingSim, ParametersThatCannotWorkAreClearErrors) {
+  const RequestTrace t = mooncake(5);
+  ServingParams p = params("llama-3.1-8b", 8, 32ull << 20, 3);
+  Result<ServingSimulator> s = ServingSimulator::create(p, t);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.error().message, HasSubstr("token scale 3 does not divide the trace's 512-token prefix blocks"));
+  p.token_scale = 64;  // 8-token blocks
+  s = ServingSimulator::create(p, t);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.error().message, HasSubstr("a prefix block of 512 / 64 = 8 tokens is not a whole number of 16-token pages"));
+  p.token_scale = 16;
+  p.pool_bytes = 4096;
+  s = ServingSimulator::create(p, t);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.error().message, HasSubstr("the pool cannot be built"));
+  p.pool_bytes = 32ull << 20;
+  ModelShape cross = find_model("llama-3.1-8b").value();
+  cross.layers[3] = LayerKind::cross;
+  p.shape = cross;
+  s = ServingSimulator::create(p, t);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.error().kind, ErrorKind::unsupported);
+}
+
+}  // namespace
+}  // namespace kvtwin::traces
