@@ -38,8 +38,15 @@ class PlantedModel : public sim::Model {
         return r;
       }
     }
-    // A write door that writes nothing but says it did (the bug an all-zero test cannot see).
-    if (fault_ == "drop_write" && std::holds_alternative<Write>(op)) return OpResult(Outcome(Done{}));
+    // A write door that puts down another write's rows (stale content): the answer and the
+    // tables are right, only the bytes are wrong.
+    if (fault_ == "stale_write") {
+      if (const auto* w = std::get_if<Write>(&op)) {
+        Write stale = *w;
+        stale.write_number = w->write_number == 0 ? 1 : w->write_number - 1;
+        return sim::Model::apply(Op(stale));
+      }
+    }
     // SPEC 10.10 (a tombstone never made): free_swa is acknowledged but not applied.
     if (fault_ == "drop_free_swa" && std::holds_alternative<FreeSwa>(op)) return OpResult(Outcome(Compaction{}));
     return sim::Model::apply(op);
@@ -100,7 +107,7 @@ std::string gpu_unavailable_reason() {
 }
 
 std::vector<std::string> planted_faults() {
-  return {"alloc_many_partial", "drop_free_swa", "drop_write", "negative_not_sink", "pairing_out_of_order"};
+  return {"alloc_many_partial", "drop_free_swa", "negative_not_sink", "pairing_out_of_order", "stale_write"};
 }
 
 std::string BackendSet::names() const {

@@ -47,84 +47,6 @@ Result<json> parse_json_line(std::string_view text, std::string_view where) {
   }
 }
 
-std::string layer_range(const PoolDerived& d) {
-  const std::size_t n = d.plan.layer_map.size();
-  return "the model has " + std::to_string(n) + " layers (0.." + std::to_string(n == 0 ? 0 : n - 1) + ")";
-}
-
-Status check_layer(std::uint32_t layer, const PoolDerived& d, std::string_view where) {
-  if (layer >= d.plan.layer_map.size())
-    return malformed(where, "field 'layer' = " + std::to_string(layer) + " is out of range: " + layer_range(d));
-  return ok_status();
-}
-
-Status check_sub_pool(const std::string& name, const PoolDerived& d, std::string_view where) {
-  if (d.sub_pool_index(name)) return ok_status();
-  std::string known;
-  for (const DenseEntryLayout& l : d.layouts) known += (known.empty() ? "" : ", ") + l.sub_pool;
-  return malformed(where, "field 'sub_pool' = '" + name + "' names no sub-pool of this pool; it has: " + known);
-}
-
-Status check_shape(const Translate& t, std::string_view where) {
-  if (t.shape.empty() || t.shape.size() > 2)
-    return malformed(where, "field 'shape' must have one or two dimensions, got " + std::to_string(t.shape.size()));
-  std::uint64_t elements = 1;
-  for (std::int64_t d : t.shape) {
-    if (d < 0 || d > (std::int64_t{1} << 40))
-      return malformed(where, "field 'shape' has a dimension " + std::to_string(d) + " out of range (0 .. 2^40)");
-    elements *= static_cast<std::uint64_t>(d);
-  }
-  if (elements != t.ids.size())
-    return malformed(where, "field 'shape' holds " + std::to_string(elements) + " elements but 'ids' has " +
-                                std::to_string(t.ids.size()) + "; make them agree");
-  return ok_status();
-}
-
-// Ranges a trace line must respect whatever the pool's state: the layer, sub-pool and part it
-// names exist in the configuration in force, and its buffers agree with their stated shapes.
-// Everything that depends on the pool's state (a double free, an id past the table, an unmarked
-// loc) is not the reader's business: it is a result, and a trace may expect it.
-Status check_ranges(const Op& op, const PoolDerived& d, std::string_view where) {
-  if (const auto* w = std::get_if<Write>(&op)) {
-    KVTWIN_TRY_STATUS(check_layer(w->layer, d, where));
-    if (!w->batch && w->loc.size() != w->tokens.size())
-      return malformed(where, "fields 'loc' (" + std::to_string(w->loc.size()) + " lanes) and 'tokens' (" +
-                                  std::to_string(w->tokens.size()) + " lanes) must have one entry per lane each");
-  } else if (const auto* r = std::get_if<Read>(&op)) {
-    KVTWIN_TRY_STATUS(check_layer(r->layer, d, where));
-    const DenseEntryLayout& layout = d.layouts[d.plan.layer_map[r->layer].sub_pool];
-    if (!layout.part_index(r->part)) {
-      std::string known;
-      for (const DensePart& p : layout.parts) known += (known.empty() ? "" : ", ") + p.name;
-      return malformed(where, "field 'part' = '" + r->part + "' is not a part of sub-pool '" + layout.sub_pool +
-                                  "' (layer " + std::to_string(r->layer) + "); its parts: " + known);
-    }
-  } else if (const auto* c = std::get_if<Capture>(&op)) {
-    KVTWIN_TRY_STATUS(check_layer(c->layer, d, where));
-  } else if (const auto* m = std::get_if<MovePages>(&op)) {
-    KVTWIN_TRY_STATUS(check_sub_pool(m->sub_pool, d, where));
-  } else if (const auto* b = std::get_if<BeginRead>(&op)) {
-    KVTWIN_TRY_STATUS(check_sub_pool(b->sub_pool, d, where));
-  } else if (const auto* t = std::get_if<Translate>(&op)) {
-    KVTWIN_TRY_STATUS(check_shape(*t, where));
-  } else if (const auto* mb = std::get_if<MakeBatch>(&op)) {
-    if (!mb->encoder_tokens.empty() && mb->encoder_tokens.size() != mb->tokens.size())
-      return malformed(where, "field 'encoder_tokens' has " + std::to_string(mb->encoder_tokens.size()) +
-                                  " lanes but 'tokens' has " + std::to_string(mb->tokens.size()) +
-                                  "; give one encoder token per lane, or none");
-  } else if (const auto* rm = std::get_if<RemapIndices>(&op)) {
-    if (rm->kv_indptr.size() != rm->bs + 1)
-      return malformed(where, "field 'kv_indptr' has " + std::to_string(rm->kv_indptr.size()) +
-                                  " entries but 'bs' = " + std::to_string(rm->bs) + " needs bs + 1 = " +
-                                  std::to_string(rm->bs + 1));
-  } else if (const auto* pt = std::get_if<PageTable>(&op)) {
-    if (pt->req.size() != pt->seq_len.size())
-      return malformed(where, "fields 'req' (" + std::to_string(pt->req.size()) + ") and 'seq_len' (" +
-                                  std::to_string(pt->seq_len.size()) + ") must have one entry per batch row each");
-  }
-  return ok_status();
-}
-
 // JSON text of one value, compact, as nlohmann writes it (object keys sorted).
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::strict); }
 
@@ -195,7 +117,7 @@ Result<TraceHeader> parse_header_line(std::string_view text, std::string_view wh
   return h;
 }
 
-Result<TraceLine> parse_op_line(std::string_view text, std::string_view where, const PoolDerived& derived) {
+Result<TraceLine> parse_op_line(std::string_view text, std::string_view where) {
   KVTWIN_TRY(json j, parse_json_line(text, where));
   if (!j.is_object()) return malformed(where, "an operation line must be a JSON object {\"op\":...}");
   if (j.contains("kvtwin_trace"))
@@ -216,9 +138,7 @@ Result<TraceLine> parse_op_line(std::string_view text, std::string_view where, c
   if (const auto* build = std::get_if<BuildPool>(&line.op)) {
     Result<PoolDerived> d = derive_pool(build->config);
     if (!d.ok()) return malformed(where, "field 'config' describes a pool that cannot be built: " + d.error().message);
-    return line;
   }
-  KVTWIN_TRY_STATUS(check_ranges(line.op, derived, where));
   return line;
 }
 
@@ -238,9 +158,6 @@ Result<TraceHeader> PoolTraceReader::header() {
     return make_error(ErrorKind::malformed, name_ + ": the file is empty; a pool trace begins with a header line "
                                                     "{\"kvtwin_trace\":1,\"kind\":\"pool\",...}");
   KVTWIN_TRY(TraceHeader h, parse_header_line(text_, name_ + ":" + std::to_string(line_)));
-  Result<PoolDerived> d = derive_pool(h.config);
-  KVTWIN_CHECK(d.ok(), "a parsed header's configuration derives");
-  derived_ = std::move(d).value();
   have_header_ = true;
   return h;
 }
@@ -251,13 +168,8 @@ Result<std::optional<TraceLine>> PoolTraceReader::next() {
     if (in_.bad()) return make_error(ErrorKind::io, name_ + ": read error after line " + std::to_string(line_));
     return std::optional<TraceLine>();
   }
-  KVTWIN_TRY(TraceLine line, parse_op_line(text_, name_ + ":" + std::to_string(line_), derived_));
+  KVTWIN_TRY(TraceLine line, parse_op_line(text_, name_ + ":" + std::to_string(line_)));
   line.line = line_;
-  if (const auto* build = std::get_if<BuildPool>(&line.op)) {
-    Result<PoolDerived> d = derive_pool(build->config);
-    KVTWIN_CHECK(d.ok(), "a parsed build op's configuration derives");
-    derived_ = std::move(d).value();
-  }
   return std::optional<TraceLine>(std::move(line));
 }
 

@@ -7,8 +7,11 @@
 // result it must produce under "expect".
 //
 // The reader is strict and says where the first problem is: file, line and field (malformed
-// JSON, an unknown version or operation, a missing or mistyped field, an id or size out of
-// range, a number too big for 64 bits), as an ErrorKind::malformed Error. The writer produces
+// JSON, an unknown version or operation, a missing, unknown or mistyped field, an id or size
+// out of the range of its type or of a pool that can be built, a number too big for 64 bits), as
+// an ErrorKind::malformed Error. What depends on the pool (a layer or part it lacks, a double
+// free, a buffer that disagrees with its shape) is not a reading error: the pool answers it, and
+// a trace may expect that answer (the fuzzer's traces do). The writer produces
 // one canonical form ("op" first, the other keys sorted, "expect" last), so reading a canonical
 // file and writing it again gives the same bytes. Replaying is the runner's job (runner.h).
 #pragma once
@@ -61,7 +64,7 @@ std::string op_to_line(const Op& op, const std::optional<OpResult>& expect);
 
 // Parses one line. `where` is "FILE:LINE", prefixed to every error.
 Result<TraceHeader> parse_header_line(std::string_view text, std::string_view where);
-Result<TraceLine> parse_op_line(std::string_view text, std::string_view where, const PoolDerived& derived);
+Result<TraceLine> parse_op_line(std::string_view text, std::string_view where);
 
 // Reads a trace line by line, so that a replay of a long trace holds one line at a time.
 class PoolTraceReader {
@@ -85,7 +88,6 @@ class PoolTraceReader {
   std::string text_;
   std::uint64_t line_ = 0;
   bool have_header_ = false;
-  PoolDerived derived_;  // of the config in force (the header's, then the last build op's)
 };
 
 Result<PoolTrace> parse_pool_trace(std::istream& in, std::string name);

@@ -141,20 +141,21 @@ TEST(Runner, PoolBytesThatDifferNameTheirPageSlotLayerPartAndByte) {
                             R"({"op":"batch","batch":0,"tokens":[4,5,6,7]})" + "\n" + R"({"op":"rebind","batch":0})" +
                             "\n" + R"({"op":"write","layer":5,"write_number":1,"batch":0})" + "\n" +
                             R"({"op":"checkpoint"})" + "\n");
-  const ReplayReport r = replay(t, BackendChoice::model, "drop_write");
+  const ReplayReport r = replay(t, BackendChoice::model, "stale_write");
   ASSERT_FALSE(r.passed());
   EXPECT_EQ(r.failure->check, "pool");
   EXPECT_EQ(r.failure->line, 6u);
   // Independently: virtual page 1 sits at physical page 1 (65,536 bytes in); token 4 is slot 0;
-  // layer 5's K row starts at 5 * (256 + 256) in the entry; the pool was zero-filled, so the
-  // first differing byte is the oracle row's first non-zero byte.
-  std::vector<std::uint8_t> row(256);
-  fill_oracle_row(c.seed, RowIdentity{4, 0, 5, 0, 1}, DType::bf16, row);
+  // layer 5's K row starts at 5 * (256 + 256) in the entry. The planted door put down write 0's
+  // row instead of write 1's: the first differing byte is where those two oracle rows differ.
+  std::vector<std::uint8_t> right(256), stale(256);
+  fill_oracle_row(c.seed, RowIdentity{4, 0, 5, 0, 1}, DType::bf16, right);
+  fill_oracle_row(c.seed, RowIdentity{4, 0, 5, 0, 0}, DType::bf16, stale);
   std::size_t first = 0;
-  while (row[first] == 0) ++first;
+  while (right[first] == stale[first]) ++first;
   const std::uint64_t byte = 65536 + 5 * 512 + first;
   char values[64];
-  std::snprintf(values, sizeof values, "model has 0x%02x, model+drop_write has 0x00", row[first]);
+  std::snprintf(values, sizeof values, "model has 0x%02x, model+stale_write has 0x%02x", right[first], stale[first]);
   EXPECT_THAT(r.failure->message, HasSubstr("raw pools differ first at byte " + std::to_string(byte) + ": " + values));
   EXPECT_THAT(r.failure->message,
               HasSubstr("as sub-pool 'full': physical page 1 (virtual page 1), slot 0 (physical token 4), layer 5 "
