@@ -1,0 +1,317 @@
+// kvtwin replay, record, fuzz and check end to end: runs the built binary
+// ($KVTWIN_BINARY_DIR/tools/kvtwin) and checks exit codes (0 pass, 1 a check failed, 2 bad usage
+// or input), what is printed, and the files written: a planted failure found by kvtwin fuzz,
+// shrunk, written, and failing again under the printed kvtwin replay command; byte-identical
+// recordings; kvtwin check's skips by name, reports and sharding.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <expat.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+fs::path scratch() {
+  const char* name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  const fs::path dir = fs::temp_directory_path() / (std::string("kvtwin-trace-cli-") + name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string source(const std::string& relative) {
+  const char* dir = std::getenv("KVTWIN_SOURCE_DIR");
+  return std::string(dir != nullptr ? dir : ".") + "/" + relative;
+}
+
+// Runs kvtwin with `args` (and `env` assignments), capturing stdout and stderr.
+CliRun kvtwin(const std::vector<std::string>& args, const std::string& env = "") {
+  const char* bin_dir = std::getenv("KVTWIN_BINARY_DIR");
+  const std::string bin = std::string(bin_dir != nullptr ? bin_dir : "build/default") + "/tools/kvtwin";
+  const fs::path dir = fs::temp_directory_path();
+  const fs::path out = dir / ("kvtwin-cli-out-" + std::to_string(::getpid()));
+  const fs::path err = dir / ("kvtwin-cli-err-" + std::to_string(::getpid()));
+  std::string cmd = env + (env.empty() ? "" : " ") + quote(bin);
+  for (const std::string& a : args) cmd += " " + quote(a);
+  cmd += " >" + quote(out.string()) + " 2>" + quote(err.string()) + " </dev/null";
+  const int status = std::system(cmd.c_str());
+  CliRun r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  r.out = read_file(out);
+  r.err = read_file(err);
+  fs::remove(out);
+  fs::remove(err);
+  return r;
+}
+
+std::string docs_example(const fs::path& dir) {
+  std::ifstream in(source("docs/traces.md"));
+  std::string line, text;
+  bool inside = false;
+  while (std::getline(in, line)) {
+    if (line == "```jsonl") inside = true;
+    else if (inside && line == "```") break;
+    else if (inside) text += line + "\n";
+  }
+  const fs::path path = dir / "example.jsonl";
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+TEST(ReplayCli, ACleanTracePassesAndAPlantedFaultFailsAtItsLine) {
+  const std::string trace = docs_example(scratch());
+  CliRun ok = kvtwin({"replay", trace});
+  EXPECT_EQ(ok.exit_code, 0) << ok.out << ok.err;
+  EXPECT_THAT(ok.out, HasSubstr("on model: PASS"));
+  EXPECT_THAT(ok.out, HasSubstr("trace seed 7"));
+  CliRun bad = kvtwin({"replay", trace, "--fault", "negative_not_sink", "--json", "-"});
+  EXPECT_EQ(bad.exit_code, 1) << bad.out << bad.err;
+  EXPECT_THAT(bad.out, HasSubstr("line 8 (step 7): results check failed"));
+  EXPECT_THAT(bad.out, HasSubstr("reproduce: kvtwin replay " + trace + " --json - --fault negative_not_sink\n"))
+      << "the exact command, every option given";
+  // The JSON report follows the text on stdout.
+  const std::string json_text = bad.out.substr(bad.out.find("\n{") + 1);
+  const nlohmann::json j = nlohmann::json::parse(json_text);
+  EXPECT_EQ(j["passed"], false);
+  EXPECT_EQ(j["failure"]["line"], 8);
+  EXPECT_EQ(j["failure"]["check"], "results");
+}
+
+TEST(ReplayCli, UnreadableInputExitsTwoWithFileAndLine) {
+  const std::string bad = source("tests/traces/data/bad/unknown_op.jsonl");
+  CliRun r = kvtwin({"replay", bad});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr(bad + ":3: unknown operation 'allocate'"));
+  CliRun unsupported = kvtwin({"replay", source("tests/traces/data/bad/unsupported_burstgpt.csv")});
+  EXPECT_EQ(unsupported.exit_code, 2);
+  EXPECT_THAT(unsupported.err, HasSubstr("unsupported format"));
+  CliRun missing = kvtwin({"replay", "/nonexistent/trace.jsonl"});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.err, HasSubstr("cannot open"));
+  CliRun bad_backend = kvtwin({"replay", bad, "--backend", "tpu"});
+  EXPECT_EQ(bad_backend.exit_code, 2);
+  EXPECT_THAT(bad_backend.err, HasSubstr("unknown backend 'tpu'; use model, gpu or both"));
+  CliRun bad_flag = kvtwin({"replay", bad, "--no-such-flag"});
+  EXPECT_EQ(bad_flag.exit_code, 2);
+  CliRun bad_bytes = kvtwin({"replay", source("traces/samples/azure_code_head.csv"), "--pool-bytes", "12XB"});
+  EXPECT_EQ(bad_bytes.exit_code, 2);
+  EXPECT_THAT(bad_bytes.err, HasSubstr("--pool-bytes '12XB' has an unknown unit 'XB'"));
+}
+
+TEST(ReplayCli, TheGpuIsRefusedCleanlyWhereItCannotRun) {
+  CliRun r = kvtwin({"replay", docs_example(scratch()), "--backend", "gpu"});
+  if (r.exit_code == 0) GTEST_SKIP() << "a GPU backend runs here";
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("GPU backend not built"));
+}
+
+TEST(RecordCli, RecordingIsByteIdenticalAndReplaysClean) {
+  const fs::path dir = scratch();
+  const std::vector<std::string> common = {"--from", source("traces/samples/mooncake_conversation_head.jsonl"),
+                                           "--model", "gpt-oss-20b", "--tp", "8", "--page-size", "16",
+                                           "--pool-bytes", "32MiB", "--token-scale", "32", "--requests", "25",
+                                           "--mode", "lazy", "--quiet"};
+  std::vector<std::string> a = {"record", "--out", (dir / "a.jsonl").string()};
+  std::vector<std::string> b = {"record", "--out", (dir / "b.jsonl").string()};
+  a.insert(a.end(), common.begin(), common.end());
+  b.insert(b.end(), common.begin(), common.end());
+  CliRun ra = kvtwin(a);
+  ASSERT_EQ(ra.exit_code, 0) << ra.out << ra.err;
+  EXPECT_THAT(ra.out, HasSubstr("requests served 25 of 25"));
+  EXPECT_THAT(ra.out, HasSubstr("host arena: not modelled"));
+  EXPECT_THAT(ra.out, HasSubstr("token scale 32"));
+  CliRun rb = kvtwin(b);
+  ASSERT_EQ(rb.exit_code, 0);
+  EXPECT_EQ(read_file(dir / "a.jsonl"), read_file(dir / "b.jsonl"));
+  CliRun replay = kvtwin({"replay", (dir / "a.jsonl").string(), "--quiet"});
+  EXPECT_EQ(replay.exit_code, 0) << replay.out << replay.err;
+  CliRun pool = kvtwin({"record", "--from", (dir / "a.jsonl").string(), "--out", (dir / "c.jsonl").string()});
+  EXPECT_EQ(pool.exit_code, 2);
+  EXPECT_THAT(pool.err, HasSubstr("is already a pool trace"));
+}
+
+TEST(ReplayCli, ARequestTraceIsSimulatedAndCheckedInOneGo) {
+  CliRun r = kvtwin({"replay", source("traces/samples/azure_code_head.csv"), "--model", "gpt-oss-20b", "--tp", "8",
+                     "--pool-bytes", "16MiB", "--token-scale", "4", "--requests", "40", "--quiet", "--json", "-"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("(azure request trace, 40 requests, token scale 4"));
+  EXPECT_THAT(r.out, HasSubstr("peak occupancy: full "));
+  const nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find("\n{") + 1));
+  EXPECT_EQ(j["serving"]["requests_served"], 40);
+  EXPECT_EQ(j["serving"]["host_arena"], "not modelled");
+  EXPECT_GT(j["serving"]["swa_freed_pages"].get<int>(), 0);
+  EXPECT_EQ(j["parameters"]["token_scale"], 4);
+}
+
+TEST(FuzzCli, APlantedFailureIsFoundShrunkWrittenAndReplaysAlone) {
+  const fs::path dir = scratch();
+  CliRun f = kvtwin({"fuzz", "--fault", "pairing_out_of_order", "--cases", "300", "--seed", "3", "--out",
+                     dir.string(), "--quiet"});
+  ASSERT_EQ(f.exit_code, 1) << f.out << f.err;
+  EXPECT_EQ(f.out.rfind("kvtwin fuzz: seed 3\n", 0), 0u) << "the seed is printed first";
+  EXPECT_THAT(f.out, HasSubstr("shrunk "));
+  const std::string marker = "reproduce: ";
+  const std::size_t at = f.out.find(marker);
+  ASSERT_NE(at, std::string::npos) << f.out;
+  const std::string command = f.out.substr(at + marker.size(), f.out.find('\n', at) - at - marker.size());
+  // "kvtwin replay PATH --backend model --fault pairing_out_of_order"
+  std::istringstream words(command);
+  std::vector<std::string> args;
+  for (std::string w; words >> w;) args.push_back(w);
+  ASSERT_GE(args.size(), 3u);
+  ASSERT_EQ(args[0], "kvtwin");
+  args.erase(args.begin());
+  ASSERT_TRUE(fs::exists(args[1])) << args[1];
+  CliRun again = kvtwin(args);
+  EXPECT_EQ(again.exit_code, 1) << again.out << again.err;
+  EXPECT_THAT(again.out, HasSubstr("results check failed"));
+  CliRun clean = kvtwin({"replay", args[1]});
+  EXPECT_EQ(clean.exit_code, 0) << "the trace passes on the model alone" << clean.out;
+}
+
+TEST(FuzzCli, CleanRunsPassAndBadUsageExitsTwo) {
+  CliRun ok = kvtwin({"fuzz", "--cases", "15", "--seed", "9", "--quiet", "--json", "-"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.out << ok.err;
+  EXPECT_EQ(ok.out.rfind("kvtwin fuzz: seed 9\n", 0), 0u);
+  EXPECT_THAT(ok.out, HasSubstr("15 cases, 3015 ops"));
+  CliRun named = kvtwin({"fuzz", "--cases", "2", "--config", "mimo-v2-flash/ps4/lazy", "--quiet"});
+  EXPECT_EQ(named.exit_code, 0) << named.out << named.err;
+  CliRun both = kvtwin({"fuzz", "--cases", "2", "--seconds", "2"});
+  EXPECT_EQ(both.exit_code, 2);
+  CliRun config = kvtwin({"fuzz", "--config", "llama-9b"});
+  EXPECT_EQ(config.exit_code, 2);
+  EXPECT_THAT(config.out, HasSubstr("kvtwin fuzz: seed 1")) << "the seed comes first even then";
+  EXPECT_THAT(config.err, HasSubstr("unknown model 'llama-9b'"));
+  CliRun shard = kvtwin({"fuzz", "--shard-index", "2", "--shard-count", "2"});
+  EXPECT_EQ(shard.exit_code, 2);
+  EXPECT_THAT(shard.err, HasSubstr("0 <= I < N"));
+}
+
+TEST(FuzzCli, ShardsSplitTheCasesOfOneRun) {
+  CliRun s0 = kvtwin({"fuzz", "--cases", "9", "--quiet", "--shard-index", "0", "--shard-count", "3"});
+  CliRun s1 = kvtwin({"fuzz", "--cases", "9", "--quiet"}, "GTEST_SHARD_INDEX=1 GTEST_TOTAL_SHARDS=3");
+  EXPECT_EQ(s0.exit_code, 0);
+  EXPECT_EQ(s1.exit_code, 0);
+  EXPECT_THAT(s0.out, HasSubstr("shard 0 of 3"));
+  EXPECT_THAT(s0.out, HasSubstr("3 cases, 603 ops"));
+  EXPECT_THAT(s1.out, HasSubstr("shard 1 of 3"));
+}
+
+// Counts elements and checks the document is well-formed XML.
+struct XmlCount {
+  int testcases = 0, skipped = 0, failures = 0;
+};
+
+XmlCount parse_junit(const std::string& text) {
+  XmlCount c;
+  XML_Parser p = XML_ParserCreate(nullptr);
+  XML_SetUserData(p, &c);
+  XML_SetStartElementHandler(p, [](void* data, const XML_Char* name, const XML_Char**) {
+    auto* count = static_cast<XmlCount*>(data);
+    const std::string n = name;
+    if (n == "testcase") ++count->testcases;
+    if (n == "skipped") ++count->skipped;
+    if (n == "failure") ++count->failures;
+  });
+  const bool ok = XML_Parse(p, text.data(), static_cast<int>(text.size()), 1) == XML_STATUS_OK;
+  XML_ParserFree(p);
+  EXPECT_TRUE(ok) << "the JUnit report is not well-formed XML";
+  return c;
+}
+
+TEST(CheckCli, ASmallGateRunsSkipsByNameAndWritesReports) {
+  const fs::path dir = scratch();
+  CliRun r = kvtwin({"check", "--cases", "1", "--random-cases", "3", "--ops", "60", "--traces-dir",
+                     (dir / "absent").string(), "--samples-dir", (dir / "absent").string(), "--junit",
+                     (dir / "junit.xml").string(), "--json", (dir / "check.json").string(), "--quiet"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out.rfind("kvtwin check: seed 1\n", 0), 0u);
+  EXPECT_THAT(r.out, HasSubstr("SKIP requests: shared/mooncake deepseek-v2-lite lazy (MLA): "));
+  EXPECT_THAT(r.out, HasSubstr("conversation_trace.jsonl not found"));
+  EXPECT_THAT(r.out, HasSubstr("kvtwin check: PASS"));
+  EXPECT_THAT(r.out, HasSubstr("part "));
+  if (r.out.find("SKIP properties: gpu") != std::string::npos) {
+    EXPECT_THAT(r.out, ::testing::AnyOf(HasSubstr("GPU backend not built"), HasSubstr("no CUDA device")));
+  }
+  const nlohmann::json j = nlohmann::json::parse(read_file(dir / "check.json"));
+  EXPECT_EQ(j["passed"], true);
+  std::set<std::string> parts;
+  int passed = 0, skipped = 0;
+  for (const auto& item : j["items"]) {
+    parts.insert(item["part"].get<std::string>());
+    passed += item["state"] == "passed";
+    skipped += item["state"] == "skipped";
+  }
+  EXPECT_EQ(parts, (std::set<std::string>{"properties", "regress", "requests"}));
+  EXPECT_GE(passed, 19);  // random and every catalogue configuration, at least
+  EXPECT_GE(skipped, 4);  // the samples and the shared slices here, at least
+  const XmlCount x = parse_junit(read_file(dir / "junit.xml"));
+  EXPECT_EQ(x.testcases, static_cast<int>(j["items"].size()));
+  EXPECT_EQ(x.skipped, skipped);
+  EXPECT_EQ(x.failures, 0);
+}
+
+TEST(CheckCli, ShardsPartitionTheWorkAndBadUsageExitsTwo) {
+  const fs::path dir = scratch();
+  std::set<std::string> seen;
+  std::size_t total = 0;
+  for (int i = 0; i < 2; ++i) {
+    const std::string json = (dir / ("s" + std::to_string(i) + ".json")).string();
+    CliRun r = kvtwin({"check", "--cases", "1", "--random-cases", "1", "--ops", "20", "--traces-dir",
+                       (dir / "absent").string(), "--samples-dir", (dir / "absent").string(), "--shard-index",
+                       std::to_string(i), "--shard-count", "2", "--json", json, "--quiet"});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    const nlohmann::json report = nlohmann::json::parse(read_file(json));
+    for (const auto& item : report["items"]) {
+      seen.insert(item["part"].get<std::string>() + "/" + item["name"].get<std::string>() + "/" +
+                  item["backend"].get<std::string>());
+      ++total;
+    }
+  }
+  EXPECT_EQ(seen.size(), total) << "no item runs on two shards";
+  CliRun whole = kvtwin({"check", "--cases", "1", "--random-cases", "1", "--ops", "20", "--traces-dir",
+                         (dir / "absent").string(), "--samples-dir", (dir / "absent").string(), "--json",
+                         (dir / "all.json").string(), "--quiet"});
+  ASSERT_EQ(whole.exit_code, 0);
+  EXPECT_EQ(nlohmann::json::parse(read_file(dir / "all.json"))["items"].size(), total) << "and none is lost";
+  CliRun bad = kvtwin({"check", "--backend", "fpga"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("unknown backend 'fpga'"));
+  CliRun no_dir = kvtwin({"check", "--regress-dir", (dir / "absent").string()});
+  EXPECT_EQ(no_dir.exit_code, 2);
+}
+
+}  // namespace
