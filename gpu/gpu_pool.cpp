@@ -1,0 +1,1142 @@
+// GpuPool (gpu_pool.h): every operation of core/op.h on the device.
+//
+// Each operation validates first (host checks on the operation's own numbers, device checks on
+// the tables), plans what it will change, and only then commits, so that a failed operation
+// leaves the pool as it was. Comments cite the SPEC.md rule (or docs/decisions.md entry) each
+// branch implements.
+#include "gpu/gpu_pool.h"
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <span>
+#include <variant>
+
+#include "core/checked.h"
+#include "core/oracle.h"
+#include "gpu/decode_step.h"
+#include "gpu/fault_layout.h"
+#include "gpu/kernels.cuh"
+
+namespace kvtwin::gpu {
+namespace {
+
+template <class... Fs>
+struct Overloaded : Fs... {
+  using Fs::operator()...;
+};
+template <class... Fs>
+Overloaded(Fs...) -> Overloaded<Fs...>;
+
+constexpr int kIdSlots = 5;
+
+// An outcome as an operation's result.
+template <class T>
+OpResult ok(T outcome) {
+  return OpResult(Outcome(std::move(outcome)));
+}
+
+Error invalid(std::string message) { return make_error(ErrorKind::invalid_argument, std::move(message)); }
+Error out_of_range(std::string message) { return make_error(ErrorKind::out_of_range, std::move(message)); }
+
+std::string list_ids(const std::vector<std::int64_t>& ids, std::size_t at_most = 8) {
+  std::string out;
+  for (std::size_t i = 0; i < ids.size() && i < at_most; ++i) out += (i ? ", " : "") + std::to_string(ids[i]);
+  if (ids.size() > at_most) out += ", ... (" + std::to_string(ids.size()) + " in all)";
+  return out;
+}
+
+}  // namespace
+
+GpuPool::GpuPool(Faults faults) : faults_(faults) {}
+
+GpuPool::~GpuPool() {
+  graphs_.clear();
+  batches_.clear();
+  if (stream_ != nullptr) KVTWIN_CUDA_WARN(cudaStreamDestroy(stream_));
+}
+
+Status GpuPool::sync() const {
+  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream_));
+  return ok_status();
+}
+
+Status GpuPool::require_pool() const {
+  if (!built_) return invalid("no pool has been built yet; play a 'build' operation first");
+  return ok_status();
+}
+
+Result<std::int64_t*> GpuPool::upload_ids(const std::vector<std::int64_t>& values, int slot) {
+  DeviceBuffer<std::int64_t>& buffer = ids_[static_cast<std::size_t>(slot)];
+  KVTWIN_TRY_STATUS(buffer.reserve(std::max<std::size_t>(values.size(), 1)));
+  if (!values.empty())
+    KVTWIN_CUDA_TRY(cudaMemcpyAsync(buffer.get(), values.data(), values.size() * sizeof(std::int64_t),
+                                    cudaMemcpyHostToDevice, stream_));
+  return buffer.get();
+}
+
+Result<std::vector<std::int64_t>> GpuPool::download_ids(const std::int64_t* device, std::int64_t n) const {
+  std::vector<std::int64_t> out(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)));
+  if (n > 0)
+    KVTWIN_CUDA_TRY(cudaMemcpyAsync(out.data(), device, out.size() * sizeof(std::int64_t), cudaMemcpyDeviceToHost,
+                                    stream_));
+  KVTWIN_TRY_STATUS(sync());
+  return out;
+}
+
+Result<bool> GpuPool::any_outside(const std::int64_t* values, std::int64_t n, std::int64_t lower, std::int64_t upper) {
+  KVTWIN_CUDA_TRY(cudaMemsetAsync(status_.get(), 0, sizeof(std::uint32_t), stream_));
+  KVTWIN_TRY_STATUS(flag_outside(values, n, lower, upper, status_.get(), stream_));
+  std::uint32_t flag = 0;
+  KVTWIN_CUDA_TRY(cudaMemcpyAsync(&flag, status_.get(), sizeof flag, cudaMemcpyDeviceToHost, stream_));
+  KVTWIN_TRY_STATUS(sync());
+  return flag != 0;
+}
+
+Result<GpuPool::Batch*> GpuPool::find_batch(std::uint32_t id) {
+  auto it = batches_.find(id);
+  if (it == batches_.end())
+    return invalid("batch " + std::to_string(id) + " does not exist; declare it with a 'batch' operation first");
+  return &it->second;
+}
+
+std::size_t GpuPool::side_of(std::string_view sub_pool, bool& found) const {
+  const auto index = derived_.sub_pool_index(sub_pool);
+  found = index.has_value();
+  return index.value_or(0);
+}
+
+OpResult GpuPool::apply(const Op& op) {
+  if (!std::holds_alternative<BuildPool>(op)) {
+    if (Status s = require_pool(); !s.ok()) return s.error();
+  }
+  return std::visit(Overloaded{
+                        [&](const BuildPool& o) { return build(o); },
+                        [&](const Alloc& o) { return alloc(o); },
+                        [&](const AllocMany& o) { return alloc_many(o); },
+                        [&](const Free& o) { return free_pages(o); },
+                        [&](const FreeSwa& o) { return free_swa(o); },
+                        [&](const Flush& o) { return flush(o); },
+                        [&](const MovePages& o) { return move_pages(o); },
+                        [&](const BeginRead& o) { return begin_read(o); },
+                        [&](const EndRead& o) { return end_read(o); },
+                        [&](const MakeBatch& o) { return make_batch(o); },
+                        [&](const Rebind& o) { return rebind(o); },
+                        [&](const Split& o) { return split(o); },
+                        [&](const DropBatch& o) { return drop_batch(o); },
+                        [&](const Write& o) { return write(o); },
+                        [&](const Read& o) { return read(o); },
+                        [&](const Translate& o) { return translate(o); },
+                        [&](const SwaTranslate& o) { return swa_translate(o); },
+                        [&](const PageTable& o) { return page_table(o); },
+                        [&](const RemapIndices& o) { return remap_indices(o); },
+                        [&](const Capture& o) { return capture(o); },
+                        [&](const Replay& o) { return replay(o); },
+                        [&](const Checkpoint&) { return ok(Done{}); },
+                    },
+                    op);
+}
+
+// ---------------------------------------------------------------- build (SPEC 3)
+
+OpResult GpuPool::build(const BuildPool& op) {
+  graphs_.clear();
+  batches_.clear();
+  readers_.clear();
+  sides_.clear();
+  pool_.reset();
+  built_ = false;
+  if (stream_ == nullptr) KVTWIN_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+
+  Result<PoolDerived> derived =
+      faults_.row_misaligned_accepted ? derive_pool_unchecked_rows(op.config) : derive_pool(op.config);
+  if (!derived.ok()) return derived.error();
+  config_ = op.config;
+  derived_ = std::move(derived).value();
+
+  // One raw byte buffer of exactly total_bytes, zero-filled.
+  if (!config_.tables_only) {
+    KVTWIN_TRY_STATUS(pool_.allocate(config_.total_bytes));
+    KVTWIN_CUDA_TRY(cudaMemsetAsync(pool_.get(), 0, pool_.bytes(), stream_));
+  }
+  // The full (or MLA) side owns the virtual ids; the SWA side's v2p has the same length.
+  const std::int64_t num_virtual = static_cast<std::int64_t>(derived_.geometry.sub_pools[0].num_pages);
+  std::int64_t max_pages = 0;
+  for (std::size_t i = 0; i < derived_.geometry.sub_pools.size(); ++i) {
+    auto side = std::make_unique<DeviceSide>();
+    KVTWIN_TRY_STATUS(side->init(derived_.geometry.sub_pools[i], num_virtual, i == 0, stream_));
+    max_pages = std::max(max_pages, side->num_pages() + 1);
+    sides_.push_back(std::move(side));
+  }
+  max_pages = std::max(max_pages, num_virtual + 1);
+  KVTWIN_TRY_STATUS(select_.reserve(max_pages, stream_));
+  KVTWIN_TRY_STATUS(status_.reserve(4));
+  ids_.resize(kIdSlots);
+  plan_src_.resize(sides_.size());
+  plan_dst_.resize(sides_.size());
+  for (std::size_t i = 0; i < sides_.size(); ++i) {
+    KVTWIN_TRY_STATUS(plan_src_[i].reserve(static_cast<std::size_t>(sides_[i]->num_pages() + 1)));
+    KVTWIN_TRY_STATUS(plan_dst_[i].reserve(static_cast<std::size_t>(sides_[i]->num_pages() + 1)));
+  }
+  KVTWIN_TRY_STATUS(sync());
+  built_ = true;
+  return ok(Done{});
+}
+
+// ---------------------------------------------------------------- allocation (SPEC 4, 4.2, 4.3)
+
+bool GpuPool::fits(std::int64_t k) const {
+  const DeviceSide& full = *sides_[0];
+  if (k > full.queue_count) return false;  // free virtual ids
+  const std::int64_t need_full = std::max<std::int64_t>(k - full.holes, 0);  // lazy: holes first
+  if (sides_.size() == 1) return need_full <= full.band_room_single();
+  // Composite: joint pre-check (SPEC 4.3; lazy mode per docs/decisions.md).
+  const DeviceSide& swa = *sides_[1];
+  if (k > swa.remaining()) return false;
+  const std::int64_t need_swa = std::max<std::int64_t>(k - swa.holes, 0);
+  const std::int64_t epp_full = static_cast<std::int64_t>(full.geometry().page_bytes);
+  const std::int64_t epp_swa = static_cast<std::int64_t>(swa.geometry().page_bytes);
+  const std::int64_t gap = (swa.watermark + 1) * epp_swa - full.watermark * epp_full;
+  return need_full * epp_full + need_swa * epp_swa <= gap;
+}
+
+Result<std::vector<std::int64_t>> GpuPool::bind_pages(std::int64_t k) {
+  KVTWIN_TRY(std::int64_t * vpages, upload_ids(std::vector<std::int64_t>(static_cast<std::size_t>(k)), 0));
+  KVTWIN_TRY_STATUS(ids_[1].reserve(static_cast<std::size_t>(std::max<std::int64_t>(k, 1))));
+  // The k virtual pages from the queue front, bound in order to the side's pages (SPEC 4).
+  KVTWIN_TRY_STATUS(sides_[0]->take_virtual(k, vpages, stream_));
+  KVTWIN_TRY_STATUS(sides_[0]->bind(vpages, k, select_, ids_[1].get(), stream_));
+  if (sides_.size() == 2) KVTWIN_TRY_STATUS(sides_[1]->bind(vpages, k, select_, ids_[1].get(), stream_));
+  return download_ids(vpages, k);
+}
+
+OpResult GpuPool::alloc(const Alloc& op) {
+  const std::uint64_t ps = config_.page_size;
+  if (op.tokens % ps != 0)
+    return invalid("alloc of " + std::to_string(op.tokens) + " tokens is not a whole number of pages of " +
+                   std::to_string(ps) + " tokens; allocate a multiple of the page size");
+  const std::uint64_t k = op.tokens / ps;
+  if (k == 0) return ok(Allocated{});
+  if (k > static_cast<std::uint64_t>(sides_[0]->queue_count) || !fits(static_cast<std::int64_t>(k))) return ok(NoRoom{});
+  KVTWIN_TRY(std::vector<std::int64_t> pages, bind_pages(static_cast<std::int64_t>(k)));
+  return ok(Allocated{std::move(pages)});
+}
+
+OpResult GpuPool::alloc_many(const AllocMany& op) {
+  const std::uint64_t ps = config_.page_size;
+  std::uint64_t total = 0;
+  for (std::uint64_t tokens : op.tokens) {
+    if (tokens % ps != 0)
+      return invalid("alloc_many: " + std::to_string(tokens) + " tokens is not a whole number of pages of " +
+                     std::to_string(ps) + " tokens; allocate multiples of the page size");
+    KVTWIN_TRY(total, checked_add(total, tokens / ps, "alloc_many page count"));
+  }
+  AllocatedMany out;
+  if (faults_.alloc_many_partial) {
+    // Fault 14: one request at a time, leaving earlier grants behind when a later one fails.
+    for (std::uint64_t tokens : op.tokens) {
+      const std::uint64_t k = tokens / ps;
+      if (k > static_cast<std::uint64_t>(sides_[0]->queue_count) || !fits(static_cast<std::int64_t>(k))) return ok(NoRoom{});
+      KVTWIN_TRY(std::vector<std::int64_t> pages, bind_pages(static_cast<std::int64_t>(k)));
+      out.pages.push_back(std::move(pages));
+    }
+    return ok(std::move(out));
+  }
+  // All or nothing (SPEC 4): one fit check for the sum; binding them together gives each request
+  // exactly the pages it would get one after another.
+  if (total > static_cast<std::uint64_t>(sides_[0]->queue_count) || !fits(static_cast<std::int64_t>(total)))
+    return ok(NoRoom{});
+  KVTWIN_TRY(std::vector<std::int64_t> pages, bind_pages(static_cast<std::int64_t>(total)));
+  std::size_t at = 0;
+  for (std::uint64_t tokens : op.tokens) {
+    const std::size_t k = static_cast<std::size_t>(tokens / ps);
+    out.pages.emplace_back(pages.begin() + static_cast<std::ptrdiff_t>(at),
+                           pages.begin() + static_cast<std::ptrdiff_t>(at + k));
+    at += k;
+  }
+  return ok(std::move(out));
+}
+
+Result<std::vector<std::int64_t>> GpuPool::virtual_pages(IdUnit unit, const std::vector<std::int64_t>& ids,
+                                                         std::string_view what) const {
+  const std::int64_t ps = static_cast<std::int64_t>(config_.page_size);
+  const DeviceSide& full = *sides_[0];
+  std::vector<std::int64_t> pages;
+  pages.reserve(ids.size());
+  for (std::int64_t id : ids) {
+    if (id < 0)
+      return out_of_range(std::string(what) + ": id " + std::to_string(id) + " is negative; ids are virtual " +
+                          (unit == IdUnit::tokens ? "tokens" : "pages") + " >= 0");
+    const std::int64_t v = unit == IdUnit::tokens ? id / ps : id;
+    // docs/decisions.md: the sink and pages below the first usable page are out of range.
+    if (v < full.min_page() || v >= full.v2p_len() - 1)
+      return out_of_range(std::string(what) + ": virtual page " + std::to_string(v) + " is outside the usable pages " +
+                          std::to_string(full.min_page()) + " .. " + std::to_string(full.v2p_len() - 2));
+    pages.push_back(v);
+  }
+  std::sort(pages.begin(), pages.end());
+  pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
+  return pages;
+}
+
+Result<GpuPool::SidePlan> GpuPool::plan_compaction(std::size_t index, const std::int64_t* freed, std::int64_t count) {
+  DeviceSide& side = *sides_[index];
+  SidePlan plan;
+  plan.side = index;
+  plan.freed = freed != nullptr ? count : side.holes;
+  const std::int64_t k = plan.freed;
+  std::uint8_t* flags = side.hole_flags();
+  if (freed != nullptr) {
+    KVTWIN_TRY_STATUS(set_flags(side.marks(), freed, count, 1, stream_));
+    flags = side.marks();
+  }
+  // SPEC 4.1: grow-up new_wm = wm - K, survivors in [new_wm, wm), holes below new_wm; grow-down
+  // new_wm = wm + K, survivors in (wm, new_wm], holes above new_wm; both ascending, paired in order.
+  std::int64_t survivors_lo = 0, survivors_hi = 0, holes_lo = 0, holes_hi = 0;
+  if (side.grows_up()) {
+    plan.new_watermark = side.watermark - k;
+    survivors_lo = plan.new_watermark, survivors_hi = side.watermark;
+    holes_lo = side.min_page(), holes_hi = plan.new_watermark;
+  } else {
+    plan.new_watermark = side.watermark + k;
+    survivors_lo = side.watermark + 1, survivors_hi = plan.new_watermark + 1;
+    holes_lo = plan.new_watermark + 1, holes_hi = side.num_pages();
+  }
+  std::int64_t* src = plan_src_[index].get();
+  std::int64_t* dst = plan_dst_[index].get();
+  KVTWIN_TRY(std::int64_t survivors,
+             select_pages({side.p2v(), flags, true}, survivors_lo, survivors_hi, src, select_, stream_));
+  KVTWIN_TRY(std::int64_t holes, select_pages({nullptr, flags, false}, holes_lo, holes_hi, dst, select_, stream_));
+  KVTWIN_CHECK(survivors == holes, "compaction: survivors and holes differ in number");
+  if (faults_.pairing_out_of_order) KVTWIN_TRY_STATUS(reverse_in_place(dst, holes, stream_));  // fault 11
+  if (freed != nullptr) KVTWIN_TRY_STATUS(set_flags(side.marks(), freed, count, 0, stream_));
+  KVTWIN_TRY(plan.src, download_ids(src, survivors));
+  KVTWIN_TRY(plan.dst, download_ids(dst, holes));
+  return plan;
+}
+
+Status GpuPool::check_readers(const std::vector<SidePlan>& plans) const {
+  if (faults_.move_under_reader) return ok_status();  // fault 12
+  // SPEC 7 / docs/decisions.md: a move whose source or destination a reader holds is refused.
+  for (const SidePlan& plan : plans) {
+    for (std::size_t i = 0; i < plan.src.size(); ++i) {
+      for (const auto& [id, reader] : readers_) {
+        if (reader.side != plan.side) continue;
+        for (std::int64_t page : {plan.src[i], plan.dst[i]})
+          if (reader.pages.count(page) != 0)
+            return make_error(ErrorKind::reader_conflict,
+                              "moving page " + std::to_string(plan.src[i]) + " -> " + std::to_string(plan.dst[i]) +
+                                  " of sub-pool '" + derived_.layouts[plan.side].sub_pool + "' while reader " +
+                                  std::to_string(id) + " holds page " + std::to_string(page) +
+                                  "; end the read (end_read) before anything moves its pages");
+      }
+    }
+  }
+  return ok_status();
+}
+
+Status GpuPool::move_bytes(std::size_t side, const std::int64_t* src, const std::int64_t* dst, std::int64_t n) {
+  if (config_.tables_only || n == 0) return ok_status();
+  PageMoveParams p;
+  p.pool = pool_.get();
+  p.pool_bytes = pool_.bytes();
+  p.page_bytes = sides_[side]->geometry().page_bytes;
+  p.src = src;
+  p.dst = dst;
+  p.pages = n;
+  KVTWIN_CUDA_TRY(launch_move_pages(p, stream_));
+  return ok_status();
+}
+
+Status GpuPool::commit_compaction(const SidePlan& plan) {
+  DeviceSide& side = *sides_[plan.side];
+  const std::int64_t n = static_cast<std::int64_t>(plan.src.size());
+  // Each move copies the whole page envelope, then v2p[p2v[src]] = dst, p2v[dst] = v, p2v[src] = -1.
+  KVTWIN_TRY_STATUS(move_bytes(plan.side, plan_src_[plan.side].get(), plan_dst_[plan.side].get(), n));
+  KVTWIN_TRY_STATUS(side.apply_moves(plan_src_[plan.side].get(), plan_dst_[plan.side].get(), n, stream_));
+  side.watermark = plan.new_watermark;
+  return ok_status();
+}
+
+namespace {
+void append_moves(Compaction& out, const std::string& sub_pool, const std::vector<std::int64_t>& src,
+                  const std::vector<std::int64_t>& dst) {
+  for (std::size_t i = 0; i < src.size(); ++i) out.moves.push_back(PageMove{sub_pool, src[i], dst[i]});
+}
+}  // namespace
+
+OpResult GpuPool::free_pages(const Free& op) {
+  KVTWIN_TRY(std::vector<std::int64_t> vpages, virtual_pages(op.unit, op.ids, "free"));
+  const std::int64_t n = static_cast<std::int64_t>(vpages.size());
+  if (n == 0) return ok(Compaction{});
+  DeviceSide& full = *sides_[0];
+  KVTWIN_TRY(std::int64_t * dv, upload_ids(vpages, 0));
+  KVTWIN_TRY_STATUS(ids_[1].reserve(static_cast<std::size_t>(n)));
+  std::int64_t* full_pages = ids_[1].get();
+  KVTWIN_TRY_STATUS(gather_values(full.v2p(), dv, n, full_pages, stream_));
+  // SPEC 4: any v2p[v] < 0 is "double free or never allocated", and nothing changes.
+  KVTWIN_TRY(bool unbound, any_outside(full_pages, n, 0, INT64_MAX));
+  if (unbound) {
+    KVTWIN_TRY(std::vector<std::int64_t> pages, download_ids(full_pages, n));
+    std::vector<std::int64_t> bad;
+    for (std::size_t i = 0; i < pages.size(); ++i)
+      if (pages[i] < 0) bad.push_back(vpages[i]);
+    return make_error(ErrorKind::double_free, "free: virtual pages " + list_ids(bad) +
+                                                  " are not allocated (double free or never allocated); nothing was freed");
+  }
+  const bool eager = config_.mode == CompactionMode::eager;
+  std::vector<SidePlan> plans;
+  std::int64_t swa_freed = 0;
+  std::int64_t* swa_pages = nullptr;
+  if (sides_.size() == 2) {
+    // SPEC 4.3: free SWA only where swa_v2p[v] > 0, first.
+    KVTWIN_TRY_STATUS(ids_[2].reserve(static_cast<std::size_t>(n)));
+    KVTWIN_TRY_STATUS(ids_[3].reserve(static_cast<std::size_t>(n)));
+    KVTWIN_TRY_STATUS(gather_values(sides_[1]->v2p(), dv, n, ids_[2].get(), stream_));
+    swa_pages = ids_[3].get();
+    KVTWIN_TRY(swa_freed, select_positive(ids_[2].get(), n, swa_pages, select_, stream_));
+    if (eager) {
+      KVTWIN_TRY(SidePlan plan, plan_compaction(1, swa_pages, swa_freed));
+      plans.push_back(std::move(plan));
+    }
+  }
+  if (eager) {
+    KVTWIN_TRY(SidePlan plan, plan_compaction(0, full_pages, n));
+    plans.push_back(std::move(plan));
+  }
+  KVTWIN_TRY_STATUS(check_readers(plans));
+
+  // Commit: SWA side first, then the full side (docs/decisions.md).
+  Compaction out;
+  if (sides_.size() == 2) {
+    DeviceSide& swa = *sides_[1];
+    KVTWIN_TRY_STATUS(swa.unbind(dv, n, true, stream_));
+    swa.allocated -= swa_freed;
+    if (eager) {
+      KVTWIN_TRY_STATUS(commit_compaction(plans.front()));
+      append_moves(out, derived_.layouts[1].sub_pool, plans.front().src, plans.front().dst);
+    } else {
+      KVTWIN_TRY_STATUS(set_flags(swa.hole_flags(), swa_pages, swa_freed, 1, stream_));  // SPEC 4.2
+      swa.holes += swa_freed;
+    }
+  }
+  KVTWIN_TRY_STATUS(full.unbind(dv, n, false, stream_));
+  full.allocated -= n;
+  if (eager) {
+    KVTWIN_TRY_STATUS(commit_compaction(plans.back()));
+    append_moves(out, derived_.layouts[0].sub_pool, plans.back().src, plans.back().dst);
+  } else {
+    KVTWIN_TRY_STATUS(set_flags(full.hole_flags(), full_pages, n, 1, stream_));
+    full.holes += n;
+  }
+  // Freed virtual ids go to the back of the queue, ascending.
+  KVTWIN_TRY_STATUS(full.put_virtual(dv, n, stream_));
+  KVTWIN_TRY_STATUS(sync());
+  return ok(std::move(out));
+}
+
+OpResult GpuPool::free_swa(const FreeSwa& op) {
+  if (sides_.size() != 2)
+    return invalid("free_swa: this pool has no sliding-window side (model '" + config_.shape.name +
+                   "'); free_swa needs a model with full and sliding-window layers");
+  KVTWIN_TRY(std::vector<std::int64_t> vpages, virtual_pages(op.unit, op.ids, "free_swa"));
+  const std::int64_t n = static_cast<std::int64_t>(vpages.size());
+  if (n == 0) return ok(Compaction{});
+  DeviceSide& swa = *sides_[1];
+  KVTWIN_TRY(std::int64_t * dv, upload_ids(vpages, 0));
+  KVTWIN_TRY_STATUS(ids_[1].reserve(static_cast<std::size_t>(n)));
+  KVTWIN_TRY_STATUS(ids_[2].reserve(static_cast<std::size_t>(n)));
+  KVTWIN_TRY_STATUS(gather_values(sides_[0]->v2p(), dv, n, ids_[1].get(), stream_));
+  KVTWIN_TRY_STATUS(gather_values(swa.v2p(), dv, n, ids_[2].get(), stream_));
+  // docs/decisions.md: a virtual page not allocated, or an SWA page already a tombstone, is a
+  // double free.
+  KVTWIN_TRY(bool full_unbound, any_outside(ids_[1].get(), n, 0, INT64_MAX));
+  KVTWIN_TRY(bool swa_unbound, any_outside(ids_[2].get(), n, 1, INT64_MAX));
+  if (full_unbound || swa_unbound)
+    return make_error(ErrorKind::double_free, "free_swa: some of virtual pages " + list_ids(vpages) +
+                                                  " are not allocated or already left the window; nothing was freed");
+  std::int64_t* swa_pages = ids_[2].get();
+  const bool eager = config_.mode == CompactionMode::eager;
+  std::vector<SidePlan> plans;
+  if (eager) {
+    KVTWIN_TRY(SidePlan plan, plan_compaction(1, swa_pages, n));
+    plans.push_back(std::move(plan));
+  }
+  KVTWIN_TRY_STATUS(check_readers(plans));
+  Compaction out;
+  KVTWIN_TRY_STATUS(swa.unbind(dv, n, false, stream_));  // swa_v2p[v] = -1: a tombstone
+  swa.allocated -= n;
+  if (eager) {
+    KVTWIN_TRY_STATUS(commit_compaction(plans.front()));
+    append_moves(out, derived_.layouts[1].sub_pool, plans.front().src, plans.front().dst);
+  } else {
+    KVTWIN_TRY_STATUS(set_flags(swa.hole_flags(), swa_pages, n, 1, stream_));
+    swa.holes += n;
+  }
+  KVTWIN_TRY_STATUS(sync());
+  return ok(std::move(out));
+}
+
+OpResult GpuPool::flush(const Flush&) {
+  // SPEC 4.2: compacts every side exactly as 4.1, with the holes as the freed pages. SWA side
+  // first, as in free.
+  std::vector<std::size_t> order;
+  for (std::size_t i = sides_.size(); i-- > 0;)
+    if (sides_[i]->holes > 0) order.push_back(i);
+  std::vector<SidePlan> plans;
+  for (std::size_t i : order) {
+    KVTWIN_TRY(SidePlan plan, plan_compaction(i, nullptr, 0));
+    plans.push_back(std::move(plan));
+  }
+  KVTWIN_TRY_STATUS(check_readers(plans));
+  Compaction out;
+  for (const SidePlan& plan : plans) {
+    KVTWIN_TRY_STATUS(commit_compaction(plan));
+    DeviceSide& side = *sides_[plan.side];
+    KVTWIN_CUDA_TRY(cudaMemsetAsync(side.hole_flags(), 0, static_cast<std::size_t>(side.p2v_len()), stream_));
+    side.holes = 0;
+    append_moves(out, derived_.layouts[plan.side].sub_pool, plan.src, plan.dst);
+  }
+  KVTWIN_TRY_STATUS(sync());
+  return ok(std::move(out));
+}
+
+OpResult GpuPool::move_pages(const MovePages& op) {
+  bool found = false;
+  const std::size_t index = side_of(op.sub_pool, found);
+  if (!found) {
+    std::string known;
+    for (const DenseEntryLayout& l : derived_.layouts) known += (known.empty() ? "" : ", ") + l.sub_pool;
+    return invalid("move_pages: no sub-pool '" + op.sub_pool + "'; known sub-pools: " + known);
+  }
+  if (op.dst.size() != op.src.size())
+    return invalid("move_pages: " + std::to_string(op.dst.size()) + " destinations for " +
+                   std::to_string(op.src.size()) + " sources; give one destination per source");
+  const DeviceSide& side = *sides_[index];
+  std::set<std::int64_t> seen;
+  for (const std::vector<std::int64_t>* list : {&op.src, &op.dst}) {
+    for (std::int64_t page : *list) {
+      if (page < 0 || page >= side.num_pages())
+        return out_of_range("move_pages: page " + std::to_string(page) + " is outside sub-pool '" + op.sub_pool +
+                            "' (pages 0 .. " + std::to_string(side.num_pages() - 1) + ")");
+      if (!seen.insert(page).second)
+        return invalid("move_pages: page " + std::to_string(page) +
+                       " appears twice; sources and destinations must be distinct pages");
+    }
+  }
+  for (std::int64_t page : op.dst)
+    if (page == 0) return invalid("move_pages: destination 0 is the sink; move into an unbound page above it");
+  const std::int64_t n = static_cast<std::int64_t>(op.dst.size());
+  if (n == 0) return ok(Done{});
+  KVTWIN_TRY(std::int64_t * dst, upload_ids(op.dst, 0));
+  KVTWIN_TRY(std::int64_t * src, upload_ids(op.src, 1));
+  KVTWIN_TRY_STATUS(ids_[2].reserve(static_cast<std::size_t>(n)));
+  KVTWIN_TRY_STATUS(gather_values(side.p2v(), dst, n, ids_[2].get(), stream_));
+  KVTWIN_TRY(std::vector<std::int64_t> owners, download_ids(ids_[2].get(), n));
+  for (std::size_t i = 0; i < owners.size(); ++i)
+    if (owners[i] >= 0)
+      return invalid("move_pages: destination page " + std::to_string(op.dst[i]) + " of sub-pool '" + op.sub_pool +
+                     "' is bound to virtual page " + std::to_string(owners[i]) + "; move only into unbound pages");
+  SidePlan plan;
+  plan.side = index;
+  plan.src = op.src;
+  plan.dst = op.dst;
+  KVTWIN_TRY_STATUS(check_readers({plan}));
+  KVTWIN_TRY_STATUS(move_bytes(index, src, dst, n));
+  KVTWIN_TRY_STATUS(sync());
+  return ok(Done{});
+}
+
+OpResult GpuPool::begin_read(const BeginRead& op) {
+  if (readers_.count(op.reader) != 0)
+    return invalid("begin_read: reader " + std::to_string(op.reader) + " is already open; end_read it first");
+  bool found = false;
+  const std::size_t index = side_of(op.sub_pool, found);
+  if (!found) return invalid("begin_read: no sub-pool '" + op.sub_pool + "'");
+  Reader reader;
+  reader.side = index;
+  for (std::int64_t page : op.pages) {
+    if (page < 0 || page >= sides_[index]->num_pages())
+      return out_of_range("begin_read: page " + std::to_string(page) + " is outside sub-pool '" + op.sub_pool + "'");
+    reader.pages.insert(page);
+  }
+  readers_[op.reader] = std::move(reader);
+  return ok(Done{});
+}
+
+OpResult GpuPool::end_read(const EndRead& op) {
+  if (readers_.erase(op.reader) == 0)
+    return invalid("end_read: reader " + std::to_string(op.reader) + " is not open");
+  return ok(Done{});
+}
+
+// ---------------------------------------------------------------- write locs (SPEC 6)
+
+OpResult GpuPool::make_batch(const MakeBatch& op) {
+  if (!op.encoder_tokens.empty() && op.encoder_tokens.size() != op.tokens.size())
+    return invalid("batch " + std::to_string(op.batch) + ": " + std::to_string(op.encoder_tokens.size()) +
+                   " encoder tokens for " + std::to_string(op.tokens.size()) + " lanes; give one per lane or none");
+  Batch b;
+  b.width = static_cast<std::int64_t>(op.tokens.size());
+  b.tokens = op.tokens;
+  b.encoder_tokens = op.encoder_tokens;
+  KVTWIN_TRY_STATUS(b.loc.allocate(op.tokens.size()));
+  KVTWIN_TRY_STATUS(b.encoder_loc.allocate(op.encoder_tokens.size()));
+  // out_cache_loc starts as the virtual tokens, unmarked.
+  if (!op.tokens.empty())
+    KVTWIN_CUDA_TRY(cudaMemcpyAsync(b.loc.get(), op.tokens.data(), op.tokens.size() * sizeof(std::int64_t),
+                                    cudaMemcpyHostToDevice, stream_));
+  if (!op.encoder_tokens.empty())
+    KVTWIN_CUDA_TRY(cudaMemcpyAsync(b.encoder_loc.get(), op.encoder_tokens.data(),
+                                    op.encoder_tokens.size() * sizeof(std::int64_t), cudaMemcpyHostToDevice, stream_));
+  KVTWIN_TRY_STATUS(sync());
+  batches_[op.batch] = std::move(b);
+  return ok(Done{});
+}
+
+OpResult GpuPool::rebind(const Rebind& op) {
+  KVTWIN_TRY(Batch * b, find_batch(op.batch));
+  const std::int64_t width = op.out_width == 0 ? b->width : static_cast<std::int64_t>(op.out_width);
+  if (op.out_width != 0 && op.out_width < static_cast<std::uint64_t>(b->width))
+    return invalid("rebind: out_width " + std::to_string(op.out_width) + " is smaller than the batch's " +
+                   std::to_string(b->width) + " lanes; give out_width >= the batch size");
+  DeviceBuffer<std::int64_t> loc;
+  KVTWIN_TRY_STATUS(loc.allocate(static_cast<std::size_t>(width)));
+  if (width > 0) {
+    const DeviceSide& full = *sides_[0];
+    TranslateParams p;
+    p.in = b->loc.get();
+    p.cols = b->width;
+    p.out = loc.get();
+    p.out_cols = width;  // lanes past the batch: the sink
+    p.v2p = full.v2p();
+    p.v2p_len = full.v2p_len();
+    p.page_size = static_cast<std::int64_t>(config_.page_size);
+    p.negative_wraps = faults_.negative_wraps;
+    p.tombstone_live = faults_.tombstone_live;
+    if (faults_.skip_rebind) {
+      // Fault 1: the loc keeps its virtual ids (the sink-fill of the tail still happens).
+      p.v2p = nullptr;
+      KVTWIN_CUDA_TRY(cudaMemsetAsync(loc.get(), 0, loc.bytes(), stream_));
+      if (b->width > 0)
+        KVTWIN_CUDA_TRY(cudaMemcpyAsync(loc.get(), b->loc.get(), static_cast<std::size_t>(b->width) * sizeof(std::int64_t),
+                                        cudaMemcpyDeviceToDevice, stream_));
+    } else {
+      KVTWIN_CUDA_TRY(launch_translate(p, stream_));
+    }
+  }
+  KVTWIN_TRY(std::vector<std::int64_t> values, download_ids(loc.get(), width));
+  b->loc = std::move(loc);
+  b->tokens.resize(static_cast<std::size_t>(width), -1);
+  b->width = width;
+  b->physical = true;  // rebind marks the loc physical (SPEC 6)
+  return ok(Ids{std::move(values)});
+}
+
+OpResult GpuPool::split(const Split& op) {
+  KVTWIN_TRY(Batch * parent, find_batch(op.batch));
+  if (op.at > static_cast<std::uint64_t>(parent->width))
+    return invalid("split: at " + std::to_string(op.at) + " is past the batch's " + std::to_string(parent->width) +
+                   " lanes");
+  const std::int64_t at = static_cast<std::int64_t>(op.at);
+  auto child = [&](std::int64_t begin, std::int64_t end) -> Result<Batch> {
+    Batch c;
+    c.width = end - begin;
+    c.tokens.assign(parent->tokens.begin() + begin, parent->tokens.begin() + end);
+    KVTWIN_TRY_STATUS(c.loc.allocate(static_cast<std::size_t>(c.width)));
+    if (c.width > 0)
+      KVTWIN_CUDA_TRY(cudaMemcpyAsync(c.loc.get(), parent->loc.get() + begin,
+                                      static_cast<std::size_t>(c.width) * sizeof(std::int64_t),
+                                      cudaMemcpyDeviceToDevice, stream_));
+    const std::int64_t enc = static_cast<std::int64_t>(parent->encoder_tokens.size());
+    if (enc > 0) {
+      const std::int64_t eb = std::min(begin, enc), ee = std::min(end, enc);
+      c.encoder_tokens.assign(parent->encoder_tokens.begin() + eb, parent->encoder_tokens.begin() + ee);
+      KVTWIN_TRY_STATUS(c.encoder_loc.allocate(static_cast<std::size_t>(ee - eb)));
+      if (ee > eb)
+        KVTWIN_CUDA_TRY(cudaMemcpyAsync(c.encoder_loc.get(), parent->encoder_loc.get() + eb,
+                                        static_cast<std::size_t>(ee - eb) * sizeof(std::int64_t),
+                                        cudaMemcpyDeviceToDevice, stream_));
+    }
+    // SPEC 6: both children copy the parent's mark (fault 3 drops it).
+    c.physical = faults_.split_drops_mark ? false : parent->physical;
+    return c;
+  };
+  KVTWIN_TRY(Batch left, child(0, at));
+  KVTWIN_TRY(Batch right, child(at, parent->width));
+  KVTWIN_TRY_STATUS(sync());
+  Marks marks{left.physical, right.physical};
+  batches_[op.left] = std::move(left);
+  batches_[op.right] = std::move(right);
+  return ok(std::move(marks));
+}
+
+OpResult GpuPool::drop_batch(const DropBatch& op) {
+  if (batches_.erase(op.batch) == 0) return invalid("drop_batch: batch " + std::to_string(op.batch) + " does not exist");
+  return ok(Done{});
+}
+
+OpResult GpuPool::write(const Write& op) {
+  if (op.layer >= derived_.plan.layer_map.size())
+    return out_of_range("write: layer " + std::to_string(op.layer) + " is outside the model's " +
+                        std::to_string(derived_.plan.layer_map.size()) + " layers");
+  const LayerPlacement placement = derived_.plan.layer_map[op.layer];
+  const DenseEntryLayout& layout = derived_.layouts[placement.sub_pool];
+
+  // The loc, its mark and the tokens whose rows the lanes carry.
+  const std::int64_t* loc = nullptr;
+  std::int64_t lanes = 0;
+  bool physical = false;
+  const std::vector<std::int64_t>* tokens = nullptr;
+  if (op.batch.has_value()) {
+    KVTWIN_TRY(Batch * b, find_batch(*op.batch));
+    tokens = &b->tokens;
+    if (placement.kind == LayerKind::cross && !faults_.cross_gets_batch_loc) {
+      // for_layer: a cross-attention layer gets the encoder loc, which nothing translates.
+      if (b->encoder_tokens.empty())
+        return invalid("write: layer " + std::to_string(op.layer) + " is cross-attention but batch " +
+                       std::to_string(*op.batch) + " has no encoder tokens; declare them with the batch");
+      loc = b->encoder_loc.get();
+      lanes = static_cast<std::int64_t>(b->encoder_tokens.size());
+      physical = false;
+    } else {
+      loc = b->loc.get();
+      lanes = b->width;
+      physical = b->physical;
+    }
+  } else {
+    if (op.loc.size() != op.tokens.size())
+      return invalid("write: " + std::to_string(op.loc.size()) + " loc lanes but " + std::to_string(op.tokens.size()) +
+                     " tokens; give one token per lane");
+    KVTWIN_TRY(std::int64_t * uploaded, upload_ids(op.loc, 0));
+    loc = uploaded;
+    lanes = static_cast<std::int64_t>(op.loc.size());
+    physical = op.physical;
+    tokens = &op.tokens;
+  }
+  // SPEC 6: a unified pool refuses an unmarked loc; the check is a host flag read (fault 2 skips it).
+  if (!physical && !faults_.no_mark_check)
+    return make_error(ErrorKind::unmarked_loc,
+                      "write: layer " + std::to_string(op.layer) +
+                          " was handed an unmarked (virtual) loc; a unified pool writes only physical ids: rebind the "
+                          "batch (translate and mark it), or state {physical: true} on a loc translated elsewhere");
+  if (lanes == 0) return ok(Done{});
+  // docs/decisions.md: an id outside the full side's slots, or negative, is out of range.
+  const std::int64_t slots = static_cast<std::int64_t>(derived_.geometry.sub_pools[0].max_slots);
+  KVTWIN_TRY(bool outside, any_outside(loc, lanes, 0, slots));
+  if (outside)
+    return out_of_range("write: a loc id is negative or past the " + std::to_string(slots) +
+                        " slots of sub-pool '" + derived_.layouts[0].sub_pool + "'");
+  // The final loc of the layer: an SWA layer writes at the SWA loc (SPEC 4.3).
+  const std::int64_t* final_loc = loc;
+  const bool swa_layer = sides_.size() == 2 && placement.sub_pool == 1;
+  if (swa_layer) {
+    KVTWIN_TRY_STATUS(ids_[1].reserve(static_cast<std::size_t>(lanes)));
+    SwaTranslateParams p;
+    p.in = loc;
+    p.out = ids_[1].get();
+    p.n = lanes;
+    p.full_p2v = sides_[0]->p2v();
+    p.full_p2v_len = sides_[0]->p2v_len();
+    p.swa_v2p = sides_[1]->v2p();
+    p.swa_v2p_len = sides_[1]->v2p_len();
+    p.page_size = static_cast<std::int64_t>(config_.page_size);
+    p.tombstone_live = faults_.tombstone_live;
+    KVTWIN_CUDA_TRY(launch_swa_translate(p, stream_));
+    final_loc = ids_[1].get();
+    const std::int64_t swa_slots = static_cast<std::int64_t>(derived_.geometry.sub_pools[1].max_slots);
+    KVTWIN_TRY(bool swa_outside, any_outside(final_loc, lanes, 0, swa_slots));
+    if (swa_outside) return out_of_range("write: an SWA loc id is negative or past the SWA side's slots");
+  }
+  if (op.checked) {
+    // SPEC 6: two lanes with one non-sink loc would race; checked mode detects it on the device.
+    KVTWIN_TRY_STATUS(ids_[2].reserve(static_cast<std::size_t>(lanes)));
+    KVTWIN_TRY(bool duplicate, has_nonzero_duplicate(final_loc, lanes, ids_[2].get(), sort_temp_, status_.get(), stream_));
+    if (duplicate)
+      return make_error(ErrorKind::duplicate_loc, "write: two lanes of layer " + std::to_string(op.layer) +
+                                                      " name the same non-sink slot; each lane needs its own slot");
+  }
+  if (config_.tables_only) return ok(Done{});
+
+  // The rows: the oracle row of each part for each lane's token (docs/decisions.md).
+  std::uint64_t lane_bytes = 0;
+  for (const DensePart& part : layout.parts) lane_bytes += part.row_bytes();
+  std::vector<std::uint8_t> rows(static_cast<std::size_t>(lane_bytes * static_cast<std::uint64_t>(lanes)));
+  std::vector<RowSegment> segments;
+  std::uint64_t part_offset = 0;
+  for (std::size_t pi = 0; pi < layout.parts.size(); ++pi) {
+    const DensePart& part = layout.parts[pi];
+    for (std::int64_t lane = 0; lane < lanes; ++lane) {
+      const std::int64_t token = static_cast<std::size_t>(lane) < tokens->size() ? (*tokens)[static_cast<std::size_t>(lane)] : -1;
+      const RowIdentity id{token, static_cast<std::uint32_t>(placement.sub_pool), placement.local_layer,
+                           static_cast<std::uint32_t>(pi), op.write_number};
+      fill_oracle_row(config_.seed, id, part.dtype,
+                      std::span<std::uint8_t>(rows.data() + static_cast<std::size_t>(lane) * lane_bytes + part_offset,
+                                              part.row_bytes()));
+    }
+    RowSegment seg;
+    seg.pool_offset_bytes = part.offset_bytes + std::uint64_t{placement.local_layer} * part.layer_stride_bytes;
+    seg.entry_bytes = layout.entry_bytes;
+    seg.staging_offset_bytes = part_offset;
+    seg.row_bytes = static_cast<std::uint32_t>(part.row_bytes());
+    seg.loc_set = 0;
+    segments.push_back(seg);
+    part_offset += part.row_bytes();
+  }
+  KVTWIN_TRY_STATUS(staging_.reserve(rows.size()));
+  KVTWIN_TRY_STATUS(segments_.reserve(segments.size()));
+  KVTWIN_CUDA_TRY(cudaMemcpyAsync(staging_.get(), rows.data(), rows.size(), cudaMemcpyHostToDevice, stream_));
+  KVTWIN_CUDA_TRY(cudaMemcpyAsync(segments_.get(), segments.data(), segments.size() * sizeof(RowSegment),
+                                  cudaMemcpyHostToDevice, stream_));
+  RowCopyParams p;
+  p.pool = pool_.get();
+  p.pool_bytes = pool_.bytes();
+  p.staging = staging_.get();
+  p.staging_lane_stride_bytes = lane_bytes;
+  p.segments = segments_.get();
+  p.num_segments = static_cast<std::uint32_t>(segments.size());
+  for (const RowSegment& s : segments) p.max_row_bytes = std::max(p.max_row_bytes, s.row_bytes);
+  p.locs[0] = final_loc;
+  p.lanes = lanes;
+  p.vector16 = rows_vector16(p.pool, p.staging, lane_bytes, segments.data(), p.num_segments);
+  p.int32_offsets = faults_.int32_offsets;
+  KVTWIN_CUDA_TRY(launch_scatter_rows(p, stream_));
+  KVTWIN_TRY_STATUS(sync());
+  return ok(Done{});
+}
+
+OpResult GpuPool::read(const Read& op) {
+  if (op.layer >= derived_.plan.layer_map.size())
+    return out_of_range("read: layer " + std::to_string(op.layer) + " is outside the model's " +
+                        std::to_string(derived_.plan.layer_map.size()) + " layers");
+  const LayerPlacement placement = derived_.plan.layer_map[op.layer];
+  const DenseEntryLayout& layout = derived_.layouts[placement.sub_pool];
+  KVTWIN_TRY(const DensePart* part, layout.part(op.part));
+  const std::int64_t slots = static_cast<std::int64_t>(derived_.geometry.sub_pools[placement.sub_pool].max_slots);
+  for (std::int64_t id : op.ids)
+    if (id < 0 || id >= slots)
+      return out_of_range("read: physical id " + std::to_string(id) + " is outside the " + std::to_string(slots) +
+                          " slots of sub-pool '" + layout.sub_pool + "'");
+  if (config_.tables_only)
+    return make_error(ErrorKind::unsupported, "read: this pool is tables-only (no bytes); build it with bytes to read rows");
+  const std::int64_t lanes = static_cast<std::int64_t>(op.ids.size());
+  const std::uint64_t row = part->row_bytes();
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(row * static_cast<std::uint64_t>(lanes)));
+  if (lanes > 0) {
+    KVTWIN_TRY(std::int64_t * ids, upload_ids(op.ids, 0));
+    KVTWIN_TRY_STATUS(staging_.reserve(out.size()));
+    RowSegment seg;
+    seg.pool_offset_bytes = part->offset_bytes + std::uint64_t{placement.local_layer} * part->layer_stride_bytes;
+    seg.entry_bytes = layout.entry_bytes;
+    seg.row_bytes = static_cast<std::uint32_t>(row);
+    KVTWIN_TRY_STATUS(segments_.reserve(1));
+    KVTWIN_CUDA_TRY(cudaMemcpyAsync(segments_.get(), &seg, sizeof seg, cudaMemcpyHostToDevice, stream_));
+    RowCopyParams p;
+    p.pool = pool_.get();
+    p.pool_bytes = pool_.bytes();
+    p.staging = staging_.get();
+    p.staging_lane_stride_bytes = row;
+    p.segments = segments_.get();
+    p.num_segments = 1;
+    p.max_row_bytes = seg.row_bytes;
+    p.locs[0] = ids;
+    p.lanes = lanes;
+    p.vector16 = rows_vector16(p.pool, p.staging, row, &seg, 1);
+    p.int32_offsets = faults_.int32_offsets;
+    KVTWIN_CUDA_TRY(launch_gather_rows(p, stream_));
+    KVTWIN_CUDA_TRY(cudaMemcpyAsync(out.data(), staging_.get(), out.size(), cudaMemcpyDeviceToHost, stream_));
+    KVTWIN_TRY_STATUS(sync());
+  }
+  return ok(Bytes::of(std::move(out)));
+}
+
+// ---------------------------------------------------------------- translation (SPEC 5)
+
+OpResult GpuPool::translate(const Translate& op) {
+  // The logical shape.
+  if (op.shape.empty() || op.shape.size() > 2)
+    return invalid("translate: shape has " + std::to_string(op.shape.size()) + " dimensions; give [n] or [rows, cols]");
+  for (std::int64_t d : op.shape)
+    if (d < 0) return invalid("translate: negative dimension " + std::to_string(d));
+  const bool two_d = op.shape.size() == 2;
+  const std::int64_t rows = two_d ? op.shape[0] : 1;
+  const std::int64_t cols = two_d ? op.shape[1] : op.shape[0];
+  if (static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(cols) != op.ids.size())
+    return invalid("translate: shape holds " + std::to_string(rows * cols) + " ids but " +
+                   std::to_string(op.ids.size()) + " were given");
+  if (op.out_dtype != IndexDtype::int64)
+    return invalid("translate: the output must be int64 (physical ids can pass 2^31); give an int64 out");
+  if (two_d && op.out_width != 0) return invalid("translate: out_width applies to one-dimensional ids only");
+  if (op.out_width != 0 && op.out_width < static_cast<std::uint64_t>(cols))
+    return invalid("translate: out_width " + std::to_string(op.out_width) + " is smaller than the " +
+                   std::to_string(cols) + " ids; give out_width >= n");
+  if (op.input_stride < 0 || op.out_stride < 0) return invalid("translate: strides must be >= 0");
+  const bool in32 = op.index_dtype == IndexDtype::int32;
+  if (op.out == OutPlacement::alias && in32)
+    return invalid("translate: an int32 input cannot be its own output (the output is int64); use a fresh or strided out");
+  if (in32)
+    for (std::int64_t v : op.ids)
+      if (v < INT32_MIN || v > INT32_MAX)
+        return invalid("translate: id " + std::to_string(v) + " does not fit the int32 input; use int64 ids");
+  const std::int64_t out_cols = op.out_width != 0 ? static_cast<std::int64_t>(op.out_width) : cols;
+
+  // Input layout: 1-D element stride, 2-D row stride (0: contiguous).
+  const std::int64_t in_col_stride = two_d ? 1 : (op.input_stride == 0 ? 1 : op.input_stride);
+  const std::int64_t in_row_stride = two_d ? (op.input_stride == 0 ? cols : op.input_stride) : 0;
+  if (two_d && in_row_stride < cols) return invalid("translate: row stride is smaller than the row");
+  const bool alias = op.out == OutPlacement::alias;
+  const std::int64_t in_lanes = alias ? out_cols : cols;  // an aliasing buffer holds the output's lanes
+  const std::int64_t in_elems = rows == 0 || in_lanes == 0 ? 1 : (rows - 1) * in_row_stride + (in_lanes - 1) * in_col_stride + 1;
+  // Output layout.
+  std::int64_t out_col_stride = 1, out_row_stride = out_cols;
+  if (alias) {
+    out_col_stride = in_col_stride;
+    out_row_stride = in_row_stride;
+  } else if (op.out == OutPlacement::strided) {
+    if (two_d) {
+      out_row_stride = op.out_stride == 0 ? cols : op.out_stride;
+      if (out_row_stride < cols) return invalid("translate: out row stride is smaller than the row");
+    } else {
+      out_col_stride = op.out_stride == 0 ? 1 : op.out_stride;
+    }
+  }
+  const std::int64_t out_elems =
+      rows == 0 || out_cols == 0 ? 1 : (rows - 1) * out_row_stride + (out_cols - 1) * out_col_stride + 1;
+
+  // Buffers: every element poisoned first, then the ids at their strided places.
+  constexpr std::int64_t kPoison = 0x5a5a5a5a5a5a5a5aLL;
+  const std::size_t itemsize = in32 ? 4 : 8;
+  std::vector<std::uint8_t> in_host(static_cast<std::size_t>(in_elems) * itemsize);
+  if (in32) {
+    std::vector<std::int32_t> v(static_cast<std::size_t>(in_elems), 0x5a5a5a5a);
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c)
+        v[static_cast<std::size_t>(r * in_row_stride + c * in_col_stride)] =
+            static_cast<std::int32_t>(op.ids[static_cast<std::size_t>(r * cols + c)]);
+    std::memcpy(in_host.data(), v.data(), in_host.size());
+  } else {
+    std::vector<std::int64_t> v(static_cast<std::size_t>(in_elems), kPoison);
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c)
+        v[static_cast<std::size_t>(r * in_row_stride + c * in_col_stride)] = op.ids[static_cast<std::size_t>(r * cols + c)];
+    // An aliasing buffer's lanes past n hold stale ids (a capture-stable buffer's old contents).
+    if (alias)
+      for (std::int64_t c = cols; c < out_cols; ++c) v[static_cast<std::size_t>(c * in_col_stride)] = 7 + c;
+    std::memcpy(in_host.data(), v.data(), in_host.size());
+  }
+  DeviceBuffer<std::uint8_t> in_dev;
+  KVTWIN_TRY_STATUS(in_dev.allocate(in_host.size()));
+  KVTWIN_CUDA_TRY(cudaMemcpyAsync(in_dev.get(), in_host.data(), in_host.size(), cudaMemcpyHostToDevice, stream_));
+  DeviceBuffer<std::int64_t> out_dev;
+  std::int64_t* out = reinterpret_cast<std::int64_t*>(in_dev.get());
+  if (!alias) {
+    KVTWIN_TRY_STATUS(out_dev.allocate(static_cast<std::size_t>(out_elems)));
+    const std::vector<std::int64_t> poison(static_cast<std::size_t>(out_elems), kPoison);
+    KVTWIN_CUDA_TRY(cudaMemcpyAsync(out_dev.get(), poison.data(), poison.size() * sizeof(std::int64_t),
+                                    cudaMemcpyHostToDevice, stream_));
+    out = out_dev.get();
+  }
+  const DeviceSide& full = *sides_[0];
+  TranslateParams p;
+  p.in = in_dev.get();
+  p.in_int32 = in32;
+  p.rows = rows;
+  p.cols = cols;
+  p.in_row_stride = in_row_stride;
+  p.in_col_stride = in_col_stride;
+  p.out = out;
+  p.out_row_stride = out_row_stride;
+  p.out_col_stride = out_col_stride;
+  p.out_cols = out_cols;
+  p.v2p = full.v2p();
+  p.v2p_len = full.v2p_len();
+  p.page_size = static_cast<std::int64_t>(config_.page_size);
+  p.negative_wraps = faults_.negative_wraps;
+  p.tombstone_live = faults_.tombstone_live;
+  KVTWIN_CUDA_TRY(launch_translate(p, stream_));
+  KVTWIN_TRY(std::vector<std::int64_t> whole, download_ids(out, out_elems));
+  std::vector<std::int64_t> values;
+  values.reserve(static_cast<std::size_t>(rows * out_cols));
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < out_cols; ++c)
+      values.push_back(whole[static_cast<std::size_t>(r * out_row_stride + c * out_col_stride)]);
+  return ok(Ids{std::move(values)});
+}
+
+OpResult GpuPool::swa_translate(const SwaTranslate& op) {
+  if (sides_.size() != 2)
+    return invalid("swa_translate: this pool has no sliding-window side (model '" + config_.shape.name + "')");
+  const std::int64_t n = static_cast<std::int64_t>(op.ids.size());
+  if (n == 0) return ok(Ids{});
+  KVTWIN_TRY(std::int64_t * in, upload_ids(op.ids, 0));
+  KVTWIN_TRY_STATUS(ids_[1].reserve(static_cast<std::size_t>(n)));
+  SwaTranslateParams p;
+  p.in = in;
+  p.out = ids_[1].get();
+  p.n = n;
+  p.full_p2v = sides_[0]->p2v();
+  p.full_p2v_len = sides_[0]->p2v_len();
+  p.swa_v2p = sides_[1]->v2p();
+  p.swa_v2p_len = sides_[1]->v2p_len();
+  p.page_size = static_cast<std::int64_t>(config_.page_size);
+  p.tombstone_live = faults_.tombstone_live;
+  KVTWIN_CUDA_TRY(launch_swa_translate(p, stream_));
+  KVTWIN_TRY(std::vector<std::int64_t> values, download_ids(ids_[1].get(), n));
+  return ok(Ids{std::move(values)});
+}
+
+OpResult GpuPool::page_table(const PageTable& op) {
+  const std::int64_t ps = static_cast<std::int64_t>(config_.page_size);
+  const std::int64_t bs = static_cast<std::int64_t>(op.req.size());
+  if (op.seq_len.size() != op.req.size())
+    return invalid("page_table: " + std::to_string(op.req.size()) + " batch rows but " +
+                   std::to_string(op.seq_len.size()) + " lengths; give one length per row");
+  if (op.prior.size() < op.req.size())
+    return invalid("page_table: the table has " + std::to_string(op.prior.size()) + " rows for " +
+                   std::to_string(bs) + " batch rows");
+  std::int64_t rt_cols = 0, table_cols = 0;
+  for (const auto& row : op.req_to_token) rt_cols = std::max<std::int64_t>(rt_cols, static_cast<std::int64_t>(row.size()));
+  for (const auto& row : op.prior) table_cols = std::max<std::int64_t>(table_cols, static_cast<std::int64_t>(row.size()));
+  for (std::int64_t b = 0; b < bs; ++b) {
+    const std::int64_t req = op.req[static_cast<std::size_t>(b)];
+    const std::int64_t len = op.seq_len[static_cast<std::size_t>(b)];
+    if (req < 0 || req >= static_cast<std::int64_t>(op.req_to_token.size()))
+      return out_of_range("page_table: row " + std::to_string(b) + " names request " + std::to_string(req) +
+                          ", outside the " + std::to_string(op.req_to_token.size()) + " request rows");
+    if (len < 0 || len > static_cast<std::int64_t>(op.req_to_token[static_cast<std::size_t>(req)].size()))
+      return out_of_range("page_table: row " + std::to_string(b) + " has length " + std::to_string(len) +
+                          ", outside its request's " +
+                          std::to_string(op.req_to_token[static_cast<std::size_t>(req)].size()) + " tokens");
+    if ((len + ps - 1) / ps > static_cast<std::int64_t>(op.prior[static_cast<std::size_t>(b)].size()))
+      return out_of_range("page_table: row " + std::to_string(b) + " needs " + std::to_string((len + ps - 1) / ps) +
+                          " pages but the table row has " + std::to_string(op.prior[static_cast<std::size_t>(b)].size()) +
+                          " columns");
+  }
+  // Dense device copies (rows padded; padding is never read: bounds above).
+  std::vector<std::int64_t> rt(op.req_to_token.size() * static_cast<std::size_t>(std::max<std::int64_t>(rt_cols, 1)), 0);
+  for (std::size_t r = 0; r < op.req_to_token.size(); ++r)
+    std::copy(op.req_to_token[r].begin(), op.req_to_token[r].end(), rt.begin() + static_cast<std::ptrdiff_t>(r * static_cast<std::size_t>(std::max<std::int64_t>(rt_cols, 1))));
+  const std::int64_t tcols = std::max<std::int64_t>(table_cols, 1);
+  std::vector<std::int64_t> table(op.prior.size() * static_cast<std::size_t>(tcols), 0);
+  for (std::size_t r = 0; r < op.prior.size(); ++r)
+    std::copy(op.prior[r].begin(), op.prior[r].end(), table.begin() + static_cast<std::ptrdiff_t>(r * static_cast<std::size_t>(tcols)));
+  KVTWIN_TRY(std::int64_t * rt_dev, upload_ids(rt, 0));
+  KVTWIN_TRY(std::int64_t * req_dev, upload_ids(op.req, 1));
+  KVTWIN_TRY(std::int64_t * len_dev, upload_ids(op.seq_len, 2));
+  KVTWIN_TRY(std::int64_t * table_dev, upload_ids(table, 3));
+  PageTableParams p;
+  p.req_to_token = rt_dev;
+  p.rt_rows = static_cast<std::int64_t>(op.req_to_token.size());
+  p.rt_cols = rt_cols;
+  p.rt_row_stride = std::max<std::int64_t>(rt_cols, 1);
+  p.req = req_dev;
+  p.seq_lens = len_dev;
+  p.bs = bs;
+  p.table = table_dev;
+  p.table_cols = table_cols;
+  p.table_row_stride = tcols;
+  p.v2p = sides_[0]->v2p();
+  p.v2p_len = sides_[0]->v2p_len();
+  p.page_size = ps;
+  KVTWIN_CUDA_TRY(launch_page_table(p, stream_));
+  KVTWIN_TRY(std::vector<std::int64_t> whole, download_ids(table_dev, static_cast<std::int64_t>(table.size())));
+  Table out;
+  for (std::size_t r = 0; r < op.prior.size(); ++r)
+    out.rows.emplace_back(whole.begin() + static_cast<std::ptrdiff_t>(r * static_cast<std::size_t>(tcols)),
+                          whole.begin() + static_cast<std::ptrdiff_t>(r * static_cast<std::size_t>(tcols) + op.prior[r].size()));
+  return ok(std::move(out));
+}
+
+OpResult GpuPool::remap_indices(const RemapIndices& op) {
+  if (op.kv_indptr.size() != op.bs + 1)
+    return invalid("remap_indices: kv_indptr has " + std::to_string(op.kv_indptr.size()) + " entries for bs " +
+                   std::to_string(op.bs) + "; it needs bs + 1");
+  const std::int64_t bound = op.kv_indptr[op.bs];
+  const std::int64_t capacity = static_cast<std::int64_t>(op.kv_indices.size());
+  if (bound < 0 || bound > capacity)
+    return out_of_range("remap_indices: kv_indptr[bs] = " + std::to_string(bound) + " is outside the " +
+                        std::to_string(capacity) + "-entry index buffer");
+  if (capacity == 0) return ok(Ids{});
+  KVTWIN_TRY(std::int64_t * indices, upload_ids(op.kv_indices, 0));
+  KVTWIN_TRY(std::int64_t * indptr, upload_ids(op.kv_indptr, 1));
+  RemapParams p;
+  p.in = indices;
+  p.out = indices;  // in place: the capture-stable buffer the kernel reads
+  if (faults_.remap_fresh_buffer) {
+    // Fault 7: the remap lands in a fresh buffer; the capture-stable one keeps its virtual ids.
+    KVTWIN_TRY_STATUS(ids_[2].reserve(static_cast<std::size_t>(capacity)));
+    p.out = ids_[2].get();
+  }
+  p.capacity = capacity;
+  p.kv_indptr = indptr;
+  p.bs = static_cast<std::int64_t>(op.bs);
+  p.v2p = sides_[0]->v2p();
+  p.v2p_len = sides_[0]->v2p_len();
+  p.page_size = static_cast<std::int64_t>(config_.page_size);
+  KVTWIN_CUDA_TRY(launch_remap_indices(p, stream_));
+  KVTWIN_TRY(std::vector<std::int64_t> values, download_ids(indices, capacity));
+  return ok(Ids{std::move(values)});
+}
+
+// ---------------------------------------------------------------- decode step (SPEC 7)
+
+OpResult GpuPool::capture(const Capture& op) {
+  if (config_.tables_only)
+    return make_error(ErrorKind::unsupported, "capture: a tables-only pool has no bytes to attend over");
+  PoolDeviceView view;
+  view.pool = pool_.get();
+  view.pool_bytes = pool_.bytes();
+  view.full = sides_[0].get();
+  view.swa = sides_.size() == 2 ? sides_[1].get() : nullptr;
+  view.derived = &derived_;
+  view.config = &config_;
+  KVTWIN_TRY(std::unique_ptr<DecodeStep> step, DecodeStep::create(op, view, faults_, stream_));
+  graphs_[op.graph] = std::move(step);
+  return ok(Done{});
+}
+
+OpResult GpuPool::replay(const Replay& op) {
+  auto it = graphs_.find(op.graph);
+  if (it == graphs_.end())
+    return invalid("replay: graph " + std::to_string(op.graph) + " was never captured; capture it first");
+  KVTWIN_TRY(Decode decode, it->second->replay(op, faults_, stream_));
+  return ok(std::move(decode));
+}
+
+// ---------------------------------------------------------------- what a checker compares
+
+Result<PoolTables> GpuPool::tables() const {
+  KVTWIN_TRY_STATUS(require_pool());
+  PoolTables out;
+  for (std::size_t i = 0; i < sides_.size(); ++i) {
+    const DeviceSide& side = *sides_[i];
+    SideTables t;
+    t.name = derived_.layouts[i].sub_pool;
+    KVTWIN_TRY(t.v2p, download_ids(side.v2p(), side.v2p_len()));
+    KVTWIN_TRY(t.p2v, download_ids(side.p2v(), side.p2v_len()));
+    KVTWIN_TRY(t.free_queue, side.queue_contents(stream_));
+    t.watermark = side.watermark;
+    KVTWIN_TRY_STATUS(ids_[4].reserve(static_cast<std::size_t>(side.p2v_len())));
+    KVTWIN_TRY(t.holes, side.hole_list(select_, ids_[4].get(), stream_));
+    t.allocated_pages = static_cast<std::uint64_t>(side.allocated);
+    out.sides.push_back(std::move(t));
+  }
+  return out;
+}
+
+Result<std::vector<std::uint8_t>> GpuPool::raw_bytes(std::uint64_t offset, std::uint64_t length) const {
+  KVTWIN_TRY_STATUS(require_pool());
+  if (config_.tables_only)
+    return make_error(ErrorKind::unsupported, "raw_bytes: this pool is tables-only and holds no bytes");
+  if (offset > config_.total_bytes || length > config_.total_bytes - offset)
+    return out_of_range("raw_bytes: [" + std::to_string(offset) + ", +" + std::to_string(length) +
+                        ") is outside the pool's " + std::to_string(config_.total_bytes) + " bytes");
+  std::vector<std::uint8_t> out(static_cast<std::size_t>(length));
+  if (length > 0) {
+    KVTWIN_CUDA_TRY(cudaMemcpyAsync(out.data(), pool_.get() + offset, out.size(), cudaMemcpyDeviceToHost, stream_));
+    KVTWIN_TRY_STATUS(sync());
+  }
+  return out;
+}
+
+}  // namespace kvtwin::gpu
