@@ -11,6 +11,9 @@ namespace {
 
 Error invalid(std::string message) { return make_error(ErrorKind::invalid_argument, std::move(message)); }
 
+// The most entries a captured page table may have (a bound against runaway shapes in traces).
+constexpr std::uint64_t kMaxTableEntries = std::uint64_t{1} << 20;
+
 template <class T>
 Status upload(DeviceBuffer<T>& to, const std::vector<T>& from, cudaStream_t stream, std::size_t offset = 0) {
   if (from.empty()) return ok_status();
@@ -29,20 +32,25 @@ Result<std::unique_ptr<DecodeStep>> DecodeStep::create(const Capture& op, const 
                                                        const Faults& faults, cudaStream_t stream) {
   const PoolDerived& derived = *pool.derived;
   const std::int64_t ps = static_cast<std::int64_t>(pool.config->page_size);
+  if (op.max_batch == 0 || op.max_pages == 0)
+    return invalid("capture: max_batch and max_pages must be at least 1 (got " + std::to_string(op.max_batch) + " and " +
+                   std::to_string(op.max_pages) + ")");
+  if (std::uint64_t{op.max_batch} * op.max_pages > kMaxTableEntries)
+    return invalid("capture: a page table of " + std::to_string(op.max_batch) + " x " + std::to_string(op.max_pages) +
+                   " exceeds " + std::to_string(kMaxTableEntries) + " entries");
   if (op.layer >= derived.plan.layer_map.size())
     return make_error(ErrorKind::out_of_range, "capture: layer " + std::to_string(op.layer) + " is outside the model's " +
                                                    std::to_string(derived.plan.layer_map.size()) + " layers");
   const LayerPlacement attended = derived.plan.layer_map[op.layer];
-  if (attended.kind == LayerKind::swa)
-    return invalid("capture: layer " + std::to_string(op.layer) +
-                   " is a sliding-window layer; the reference attention reads a full or MLA layer");
+  if (attended.kind == LayerKind::swa || attended.kind == LayerKind::cross)
+    return invalid("capture: layer " + std::to_string(op.layer) + " is a '" +
+                   std::string(layer_kind_name(attended.kind)) +
+                   "' layer; the decode attention reads a full or MLA layer through the full page table");
   const SubPoolSpec& spec = derived.plan.sub_pools[attended.sub_pool];
-  if (op.max_batch == 0 || op.max_pages == 0)
-    return invalid("capture: max_batch and max_pages must be at least 1");
-  if (op.max_batch > 65535) return invalid("capture: max_batch " + std::to_string(op.max_batch) + " is above 65535");
   if (op.query_heads == 0 || op.query_heads % spec.heads_per_rank != 0)
-    return invalid("capture: " + std::to_string(op.query_heads) + " query heads is not a positive multiple of the " +
-                   std::to_string(spec.heads_per_rank) + " KV heads per rank of layer " + std::to_string(op.layer));
+    return invalid("capture: query_heads " + std::to_string(op.query_heads) +
+                   " must be a positive multiple of the layer's " + std::to_string(spec.heads_per_rank) +
+                   " KV heads per rank");
 
   std::unique_ptr<DecodeStep> step(new DecodeStep());
   step->shape_ = op;
@@ -52,8 +60,11 @@ Result<std::unique_ptr<DecodeStep>> DecodeStep::create(const Capture& op, const 
   step->max_tokens_ = static_cast<std::int64_t>(op.max_pages) * ps;
 
   // Every layer's rows for one lane, back to back: segment (layer, part) in model order.
+  // docs/decisions.md: cross-attention layers take no decoder rows.
   for (std::uint32_t l = 0; l < derived.plan.layer_map.size(); ++l) {
     const LayerPlacement& placement = derived.plan.layer_map[l];
+    if (placement.kind == LayerKind::cross) continue;
+    step->writes_full_layer = step->writes_full_layer || placement.kind != LayerKind::swa;
     const DenseEntryLayout& layout = derived.layouts[placement.sub_pool];
     for (std::size_t pi = 0; pi < layout.parts.size(); ++pi) {
       const DensePart& part = layout.parts[pi];
@@ -62,7 +73,8 @@ Result<std::unique_ptr<DecodeStep>> DecodeStep::create(const Capture& op, const 
       seg.entry_bytes = layout.entry_bytes;
       seg.staging_offset_bytes = step->lane_row_bytes_;
       seg.row_bytes = static_cast<std::uint32_t>(part.row_bytes());
-      seg.loc_set = pool.swa != nullptr && placement.sub_pool == 1 ? 1 : 0;  // SWA layers: the SWA loc
+      seg.loc_set = placement.kind == LayerKind::swa ? 1 : 0;  // SWA layers write at the SWA loc
+      seg.first_slot = static_cast<std::int64_t>(derived.geometry.sub_pools[placement.sub_pool].min_page_index) * ps;
       step->host_segments_.push_back(seg);
       step->segment_rows_.push_back(RowIdentity{0, static_cast<std::uint32_t>(placement.sub_pool),
                                                 placement.local_layer, static_cast<std::uint32_t>(pi), 0});
@@ -118,6 +130,7 @@ Result<std::unique_ptr<DecodeStep>> DecodeStep::create(const Capture& op, const 
   KVTWIN_TRY_STATUS(step->q_.allocate(mb * op.query_heads * step->k_dim_));
   KVTWIN_TRY_STATUS(step->scores_.allocate(mb * op.query_heads * static_cast<std::size_t>(step->max_tokens_)));
   KVTWIN_TRY_STATUS(step->out_.allocate(mb * op.query_heads * step->v_dim_));
+  KVTWIN_TRY_STATUS(step->flags_.allocate(mb));
   for (auto* buffer : {&step->new_tokens_, &step->loc_, &step->swa_loc_, &step->req_to_token_, &step->next_lens_,
                        &step->graph_lens_, &step->table_})
     KVTWIN_CUDA_TRY(cudaMemsetAsync(buffer->get(), 0, buffer->bytes(), stream));
@@ -166,8 +179,9 @@ Status DecodeStep::record(cudaStream_t stream) {
     p.page_size = static_cast<std::int64_t>(pool_.config->page_size);
     err = launch_swa_translate(p, stream);
   }
-  // 3. The write door for every layer at once; sink lanes write nothing.
-  if (err == cudaSuccess) {
+  // 3. The write door for every layer at once; sink lanes write nothing. (A tables-only pool has
+  //    no bytes: no rows, no attention.)
+  if (err == cudaSuccess && pool_.pool != nullptr) {
     RowCopyParams p;
     p.pool = pool_.pool;
     p.pool_bytes = pool_.pool_bytes;
@@ -183,7 +197,7 @@ Status DecodeStep::record(cudaStream_t stream) {
     err = launch_scatter_rows(p, stream);
   }
   // 4. The reference attention through the page table.
-  if (err == cudaSuccess) err = launch_decode_attention(attention_, stream);
+  if (err == cudaSuccess && pool_.pool != nullptr) err = launch_decode_attention(attention_, stream);
   KVTWIN_TRY_STATUS(end_capture(err));
   KVTWIN_CUDA_TRY(cudaGraphInstantiate(&exec_, graph_, 0));
   return ok_status();
@@ -191,27 +205,68 @@ Status DecodeStep::record(cudaStream_t stream) {
 
 Result<Decode> DecodeStep::replay(const Replay& op, const Faults& faults, cudaStream_t stream) {
   const std::int64_t bs = static_cast<std::int64_t>(op.requests.size());
-  if (bs > max_batch_)
-    return invalid("replay: " + std::to_string(bs) + " requests but graph " + std::to_string(shape_.graph) +
-                   " was captured for at most " + std::to_string(max_batch_));
-  for (std::size_t b = 0; b < op.requests.size(); ++b) {
-    const std::int64_t len = static_cast<std::int64_t>(op.requests[b].size());
-    if (len == 0) return invalid("replay: request " + std::to_string(b) + " has no tokens; its new token comes last");
-    if (len > max_tokens_)
-      return invalid("replay: request " + std::to_string(b) + " has " + std::to_string(len) + " tokens, above the " +
-                     std::to_string(max_tokens_) + " the graph's page table holds (max_pages * page_size)");
-  }
-  const std::size_t ubs = static_cast<std::size_t>(bs);
   const std::int64_t ps = static_cast<std::int64_t>(pool_.config->page_size);
+  if (bs > max_batch_)
+    return make_error(ErrorKind::out_of_range, "replay: " + std::to_string(bs) + " requests exceed graph " +
+                                                   std::to_string(shape_.graph) + "'s max_batch " +
+                                                   std::to_string(max_batch_) + "; capture a larger graph");
+  // Requests in order: empty, then wider than the page table (host checks on the operation), then
+  // a token that is not allocated (a device check against v2p). The first failing request decides.
+  std::int64_t host_bad = bs;
+  Error host_error = invalid("");
+  for (std::int64_t b = 0; b < bs && host_bad == bs; ++b) {
+    const auto& tokens = op.requests[static_cast<std::size_t>(b)];
+    if (tokens.empty()) {
+      host_bad = b;
+      host_error = invalid("replay: request " + std::to_string(b) + " has no tokens; give its tokens, the new one last");
+    } else if (static_cast<std::int64_t>(tokens.size() + static_cast<std::size_t>(ps) - 1) / ps > max_pages_) {
+      host_bad = b;
+      host_error = make_error(ErrorKind::out_of_range,
+                              "replay: request " + std::to_string(b) + " spans more than graph " +
+                                  std::to_string(shape_.graph) + "'s max_pages " + std::to_string(max_pages_) +
+                                  "; capture a wider page table");
+    }
+  }
+  const std::size_t checked = static_cast<std::size_t>(host_bad);  // requests that fit the buffers
 
   // ---- out of graph: refill every capture-stable input from this batch alone (SPEC 7).
-  std::vector<std::int64_t> new_tokens(ubs), lens(static_cast<std::size_t>(max_batch_), 0);
-  std::vector<std::int64_t> rt(ubs * static_cast<std::size_t>(max_tokens_), 0);
-  for (std::size_t b = 0; b < ubs; ++b) {
+  std::vector<std::int64_t> new_tokens(checked), lens(static_cast<std::size_t>(max_batch_), 0);
+  std::vector<std::int64_t> rt(checked * static_cast<std::size_t>(max_tokens_), 0);
+  for (std::size_t b = 0; b < checked; ++b) {
     new_tokens[b] = op.requests[b].back();
     lens[b] = static_cast<std::int64_t>(op.requests[b].size());
-    std::copy(op.requests[b].begin(), op.requests[b].end(), rt.begin() + static_cast<std::ptrdiff_t>(b * static_cast<std::size_t>(max_tokens_)));
+    std::copy(op.requests[b].begin(), op.requests[b].end(),
+              rt.begin() + static_cast<std::ptrdiff_t>(b * static_cast<std::size_t>(max_tokens_)));
   }
+  KVTWIN_TRY_STATUS(upload(next_lens_, lens, stream));
+  KVTWIN_TRY_STATUS(upload(req_to_token_, rt, stream));
+  if (checked > 0) {
+    std::vector<std::uint32_t> flags(checked);
+    KVTWIN_TRY_STATUS(flag_unallocated_rows(req_to_token_.get(), max_tokens_, next_lens_.get(),
+                                            static_cast<std::int64_t>(checked), pool_.full->v2p(),
+                                            pool_.full->v2p_len(), ps, flags_.get(), stream));
+    KVTWIN_CUDA_TRY(cudaMemcpyAsync(flags.data(), flags_.get(), checked * sizeof(std::uint32_t),
+                                    cudaMemcpyDeviceToHost, stream));
+    KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
+    for (std::size_t b = 0; b < checked; ++b)
+      if (flags[b] != 0)
+        return invalid("replay: request " + std::to_string(b) +
+                       " holds a virtual token that is not allocated; a decode step reads and writes allocated "
+                       "tokens only");
+  }
+  if (host_bad < bs) return host_error;
+  // Two requests with one new token would write one slot twice (SPEC 6). Every token is allocated,
+  // so translation is one-to-one and the virtual tokens tell.
+  if (writes_full_layer) {
+    std::vector<std::int64_t> sorted = new_tokens;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+      return make_error(ErrorKind::duplicate_loc,
+                        "replay: two requests share a new token, so two lanes would write one slot; give each "
+                        "request its own new token");
+  }
+  const std::size_t ubs = static_cast<std::size_t>(bs);
+
   KVTWIN_TRY_STATUS(upload(new_tokens_, new_tokens, stream));
   // 1. The loc buffer: lane b < bs gets translate(new token of b), every lane past it the sink
   //    (fault 5 leaves the tail as an earlier replay left it).
@@ -228,8 +283,6 @@ Result<Decode> DecodeStep::replay(const Replay& op, const Faults& faults, cudaSt
   KVTWIN_CUDA_TRY(launch_translate(t, stream));
   // 2. This replay's lengths, then the live prefix of each page-table row bounded by them (fault
   //    6 bounds it by the lengths the graph holds: the previous replay's).
-  KVTWIN_TRY_STATUS(upload(next_lens_, lens, stream));
-  KVTWIN_TRY_STATUS(upload(req_to_token_, rt, stream));
   PageTableParams pt;
   pt.req_to_token = req_to_token_.get();
   pt.rt_rows = max_batch_;
@@ -271,7 +324,8 @@ Result<Decode> DecodeStep::replay(const Replay& op, const Faults& faults, cudaSt
   Decode out;
   out.loc.resize(static_cast<std::size_t>(max_batch_));
   std::vector<std::int64_t> table(static_cast<std::size_t>(max_batch_ * max_pages_));
-  std::vector<std::uint8_t> attention(ubs * shape_.query_heads * v_dim_ * sizeof(float));
+  // fp32 [bs, query_heads, v_head_dim]; empty for a tables-only pool (no bytes to attend over).
+  std::vector<std::uint8_t> attention(pool_.pool == nullptr ? 0 : ubs * shape_.query_heads * v_dim_ * sizeof(float));
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(out.loc.data(), loc_.get(), loc_.bytes(), cudaMemcpyDeviceToHost, stream));
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(table.data(), table_.get(), table_.bytes(), cudaMemcpyDeviceToHost, stream));
   if (!attention.empty())

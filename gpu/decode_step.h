@@ -60,6 +60,7 @@ class DecodeStep {
   std::vector<RowIdentity> segment_rows_;  // identity of each segment's row, minus token and write
   std::vector<DType> segment_dtypes_;
   AttentionParams attention_;
+  bool writes_full_layer = false;  // a non-SWA, non-cross layer takes decoder rows
   std::uint32_t k_dim_ = 0;
   std::uint32_t v_dim_ = 0;
 
@@ -75,6 +76,7 @@ class DecodeStep {
   DeviceBuffer<float> q_;
   DeviceBuffer<float> scores_;
   DeviceBuffer<float> out_;
+  DeviceBuffer<std::uint32_t> flags_;        // [max_batch] replay validation
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
 };

@@ -112,6 +112,23 @@ __global__ void reverse_kernel(std::int64_t* values, std::int64_t n) {
   }
 }
 
+__global__ void sink_to_zero_kernel(const std::int64_t* values, std::int64_t n, std::int64_t sink_end, std::int64_t* out) {
+  KVTWIN_FOR_EACH(i, n) out[i] = values[i] < sink_end ? 0 : values[i];
+}
+
+__global__ void flag_unallocated_kernel(const std::int64_t* tokens, std::int64_t row_stride, const std::int64_t* lens,
+                                        std::int64_t rows, const std::int64_t* v2p, std::int64_t v2p_len,
+                                        std::int64_t page_size, std::uint32_t* flags) {
+  // One block per row, its threads over the row's tokens.
+  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    for (std::int64_t j = threadIdx.x; j < lens[r]; j += blockDim.x) {
+      const std::int64_t t = tokens[r * row_stride + j];
+      const std::int64_t v = t >= 0 ? t / page_size : -1;
+      if (v < 1 || v >= v2p_len - 1 || v2p[v] < 0) atomicOr(&flags[r], 1u);
+    }
+  }
+}
+
 Result<std::int64_t> read_count(const SelectScratch& scratch, cudaStream_t stream) {
   std::int64_t count = 0;
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(&count, scratch.count.get(), sizeof count, cudaMemcpyDeviceToHost, stream));
@@ -310,6 +327,25 @@ Status flag_outside(const std::int64_t* values, std::int64_t n, std::int64_t low
 Status reverse_in_place(std::int64_t* values, std::int64_t n, cudaStream_t stream) {
   if (n < 2) return ok_status();
   reverse_kernel<<<blocks_for(n / 2), kThreads, 0, stream>>>(values, n);
+  KVTWIN_CUDA_LAUNCHED();
+  return ok_status();
+}
+
+Status sink_to_zero(const std::int64_t* values, std::int64_t n, std::int64_t sink_end, std::int64_t* out,
+                    cudaStream_t stream) {
+  if (n == 0) return ok_status();
+  sink_to_zero_kernel<<<blocks_for(n), kThreads, 0, stream>>>(values, n, sink_end, out);
+  KVTWIN_CUDA_LAUNCHED();
+  return ok_status();
+}
+
+Status flag_unallocated_rows(const std::int64_t* tokens, std::int64_t row_stride, const std::int64_t* lens,
+                             std::int64_t rows, const std::int64_t* v2p, std::int64_t v2p_len, std::int64_t page_size,
+                             std::uint32_t* flags, cudaStream_t stream) {
+  if (rows == 0) return ok_status();
+  KVTWIN_CUDA_TRY(cudaMemsetAsync(flags, 0, static_cast<std::size_t>(rows) * sizeof(std::uint32_t), stream));
+  flag_unallocated_kernel<<<static_cast<unsigned>(std::min<std::int64_t>(rows, 65535)), kThreads, 0, stream>>>(
+      tokens, row_stride, lens, rows, v2p, v2p_len, page_size, flags);
   KVTWIN_CUDA_LAUNCHED();
   return ok_status();
 }

@@ -110,5 +110,13 @@ Status set_flags(std::uint8_t* flags, const std::int64_t* pages, std::int64_t n,
 Status flag_outside(const std::int64_t* values, std::int64_t n, std::int64_t lower, std::int64_t upper,
                     std::uint32_t* status, cudaStream_t stream);
 Status reverse_in_place(std::int64_t* values, std::int64_t n, cudaStream_t stream);
+// out[i] = values[i] < sink_end ? 0 : values[i] (sink lanes all become the sink id 0).
+Status sink_to_zero(const std::int64_t* values, std::int64_t n, std::int64_t sink_end, std::int64_t* out,
+                    cudaStream_t stream);
+// flags[b] = 1 when a token of row b (its first lens[b] of a row_stride-wide table) is not an
+// allocated virtual token: v = t // ps must be in [1, v2p_len - 1) with v2p[v] >= 0. Else 0.
+Status flag_unallocated_rows(const std::int64_t* tokens, std::int64_t row_stride, const std::int64_t* lens,
+                             std::int64_t rows, const std::int64_t* v2p, std::int64_t v2p_len, std::int64_t page_size,
+                             std::uint32_t* flags, cudaStream_t stream);
 
 }  // namespace kvtwin::gpu

@@ -29,6 +29,8 @@ template <class... Fs>
 Overloaded(Fs...) -> Overloaded<Fs...>;
 
 constexpr int kIdSlots = 5;
+// The most lanes one batch, loc or replay may have (a bound against runaway widths in traces).
+constexpr std::uint64_t kMaxLanes = std::uint64_t{1} << 20;
 
 // An outcome as an operation's result.
 template <class T>
@@ -93,17 +95,47 @@ Result<bool> GpuPool::any_outside(const std::int64_t* values, std::int64_t n, st
   return flag != 0;
 }
 
-Result<GpuPool::Batch*> GpuPool::find_batch(std::uint32_t id) {
+Result<GpuPool::Batch*> GpuPool::find_batch(std::uint32_t id, std::string_view what) {
   auto it = batches_.find(id);
   if (it == batches_.end())
-    return invalid("batch " + std::to_string(id) + " does not exist; declare it with a 'batch' operation first");
+    return invalid(std::string(what) + ": no batch " + std::to_string(id) + "; declare it with a batch op");
   return &it->second;
 }
 
-std::size_t GpuPool::side_of(std::string_view sub_pool, bool& found) const {
-  const auto index = derived_.sub_pool_index(sub_pool);
-  found = index.has_value();
-  return index.value_or(0);
+Result<std::size_t> GpuPool::side_named(std::string_view sub_pool, std::string_view what) const {
+  if (const auto index = derived_.sub_pool_index(sub_pool)) return *index;
+  std::string known;
+  for (const DenseEntryLayout& l : derived_.layouts) known += (known.empty() ? "" : ", ") + l.sub_pool;
+  return invalid(std::string(what) + ": this pool has no sub-pool '" + std::string(sub_pool) + "'; its sub-pools: " + known);
+}
+
+std::int64_t GpuPool::sink_end(std::size_t side) const {
+  return sides_[side]->min_page() * static_cast<std::int64_t>(config_.page_size);
+}
+
+std::int64_t GpuPool::slot_count(std::size_t side) const {
+  return static_cast<std::int64_t>(derived_.geometry.sub_pools[side].max_slots);
+}
+
+std::uint64_t GpuPool::band_begin_byte(std::size_t side) const {
+  const DeviceSide& s = *sides_[side];
+  const std::int64_t page = s.grows_up() ? s.min_page() : s.watermark + 1;
+  return static_cast<std::uint64_t>(page) * s.geometry().page_bytes;
+}
+
+std::uint64_t GpuPool::band_end_byte(std::size_t side) const {
+  const DeviceSide& s = *sides_[side];
+  const std::int64_t page = s.grows_up() ? s.watermark : s.num_pages();
+  return static_cast<std::uint64_t>(page) * s.geometry().page_bytes;
+}
+
+Result<DeviceBuffer<std::int64_t>> GpuPool::device_copy(const std::vector<std::int64_t>& values, cudaStream_t stream) {
+  DeviceBuffer<std::int64_t> out;
+  KVTWIN_TRY_STATUS(out.allocate(values.size()));
+  if (!values.empty())
+    KVTWIN_CUDA_TRY(cudaMemcpyAsync(out.get(), values.data(), values.size() * sizeof(std::int64_t),
+                                    cudaMemcpyHostToDevice, stream));
+  return out;
 }
 
 OpResult GpuPool::apply(const Op& op) {
@@ -224,6 +256,7 @@ OpResult GpuPool::alloc(const Alloc& op) {
 
 OpResult GpuPool::alloc_many(const AllocMany& op) {
   const std::uint64_t ps = config_.page_size;
+  if (op.tokens.empty()) return invalid("alloc_many needs at least one request; use alloc for a single one");
   std::uint64_t total = 0;
   for (std::uint64_t tokens : op.tokens) {
     if (tokens % ps != 0)
@@ -265,17 +298,21 @@ Result<std::vector<std::int64_t>> GpuPool::virtual_pages(IdUnit unit, const std:
   pages.reserve(ids.size());
   for (std::int64_t id : ids) {
     if (id < 0)
-      return out_of_range(std::string(what) + ": id " + std::to_string(id) + " is negative; ids are virtual " +
-                          (unit == IdUnit::tokens ? "tokens" : "pages") + " >= 0");
-    const std::int64_t v = unit == IdUnit::tokens ? id / ps : id;
-    // docs/decisions.md: the sink and pages below the first usable page are out of range.
-    if (v < full.min_page() || v >= full.v2p_len() - 1)
-      return out_of_range(std::string(what) + ": virtual page " + std::to_string(v) + " is outside the usable pages " +
-                          std::to_string(full.min_page()) + " .. " + std::to_string(full.v2p_len() - 2));
-    pages.push_back(v);
+      return out_of_range(std::string(what) + ": id " + std::to_string(id) + " is negative; give virtual " +
+                          (unit == IdUnit::tokens ? "token" : "page") + " ids");
+    pages.push_back(unit == IdUnit::tokens ? id / ps : id);  // SPEC 4 free: v = t // page_size
   }
+  // docs/decisions.md: duplicates are allowed (made sorted-unique); the sink and pages below the
+  // first usable page are out of range.
   std::sort(pages.begin(), pages.end());
   pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
+  std::vector<std::int64_t> outside;
+  for (std::int64_t v : pages)
+    if (v < full.min_page() || v >= full.num_pages()) outside.push_back(v);
+  if (!outside.empty())
+    return out_of_range(std::string(what) + ": virtual pages " + list_ids(outside) + " are outside the usable range [" +
+                        std::to_string(full.min_page()) + ", " + std::to_string(full.num_pages()) +
+                        ") (page 0 is the sink and is never allocated); free only ids that alloc returned");
   return pages;
 }
 
@@ -502,30 +539,23 @@ OpResult GpuPool::flush(const Flush&) {
 }
 
 OpResult GpuPool::move_pages(const MovePages& op) {
-  bool found = false;
-  const std::size_t index = side_of(op.sub_pool, found);
-  if (!found) {
-    std::string known;
-    for (const DenseEntryLayout& l : derived_.layouts) known += (known.empty() ? "" : ", ") + l.sub_pool;
-    return invalid("move_pages: no sub-pool '" + op.sub_pool + "'; known sub-pools: " + known);
-  }
+  KVTWIN_TRY(std::size_t index, side_named(op.sub_pool, "move_pages"));
+  const DeviceSide& side = *sides_[index];
   if (op.dst.size() != op.src.size())
     return invalid("move_pages: " + std::to_string(op.dst.size()) + " destinations for " +
                    std::to_string(op.src.size()) + " sources; give one destination per source");
-  const DeviceSide& side = *sides_[index];
-  std::set<std::int64_t> seen;
-  for (const std::vector<std::int64_t>* list : {&op.src, &op.dst}) {
-    for (std::int64_t page : *list) {
-      if (page < 0 || page >= side.num_pages())
+  for (const std::vector<std::int64_t>* list : {&op.src, &op.dst})
+    for (std::int64_t page : *list)
+      if (page < side.min_page() || page >= side.num_pages())
         return out_of_range("move_pages: page " + std::to_string(page) + " is outside sub-pool '" + op.sub_pool +
-                            "' (pages 0 .. " + std::to_string(side.num_pages() - 1) + ")");
+                            "''s usable pages [" + std::to_string(side.min_page()) + ", " +
+                            std::to_string(side.num_pages()) + "); the sink pages never move");
+  std::set<std::int64_t> seen;
+  for (const std::vector<std::int64_t>* list : {&op.src, &op.dst})
+    for (std::int64_t page : *list)
       if (!seen.insert(page).second)
         return invalid("move_pages: page " + std::to_string(page) +
-                       " appears twice; sources and destinations must be distinct pages");
-    }
-  }
-  for (std::int64_t page : op.dst)
-    if (page == 0) return invalid("move_pages: destination 0 is the sink; move into an unbound page above it");
+                       " appears twice; sources and destinations must be disjoint and without repeats");
   const std::int64_t n = static_cast<std::int64_t>(op.dst.size());
   if (n == 0) return ok(Done{});
   KVTWIN_TRY(std::int64_t * dst, upload_ids(op.dst, 0));
@@ -533,31 +563,42 @@ OpResult GpuPool::move_pages(const MovePages& op) {
   KVTWIN_TRY_STATUS(ids_[2].reserve(static_cast<std::size_t>(n)));
   KVTWIN_TRY_STATUS(gather_values(side.p2v(), dst, n, ids_[2].get(), stream_));
   KVTWIN_TRY(std::vector<std::int64_t> owners, download_ids(ids_[2].get(), n));
-  for (std::size_t i = 0; i < owners.size(); ++i)
+  const std::uint64_t page_bytes = side.geometry().page_bytes;
+  for (std::size_t i = 0; i < owners.size(); ++i) {
+    // docs/decisions.md: every dst is an unbound page, and its bytes lie outside the other side's band.
     if (owners[i] >= 0)
       return invalid("move_pages: destination page " + std::to_string(op.dst[i]) + " of sub-pool '" + op.sub_pool +
-                     "' is bound to virtual page " + std::to_string(owners[i]) + "; move only into unbound pages");
+                     "' is bound to virtual page " + std::to_string(owners[i]) +
+                     "; a raw move may only overwrite an unbound page");
+    if (sides_.size() == 2) {
+      const std::size_t other = 1 - index;
+      const std::uint64_t begin = static_cast<std::uint64_t>(op.dst[i]) * page_bytes, end = begin + page_bytes;
+      if (begin < band_end_byte(other) && band_begin_byte(other) < end)
+        return invalid("move_pages: destination page " + std::to_string(op.dst[i]) + " of sub-pool '" + op.sub_pool +
+                       "' overlaps the occupied band of sub-pool '" + derived_.layouts[other].sub_pool +
+                       "'; choose a destination in the gap");
+    }
+  }
   SidePlan plan;
   plan.side = index;
   plan.src = op.src;
   plan.dst = op.dst;
   KVTWIN_TRY_STATUS(check_readers({plan}));
-  KVTWIN_TRY_STATUS(move_bytes(index, src, dst, n));
+  KVTWIN_TRY_STATUS(move_bytes(index, src, dst, n));  // raw copies, no table change
   KVTWIN_TRY_STATUS(sync());
   return ok(Done{});
 }
 
 OpResult GpuPool::begin_read(const BeginRead& op) {
   if (readers_.count(op.reader) != 0)
-    return invalid("begin_read: reader " + std::to_string(op.reader) + " is already open; end_read it first");
-  bool found = false;
-  const std::size_t index = side_of(op.sub_pool, found);
-  if (!found) return invalid("begin_read: no sub-pool '" + op.sub_pool + "'");
+    return invalid("begin_read: reader " + std::to_string(op.reader) + " is already open; end it first or use another id");
+  KVTWIN_TRY(std::size_t index, side_named(op.sub_pool, "begin_read"));
   Reader reader;
   reader.side = index;
   for (std::int64_t page : op.pages) {
     if (page < 0 || page >= sides_[index]->num_pages())
-      return out_of_range("begin_read: page " + std::to_string(page) + " is outside sub-pool '" + op.sub_pool + "'");
+      return out_of_range("begin_read: page " + std::to_string(page) + " is outside sub-pool '" + op.sub_pool +
+                          "''s pages [0, " + std::to_string(sides_[index]->num_pages()) + ")");
     reader.pages.insert(page);
   }
   readers_[op.reader] = std::move(reader);
@@ -573,71 +614,83 @@ OpResult GpuPool::end_read(const EndRead& op) {
 // ---------------------------------------------------------------- write locs (SPEC 6)
 
 OpResult GpuPool::make_batch(const MakeBatch& op) {
+  if (batches_.count(op.batch) != 0)
+    return invalid("batch " + std::to_string(op.batch) + " already exists; drop it first (drop_batch) or use another id");
+  if (op.tokens.size() > kMaxLanes)
+    return invalid("batch " + std::to_string(op.batch) + " has " + std::to_string(op.tokens.size()) +
+                   " lanes; at most " + std::to_string(kMaxLanes) + " are allowed");
   if (!op.encoder_tokens.empty() && op.encoder_tokens.size() != op.tokens.size())
-    return invalid("batch " + std::to_string(op.batch) + ": " + std::to_string(op.encoder_tokens.size()) +
-                   " encoder tokens for " + std::to_string(op.tokens.size()) + " lanes; give one per lane or none");
+    return invalid("batch " + std::to_string(op.batch) + " has " + std::to_string(op.tokens.size()) + " tokens but " +
+                   std::to_string(op.encoder_tokens.size()) + " encoder tokens; give one encoder token per lane, or none");
   Batch b;
   b.width = static_cast<std::int64_t>(op.tokens.size());
   b.tokens = op.tokens;
-  b.encoder_tokens = op.encoder_tokens;
-  KVTWIN_TRY_STATUS(b.loc.allocate(op.tokens.size()));
-  KVTWIN_TRY_STATUS(b.encoder_loc.allocate(op.encoder_tokens.size()));
-  // out_cache_loc starts as the virtual tokens, unmarked.
-  if (!op.tokens.empty())
-    KVTWIN_CUDA_TRY(cudaMemcpyAsync(b.loc.get(), op.tokens.data(), op.tokens.size() * sizeof(std::int64_t),
-                                    cudaMemcpyHostToDevice, stream_));
-  if (!op.encoder_tokens.empty())
-    KVTWIN_CUDA_TRY(cudaMemcpyAsync(b.encoder_loc.get(), op.encoder_tokens.data(),
-                                    op.encoder_tokens.size() * sizeof(std::int64_t), cudaMemcpyHostToDevice, stream_));
+  b.encoder_host = op.encoder_tokens;
+  // out_cache_loc starts as the virtual tokens, unmarked; the encoder loc is never translated.
+  KVTWIN_TRY(b.loc, device_copy(op.tokens, stream_));
+  KVTWIN_TRY(b.encoder_loc, device_copy(op.encoder_tokens, stream_));
   KVTWIN_TRY_STATUS(sync());
   batches_[op.batch] = std::move(b);
   return ok(Done{});
 }
 
 OpResult GpuPool::rebind(const Rebind& op) {
-  KVTWIN_TRY(Batch * b, find_batch(op.batch));
-  const std::int64_t width = op.out_width == 0 ? b->width : static_cast<std::int64_t>(op.out_width);
-  if (op.out_width != 0 && op.out_width < static_cast<std::uint64_t>(b->width))
-    return invalid("rebind: out_width " + std::to_string(op.out_width) + " is smaller than the batch's " +
-                   std::to_string(b->width) + " lanes; give out_width >= the batch size");
+  KVTWIN_TRY(Batch * b, find_batch(op.batch, "rebind"));
+  const std::int64_t n = static_cast<std::int64_t>(b->tokens.size());
+  const std::uint64_t width = op.out_width == 0 ? static_cast<std::uint64_t>(n) : op.out_width;
+  if (width < static_cast<std::uint64_t>(n))
+    return invalid("rebind out_width " + std::to_string(op.out_width) + " is smaller than the batch's " +
+                   std::to_string(n) + " lanes; give a width of at least " + std::to_string(n));
+  if (width > kMaxLanes)
+    return invalid("rebind out_width " + std::to_string(width) + " exceeds " + std::to_string(kMaxLanes) + " lanes");
+  // SPEC 6: loc[i] = translate(tokens[i]) of the batch's lanes; lanes past them hold the sink.
+  KVTWIN_TRY(DeviceBuffer<std::int64_t> tokens, device_copy(b->tokens, stream_));
   DeviceBuffer<std::int64_t> loc;
   KVTWIN_TRY_STATUS(loc.allocate(static_cast<std::size_t>(width)));
   if (width > 0) {
-    const DeviceSide& full = *sides_[0];
-    TranslateParams p;
-    p.in = b->loc.get();
-    p.cols = b->width;
-    p.out = loc.get();
-    p.out_cols = width;  // lanes past the batch: the sink
-    p.v2p = full.v2p();
-    p.v2p_len = full.v2p_len();
-    p.page_size = static_cast<std::int64_t>(config_.page_size);
-    p.negative_wraps = faults_.negative_wraps;
-    p.tombstone_live = faults_.tombstone_live;
     if (faults_.skip_rebind) {
-      // Fault 1: the loc keeps its virtual ids (the sink-fill of the tail still happens).
-      p.v2p = nullptr;
+      // Fault 1: the loc keeps the virtual ids (the tail still gets the sink), yet is marked.
       KVTWIN_CUDA_TRY(cudaMemsetAsync(loc.get(), 0, loc.bytes(), stream_));
-      if (b->width > 0)
-        KVTWIN_CUDA_TRY(cudaMemcpyAsync(loc.get(), b->loc.get(), static_cast<std::size_t>(b->width) * sizeof(std::int64_t),
+      if (n > 0)
+        KVTWIN_CUDA_TRY(cudaMemcpyAsync(loc.get(), tokens.get(), static_cast<std::size_t>(n) * sizeof(std::int64_t),
                                         cudaMemcpyDeviceToDevice, stream_));
     } else {
+      TranslateParams p;
+      p.in = tokens.get();
+      p.cols = n;
+      p.out = loc.get();
+      p.out_cols = static_cast<std::int64_t>(width);
+      p.v2p = sides_[0]->v2p();
+      p.v2p_len = sides_[0]->v2p_len();
+      p.page_size = static_cast<std::int64_t>(config_.page_size);
+      p.negative_wraps = faults_.negative_wraps;
+      p.tombstone_live = faults_.tombstone_live;
       KVTWIN_CUDA_TRY(launch_translate(p, stream_));
     }
   }
-  KVTWIN_TRY(std::vector<std::int64_t> values, download_ids(loc.get(), width));
+  std::vector<std::int64_t> encoder = b->encoder_host;
+  if (!encoder.empty()) encoder.resize(static_cast<std::size_t>(width), 0);
+  KVTWIN_TRY(DeviceBuffer<std::int64_t> encoder_loc, device_copy(encoder, stream_));
+  KVTWIN_TRY(std::vector<std::int64_t> values, download_ids(loc.get(), static_cast<std::int64_t>(width)));
   b->loc = std::move(loc);
-  b->tokens.resize(static_cast<std::size_t>(width), -1);
-  b->width = width;
-  b->physical = true;  // rebind marks the loc physical (SPEC 6)
+  b->width = static_cast<std::int64_t>(width);
+  b->tokens.resize(static_cast<std::size_t>(width), -1);  // lanes past the batch are padding
+  b->encoder_loc = std::move(encoder_loc);
+  b->encoder_host = std::move(encoder);
+  b->physical = true;  // SPEC 6: rebind sets the mark
   return ok(Ids{std::move(values)});
 }
 
 OpResult GpuPool::split(const Split& op) {
-  KVTWIN_TRY(Batch * parent, find_batch(op.batch));
+  KVTWIN_TRY(Batch * parent, find_batch(op.batch, "split"));
+  if (op.left == op.right)
+    return invalid("split: both children are batch " + std::to_string(op.left) + "; give two different ids");
+  for (std::uint32_t child : {op.left, op.right})
+    if (batches_.count(child) != 0)
+      return invalid("split: batch " + std::to_string(child) + " already exists; children need new ids (the parent stays)");
   if (op.at > static_cast<std::uint64_t>(parent->width))
-    return invalid("split: at " + std::to_string(op.at) + " is past the batch's " + std::to_string(parent->width) +
-                   " lanes");
+    return out_of_range("split at lane " + std::to_string(op.at) + " is past the batch's " +
+                        std::to_string(parent->width) + " lanes; split at 0 .. " + std::to_string(parent->width));
   const std::int64_t at = static_cast<std::int64_t>(op.at);
   auto child = [&](std::int64_t begin, std::int64_t end) -> Result<Batch> {
     Batch c;
@@ -648,38 +701,34 @@ OpResult GpuPool::split(const Split& op) {
       KVTWIN_CUDA_TRY(cudaMemcpyAsync(c.loc.get(), parent->loc.get() + begin,
                                       static_cast<std::size_t>(c.width) * sizeof(std::int64_t),
                                       cudaMemcpyDeviceToDevice, stream_));
-    const std::int64_t enc = static_cast<std::int64_t>(parent->encoder_tokens.size());
-    if (enc > 0) {
-      const std::int64_t eb = std::min(begin, enc), ee = std::min(end, enc);
-      c.encoder_tokens.assign(parent->encoder_tokens.begin() + eb, parent->encoder_tokens.begin() + ee);
-      KVTWIN_TRY_STATUS(c.encoder_loc.allocate(static_cast<std::size_t>(ee - eb)));
-      if (ee > eb)
-        KVTWIN_CUDA_TRY(cudaMemcpyAsync(c.encoder_loc.get(), parent->encoder_loc.get() + eb,
-                                        static_cast<std::size_t>(ee - eb) * sizeof(std::int64_t),
-                                        cudaMemcpyDeviceToDevice, stream_));
+    if (!parent->encoder_host.empty()) {
+      c.encoder_host.assign(parent->encoder_host.begin() + begin, parent->encoder_host.begin() + end);
+      KVTWIN_TRY(c.encoder_loc, device_copy(c.encoder_host, stream_));
     }
-    // SPEC 6: both children copy the parent's mark (fault 3 drops it).
+    // SPEC 6: a child copies the parent's mark, never the default (fault 3 drops it).
     c.physical = faults_.split_drops_mark ? false : parent->physical;
     return c;
   };
   KVTWIN_TRY(Batch left, child(0, at));
   KVTWIN_TRY(Batch right, child(at, parent->width));
   KVTWIN_TRY_STATUS(sync());
-  Marks marks{left.physical, right.physical};
+  const Marks marks{left.physical, right.physical};
   batches_[op.left] = std::move(left);
   batches_[op.right] = std::move(right);
-  return ok(std::move(marks));
+  return ok(marks);
 }
 
 OpResult GpuPool::drop_batch(const DropBatch& op) {
-  if (batches_.erase(op.batch) == 0) return invalid("drop_batch: batch " + std::to_string(op.batch) + " does not exist");
+  if (batches_.erase(op.batch) == 0)
+    return invalid("drop_batch: no batch " + std::to_string(op.batch) + "; nothing to drop");
   return ok(Done{});
 }
 
 OpResult GpuPool::write(const Write& op) {
-  if (op.layer >= derived_.plan.layer_map.size())
+  const std::size_t layers = derived_.plan.layer_map.size();
+  if (op.layer >= layers)
     return out_of_range("write: layer " + std::to_string(op.layer) + " is outside the model's " +
-                        std::to_string(derived_.plan.layer_map.size()) + " layers");
+                        std::to_string(layers) + " layers");
   const LayerPlacement placement = derived_.plan.layer_map[op.layer];
   const DenseEntryLayout& layout = derived_.layouts[placement.sub_pool];
 
@@ -689,48 +738,58 @@ OpResult GpuPool::write(const Write& op) {
   bool physical = false;
   const std::vector<std::int64_t>* tokens = nullptr;
   if (op.batch.has_value()) {
-    KVTWIN_TRY(Batch * b, find_batch(*op.batch));
-    tokens = &b->tokens;
+    if (!op.loc.empty() || !op.tokens.empty() || op.physical)
+      return invalid("write: give either a batch or an explicit loc with its tokens, not both");
+    KVTWIN_TRY(Batch * b, find_batch(*op.batch, "write"));
     if (placement.kind == LayerKind::cross && !faults_.cross_gets_batch_loc) {
-      // for_layer: a cross-attention layer gets the encoder loc, which nothing translates.
-      if (b->encoder_tokens.empty())
-        return invalid("write: layer " + std::to_string(op.layer) + " is cross-attention but batch " +
-                       std::to_string(*op.batch) + " has no encoder tokens; declare them with the batch");
+      // for_layer (SPEC 6): a cross-attention layer writes through the encoder loc, which nothing
+      // translates and so is never marked; its rows are the encoder tokens'. (Fault 4 hands it
+      // the batch's marked loc.)
+      if (b->encoder_host.empty())
+        return invalid("layer " + std::to_string(op.layer) +
+                       " is a cross-attention layer, which writes through the batch's encoder loc, but the batch has "
+                       "none; declare the batch with encoder_tokens");
       loc = b->encoder_loc.get();
-      lanes = static_cast<std::int64_t>(b->encoder_tokens.size());
+      lanes = static_cast<std::int64_t>(b->encoder_host.size());
       physical = false;
+      tokens = &b->encoder_host;
     } else {
       loc = b->loc.get();
       lanes = b->width;
       physical = b->physical;
+      tokens = &b->tokens;
     }
   } else {
     if (op.loc.size() != op.tokens.size())
-      return invalid("write: " + std::to_string(op.loc.size()) + " loc lanes but " + std::to_string(op.tokens.size()) +
-                     " tokens; give one token per lane");
+      return invalid("write: " + std::to_string(op.loc.size()) + " locs but " + std::to_string(op.tokens.size()) +
+                     " tokens; give the virtual token of every lane");
+    if (op.loc.size() > kMaxLanes) return invalid("write: more than " + std::to_string(kMaxLanes) + " lanes");
     KVTWIN_TRY(std::int64_t * uploaded, upload_ids(op.loc, 0));
     loc = uploaded;
     lanes = static_cast<std::int64_t>(op.loc.size());
-    physical = op.physical;
+    physical = op.physical;  // a loc translated elsewhere states its own mark
     tokens = &op.tokens;
   }
-  // SPEC 6: a unified pool refuses an unmarked loc; the check is a host flag read (fault 2 skips it).
+  // SPEC 6: the unified pool's door checks the mark first, on every call: a host flag read, no
+  // device sync (fault 2 skips it).
   if (!physical && !faults_.no_mark_check)
     return make_error(ErrorKind::unmarked_loc,
-                      "write: layer " + std::to_string(op.layer) +
-                          " was handed an unmarked (virtual) loc; a unified pool writes only physical ids: rebind the "
-                          "batch (translate and mark it), or state {physical: true} on a loc translated elsewhere");
-  if (lanes == 0) return ok(Done{});
-  // docs/decisions.md: an id outside the full side's slots, or negative, is out of range.
-  const std::int64_t slots = static_cast<std::int64_t>(derived_.geometry.sub_pools[0].max_slots);
-  KVTWIN_TRY(bool outside, any_outside(loc, lanes, 0, slots));
-  if (outside)
-    return out_of_range("write: a loc id is negative or past the " + std::to_string(slots) +
-                        " slots of sub-pool '" + derived_.layouts[0].sub_pool + "'");
-  // The final loc of the layer: an SWA layer writes at the SWA loc (SPEC 4.3).
+                      "write to layer " + std::to_string(op.layer) +
+                          ": the unified pool refuses an unmarked loc (its ids may be virtual); rebind the batch first "
+                          "(a rebind op translates it and marks it physical), or, for ids already translated "
+                          "elsewhere, give the explicit loc with physical: true");
+  // The loc is in the owner's physical id space; an SWA layer derives its own (SPEC 4.3).
+  const bool swa_layer = placement.kind == LayerKind::swa;
+  const std::size_t loc_side = swa_layer ? 0 : placement.sub_pool;
+  if (lanes > 0) {
+    KVTWIN_TRY(bool outside, any_outside(loc, lanes, 0, slot_count(loc_side)));
+    if (outside)
+      return out_of_range("write to layer " + std::to_string(op.layer) + ": a loc is negative or past sub-pool '" +
+                          derived_.layouts[loc_side].sub_pool + "''s " + std::to_string(slot_count(loc_side)) +
+                          " slots; give physical token ids of the pool (0 is the sink)");
+  }
   const std::int64_t* final_loc = loc;
-  const bool swa_layer = sides_.size() == 2 && placement.sub_pool == 1;
-  if (swa_layer) {
+  if (swa_layer && lanes > 0) {
     KVTWIN_TRY_STATUS(ids_[1].reserve(static_cast<std::size_t>(lanes)));
     SwaTranslateParams p;
     p.in = loc;
@@ -744,19 +803,27 @@ OpResult GpuPool::write(const Write& op) {
     p.tombstone_live = faults_.tombstone_live;
     KVTWIN_CUDA_TRY(launch_swa_translate(p, stream_));
     final_loc = ids_[1].get();
-    const std::int64_t swa_slots = static_cast<std::int64_t>(derived_.geometry.sub_pools[1].max_slots);
-    KVTWIN_TRY(bool swa_outside, any_outside(final_loc, lanes, 0, swa_slots));
-    if (swa_outside) return out_of_range("write: an SWA loc id is negative or past the SWA side's slots");
+    if (faults_.tombstone_live) {
+      // With fault 10 a tombstone yields a negative id; the door refuses it instead of writing outside.
+      KVTWIN_TRY(bool negative, any_outside(final_loc, lanes, 0, slot_count(placement.sub_pool)));
+      if (negative) return out_of_range("write: an SWA loc is negative (a tombstone taken as live)");
+    }
   }
-  if (op.checked) {
-    // SPEC 6: two lanes with one non-sink loc would race; checked mode detects it on the device.
+  if (op.checked && lanes > 1) {
+    // SPEC 6: two lanes with one non-sink loc would race; checked mode detects it on the device,
+    // on the layer's final loc (docs/decisions.md), ignoring sink lanes.
+    const std::int64_t sink = sink_end(placement.sub_pool);
     KVTWIN_TRY_STATUS(ids_[2].reserve(static_cast<std::size_t>(lanes)));
-    KVTWIN_TRY(bool duplicate, has_nonzero_duplicate(final_loc, lanes, ids_[2].get(), sort_temp_, status_.get(), stream_));
+    KVTWIN_TRY_STATUS(ids_[3].reserve(static_cast<std::size_t>(lanes)));
+    KVTWIN_TRY_STATUS(sink_to_zero(final_loc, lanes, sink, ids_[3].get(), stream_));
+    KVTWIN_TRY(bool duplicate, has_nonzero_duplicate(ids_[3].get(), lanes, ids_[2].get(), sort_temp_, status_.get(), stream_));
     if (duplicate)
-      return make_error(ErrorKind::duplicate_loc, "write: two lanes of layer " + std::to_string(op.layer) +
-                                                      " name the same non-sink slot; each lane needs its own slot");
+      return make_error(ErrorKind::duplicate_loc, "write to layer " + std::to_string(op.layer) +
+                                                      ": two lanes write the same token of sub-pool '" + layout.sub_pool +
+                                                      "' (last writer wins would race on a GPU); give each lane its "
+                                                      "own loc or route padding lanes to the sink (0)");
   }
-  if (config_.tables_only) return ok(Done{});
+  if (config_.tables_only || lanes == 0) return ok(Done{});
 
   // The rows: the oracle row of each part for each lane's token (docs/decisions.md).
   std::uint64_t lane_bytes = 0;
@@ -767,12 +834,11 @@ OpResult GpuPool::write(const Write& op) {
   for (std::size_t pi = 0; pi < layout.parts.size(); ++pi) {
     const DensePart& part = layout.parts[pi];
     for (std::int64_t lane = 0; lane < lanes; ++lane) {
-      const std::int64_t token = static_cast<std::size_t>(lane) < tokens->size() ? (*tokens)[static_cast<std::size_t>(lane)] : -1;
-      const RowIdentity id{token, static_cast<std::uint32_t>(placement.sub_pool), placement.local_layer,
-                           static_cast<std::uint32_t>(pi), op.write_number};
+      const std::size_t at = static_cast<std::size_t>(lane);
+      const RowIdentity id{at < tokens->size() ? (*tokens)[at] : -1, static_cast<std::uint32_t>(placement.sub_pool),
+                           placement.local_layer, static_cast<std::uint32_t>(pi), op.write_number};
       fill_oracle_row(config_.seed, id, part.dtype,
-                      std::span<std::uint8_t>(rows.data() + static_cast<std::size_t>(lane) * lane_bytes + part_offset,
-                                              part.row_bytes()));
+                      std::span<std::uint8_t>(rows.data() + at * lane_bytes + part_offset, part.row_bytes()));
     }
     RowSegment seg;
     seg.pool_offset_bytes = part.offset_bytes + std::uint64_t{placement.local_layer} * part.layer_stride_bytes;
@@ -780,6 +846,7 @@ OpResult GpuPool::write(const Write& op) {
     seg.staging_offset_bytes = part_offset;
     seg.row_bytes = static_cast<std::uint32_t>(part.row_bytes());
     seg.loc_set = 0;
+    seg.first_slot = sink_end(placement.sub_pool);  // SPEC 6: a lane at the sink is discarded
     segments.push_back(seg);
     part_offset += part.row_bytes();
   }
@@ -806,19 +873,20 @@ OpResult GpuPool::write(const Write& op) {
 }
 
 OpResult GpuPool::read(const Read& op) {
-  if (op.layer >= derived_.plan.layer_map.size())
+  if (config_.tables_only)
+    return make_error(ErrorKind::unsupported, "read: a tables-only pool has no bytes; build with tables_only: false to read rows");
+  const std::size_t layers = derived_.plan.layer_map.size();
+  if (op.layer >= layers)
     return out_of_range("read: layer " + std::to_string(op.layer) + " is outside the model's " +
-                        std::to_string(derived_.plan.layer_map.size()) + " layers");
+                        std::to_string(layers) + " layers");
   const LayerPlacement placement = derived_.plan.layer_map[op.layer];
   const DenseEntryLayout& layout = derived_.layouts[placement.sub_pool];
   KVTWIN_TRY(const DensePart* part, layout.part(op.part));
-  const std::int64_t slots = static_cast<std::int64_t>(derived_.geometry.sub_pools[placement.sub_pool].max_slots);
-  for (std::int64_t id : op.ids)
-    if (id < 0 || id >= slots)
-      return out_of_range("read: physical id " + std::to_string(id) + " is outside the " + std::to_string(slots) +
-                          " slots of sub-pool '" + layout.sub_pool + "'");
-  if (config_.tables_only)
-    return make_error(ErrorKind::unsupported, "read: this pool is tables-only (no bytes); build it with bytes to read rows");
+  const std::int64_t slots = slot_count(placement.sub_pool);
+  for (std::size_t i = 0; i < op.ids.size(); ++i)
+    if (op.ids[i] < 0 || op.ids[i] >= slots)
+      return out_of_range("read: id " + std::to_string(op.ids[i]) + " at position " + std::to_string(i) +
+                          " is outside sub-pool '" + layout.sub_pool + "''s slots [0, " + std::to_string(slots) + ")");
   const std::int64_t lanes = static_cast<std::int64_t>(op.ids.size());
   const std::uint64_t row = part->row_bytes();
   std::vector<std::uint8_t> out(static_cast<std::size_t>(row * static_cast<std::uint64_t>(lanes)));
@@ -829,6 +897,7 @@ OpResult GpuPool::read(const Read& op) {
     seg.pool_offset_bytes = part->offset_bytes + std::uint64_t{placement.local_layer} * part->layer_stride_bytes;
     seg.entry_bytes = layout.entry_bytes;
     seg.row_bytes = static_cast<std::uint32_t>(row);
+    seg.first_slot = sink_end(placement.sub_pool);  // docs/decisions.md: a sink lane reads as zeros
     KVTWIN_TRY_STATUS(segments_.reserve(1));
     KVTWIN_CUDA_TRY(cudaMemcpyAsync(segments_.get(), &seg, sizeof seg, cudaMemcpyHostToDevice, stream_));
     RowCopyParams p;
@@ -852,114 +921,142 @@ OpResult GpuPool::read(const Read& op) {
 
 // ---------------------------------------------------------------- translation (SPEC 5)
 
+namespace {
+
+// Where element i of a translate buffer lives: 1-D lane i at i * stride; 2-D (r, c) at r * stride + c.
+struct BufferShape {
+  bool two_dim = false;
+  std::uint64_t lanes = 0;  // 1-D: lanes; 2-D: rows
+  std::uint64_t cols = 1;   // 2-D only
+  std::uint64_t stride = 1;
+  std::uint64_t elements() const { return lanes * cols; }
+  std::uint64_t storage() const { return lanes == 0 || cols == 0 ? 0 : (lanes - 1) * stride + cols; }
+  std::uint64_t at(std::uint64_t i) const { return two_dim ? (i / cols) * stride + i % cols : i * stride; }
+};
+
+// The most storage elements one translate buffer may span (a bound against runaway strides).
+constexpr std::uint64_t kMaxTranslateStorageElements = std::uint64_t{1} << 24;
+
+// A stride field (0: contiguous) as a buffer shape, or an error naming the field.
+Result<BufferShape> buffer_shape(bool two_dim, std::uint64_t lanes, std::uint64_t cols, std::int64_t stride,
+                                 const char* field) {
+  BufferShape b{two_dim, lanes, two_dim ? cols : 1, 1};
+  const std::uint64_t contiguous = two_dim ? cols : 1;
+  if (stride < 0)
+    return invalid(std::string(field) + " = " + std::to_string(stride) + " is negative; strides are 0 (contiguous) or more");
+  b.stride = stride == 0 ? contiguous : static_cast<std::uint64_t>(stride);
+  if (b.stride < contiguous)
+    return invalid(std::string(field) + " = " + std::to_string(stride) + " is smaller than a row of " +
+                   std::to_string(cols) + " elements, so rows would overlap; use at least " + std::to_string(cols));
+  KVTWIN_TRY(std::uint64_t span, checked_mul(lanes == 0 ? 0 : lanes - 1, b.stride, "translate buffer"));
+  if (span > kMaxTranslateStorageElements || b.storage() > kMaxTranslateStorageElements)
+    return invalid(std::string(field) + " = " + std::to_string(stride) + " makes a buffer of more than " +
+                   std::to_string(kMaxTranslateStorageElements) + " elements; use a smaller stride");
+  return b;
+}
+
+}  // namespace
+
 OpResult GpuPool::translate(const Translate& op) {
-  // The logical shape.
-  if (op.shape.empty() || op.shape.size() > 2)
-    return invalid("translate: shape has " + std::to_string(op.shape.size()) + " dimensions; give [n] or [rows, cols]");
+  // ---- validate (SPEC 5: int32 or int64 input, 1-D or 2-D, strided; int64 output of the same shape)
+  if (op.shape.size() != 1 && op.shape.size() != 2)
+    return invalid("translate shape has " + std::to_string(op.shape.size()) + " dimensions; give [n] or [rows, cols]");
   for (std::int64_t d : op.shape)
-    if (d < 0) return invalid("translate: negative dimension " + std::to_string(d));
-  const bool two_d = op.shape.size() == 2;
-  const std::int64_t rows = two_d ? op.shape[0] : 1;
-  const std::int64_t cols = two_d ? op.shape[1] : op.shape[0];
-  if (static_cast<std::uint64_t>(rows) * static_cast<std::uint64_t>(cols) != op.ids.size())
-    return invalid("translate: shape holds " + std::to_string(rows * cols) + " ids but " +
-                   std::to_string(op.ids.size()) + " were given");
-  if (op.out_dtype != IndexDtype::int64)
-    return invalid("translate: the output must be int64 (physical ids can pass 2^31); give an int64 out");
-  if (two_d && op.out_width != 0) return invalid("translate: out_width applies to one-dimensional ids only");
-  if (op.out_width != 0 && op.out_width < static_cast<std::uint64_t>(cols))
-    return invalid("translate: out_width " + std::to_string(op.out_width) + " is smaller than the " +
-                   std::to_string(cols) + " ids; give out_width >= n");
-  if (op.input_stride < 0 || op.out_stride < 0) return invalid("translate: strides must be >= 0");
+    if (d < 0) return invalid("translate shape has a negative dimension " + std::to_string(d));
+  const bool two_dim = op.shape.size() == 2;
+  const std::uint64_t lanes = static_cast<std::uint64_t>(op.shape[0]);
+  const std::uint64_t cols = two_dim ? static_cast<std::uint64_t>(op.shape[1]) : 1;
+  KVTWIN_TRY(std::uint64_t count, checked_mul(lanes, cols, "translate shape"));
+  if (count != op.ids.size())
+    return invalid("translate shape holds " + std::to_string(count) + " ids but " + std::to_string(op.ids.size()) +
+                   " were given; make the shape match the ids");
   const bool in32 = op.index_dtype == IndexDtype::int32;
-  if (op.out == OutPlacement::alias && in32)
-    return invalid("translate: an int32 input cannot be its own output (the output is int64); use a fresh or strided out");
   if (in32)
-    for (std::int64_t v : op.ids)
-      if (v < INT32_MIN || v > INT32_MAX)
-        return invalid("translate: id " + std::to_string(v) + " does not fit the int32 input; use int64 ids");
-  const std::int64_t out_cols = op.out_width != 0 ? static_cast<std::int64_t>(op.out_width) : cols;
-
-  // Input layout: 1-D element stride, 2-D row stride (0: contiguous).
-  const std::int64_t in_col_stride = two_d ? 1 : (op.input_stride == 0 ? 1 : op.input_stride);
-  const std::int64_t in_row_stride = two_d ? (op.input_stride == 0 ? cols : op.input_stride) : 0;
-  if (two_d && in_row_stride < cols) return invalid("translate: row stride is smaller than the row");
+    for (std::size_t i = 0; i < op.ids.size(); ++i)
+      if (op.ids[i] < INT32_MIN || op.ids[i] > INT32_MAX)
+        return invalid("id " + std::to_string(op.ids[i]) + " at position " + std::to_string(i) +
+                       " does not fit an int32 input; use index_dtype int64");
+  if (op.out_dtype != IndexDtype::int64)
+    return invalid("translate writes int64 physical ids; give an int64 output (out_dtype int64)");
+  if (op.out_width != 0 && two_dim) return invalid("out_width applies to one-dimensional ids only; drop it or flatten the ids");
+  if (op.out_width != 0 && op.out_width < lanes)
+    return invalid("out_width " + std::to_string(op.out_width) + " is smaller than the " + std::to_string(lanes) +
+                   " ids; give a width of at least " + std::to_string(lanes));
+  if (op.out_width > kMaxTranslateStorageElements)
+    return invalid("out_width " + std::to_string(op.out_width) + " exceeds " +
+                   std::to_string(kMaxTranslateStorageElements) + " lanes");
+  const std::uint64_t out_lanes = op.out_width != 0 ? op.out_width : lanes;
   const bool alias = op.out == OutPlacement::alias;
-  const std::int64_t in_lanes = alias ? out_cols : cols;  // an aliasing buffer holds the output's lanes
-  const std::int64_t in_elems = rows == 0 || in_lanes == 0 ? 1 : (rows - 1) * in_row_stride + (in_lanes - 1) * in_col_stride + 1;
-  // Output layout.
-  std::int64_t out_col_stride = 1, out_row_stride = out_cols;
-  if (alias) {
-    out_col_stride = in_col_stride;
-    out_row_stride = in_row_stride;
-  } else if (op.out == OutPlacement::strided) {
-    if (two_d) {
-      out_row_stride = op.out_stride == 0 ? cols : op.out_stride;
-      if (out_row_stride < cols) return invalid("translate: out row stride is smaller than the row");
-    } else {
-      out_col_stride = op.out_stride == 0 ? 1 : op.out_stride;
-    }
-  }
-  const std::int64_t out_elems =
-      rows == 0 || out_cols == 0 ? 1 : (rows - 1) * out_row_stride + (out_cols - 1) * out_col_stride + 1;
+  if (alias && in32) return invalid("an int64 output cannot alias an int32 input; use out fresh or strided, or an int64 input");
+  if (op.out == OutPlacement::fresh && op.out_stride != 0)
+    return invalid("out_stride applies to a strided output; use out \"strided\" or drop out_stride");
+  // An aliasing output is the input buffer itself: out_width lanes of it, with the input's strides.
+  KVTWIN_TRY(BufferShape in, buffer_shape(two_dim, alias ? out_lanes : lanes, cols, op.input_stride, "input_stride"));
+  if (alias && op.out_stride != 0 && static_cast<std::uint64_t>(op.out_stride) != in.stride)
+    return invalid("an aliasing output has the input's stride " + std::to_string(in.stride) + ", not out_stride " +
+                   std::to_string(op.out_stride) + "; drop out_stride");
+  KVTWIN_TRY(BufferShape out, buffer_shape(two_dim, out_lanes, cols, alias ? op.input_stride : op.out_stride,
+                                           alias ? "input_stride" : "out_stride"));
+  if (out.elements() == 0) return ok(Ids{});
 
-  // Buffers: every element poisoned first, then the ids at their strided places.
-  constexpr std::int64_t kPoison = 0x5a5a5a5a5a5a5a5aLL;
-  const std::size_t itemsize = in32 ? 4 : 8;
-  std::vector<std::uint8_t> in_host(static_cast<std::size_t>(in_elems) * itemsize);
+  // ---- the buffers: every storage cell poisoned, the ids at their strided places; an aliasing
+  // buffer's lanes past N hold stale ids of an earlier, larger batch.
+  constexpr std::int64_t kPoison64 = 0x5a5a5a5a5a5a5a5aLL;
+  constexpr std::int32_t kPoison32 = 0x5a5a5a5a;
+  constexpr std::int64_t kStaleLaneId = 0x7e57ab1e;
+  std::vector<std::uint8_t> in_host;
   if (in32) {
-    std::vector<std::int32_t> v(static_cast<std::size_t>(in_elems), 0x5a5a5a5a);
-    for (std::int64_t r = 0; r < rows; ++r)
-      for (std::int64_t c = 0; c < cols; ++c)
-        v[static_cast<std::size_t>(r * in_row_stride + c * in_col_stride)] =
-            static_cast<std::int32_t>(op.ids[static_cast<std::size_t>(r * cols + c)]);
+    std::vector<std::int32_t> v(std::max<std::uint64_t>(in.storage(), 1), kPoison32);
+    for (std::uint64_t i = 0; i < count; ++i) v[in.at(i)] = static_cast<std::int32_t>(op.ids[i]);
+    in_host.resize(v.size() * sizeof(std::int32_t));
     std::memcpy(in_host.data(), v.data(), in_host.size());
   } else {
-    std::vector<std::int64_t> v(static_cast<std::size_t>(in_elems), kPoison);
-    for (std::int64_t r = 0; r < rows; ++r)
-      for (std::int64_t c = 0; c < cols; ++c)
-        v[static_cast<std::size_t>(r * in_row_stride + c * in_col_stride)] = op.ids[static_cast<std::size_t>(r * cols + c)];
-    // An aliasing buffer's lanes past n hold stale ids (a capture-stable buffer's old contents).
-    if (alias)
-      for (std::int64_t c = cols; c < out_cols; ++c) v[static_cast<std::size_t>(c * in_col_stride)] = 7 + c;
+    std::vector<std::int64_t> v(std::max<std::uint64_t>(in.storage(), 1), kPoison64);
+    for (std::uint64_t i = 0; i < in.elements(); ++i) v[in.at(i)] = i < count ? op.ids[i] : kStaleLaneId;
+    in_host.resize(v.size() * sizeof(std::int64_t));
     std::memcpy(in_host.data(), v.data(), in_host.size());
   }
   DeviceBuffer<std::uint8_t> in_dev;
   KVTWIN_TRY_STATUS(in_dev.allocate(in_host.size()));
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(in_dev.get(), in_host.data(), in_host.size(), cudaMemcpyHostToDevice, stream_));
   DeviceBuffer<std::int64_t> out_dev;
-  std::int64_t* out = reinterpret_cast<std::int64_t*>(in_dev.get());
+  std::int64_t* out_ptr = reinterpret_cast<std::int64_t*>(in_dev.get());
+  const std::uint64_t out_storage = std::max<std::uint64_t>(out.storage(), 1);
   if (!alias) {
-    KVTWIN_TRY_STATUS(out_dev.allocate(static_cast<std::size_t>(out_elems)));
-    const std::vector<std::int64_t> poison(static_cast<std::size_t>(out_elems), kPoison);
-    KVTWIN_CUDA_TRY(cudaMemcpyAsync(out_dev.get(), poison.data(), poison.size() * sizeof(std::int64_t),
-                                    cudaMemcpyHostToDevice, stream_));
-    out = out_dev.get();
+    KVTWIN_TRY(out_dev, device_copy(std::vector<std::int64_t>(out_storage, kPoison64), stream_));
+    out_ptr = out_dev.get();
   }
-  const DeviceSide& full = *sides_[0];
+  // ---- one launch: element i reads its id, translates it, writes it; lanes past N get the sink.
   TranslateParams p;
   p.in = in_dev.get();
   p.in_int32 = in32;
-  p.rows = rows;
-  p.cols = cols;
-  p.in_row_stride = in_row_stride;
-  p.in_col_stride = in_col_stride;
-  p.out = out;
-  p.out_row_stride = out_row_stride;
-  p.out_col_stride = out_col_stride;
-  p.out_cols = out_cols;
-  p.v2p = full.v2p();
-  p.v2p_len = full.v2p_len();
+  p.rows = two_dim ? static_cast<std::int64_t>(lanes) : 1;
+  p.cols = two_dim ? static_cast<std::int64_t>(cols) : static_cast<std::int64_t>(lanes);
+  p.in_row_stride = two_dim ? static_cast<std::int64_t>(in.stride) : 0;
+  p.in_col_stride = two_dim ? 1 : static_cast<std::int64_t>(in.stride);
+  p.out = out_ptr;
+  p.out_row_stride = two_dim ? static_cast<std::int64_t>(out.stride) : 0;
+  p.out_col_stride = two_dim ? 1 : static_cast<std::int64_t>(out.stride);
+  p.out_cols = two_dim ? static_cast<std::int64_t>(cols) : static_cast<std::int64_t>(out_lanes);
+  p.v2p = sides_[0]->v2p();
+  p.v2p_len = sides_[0]->v2p_len();
   p.page_size = static_cast<std::int64_t>(config_.page_size);
   p.negative_wraps = faults_.negative_wraps;
   p.tombstone_live = faults_.tombstone_live;
   KVTWIN_CUDA_TRY(launch_translate(p, stream_));
-  KVTWIN_TRY(std::vector<std::int64_t> whole, download_ids(out, out_elems));
-  std::vector<std::int64_t> values;
-  values.reserve(static_cast<std::size_t>(rows * out_cols));
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < out_cols; ++c)
-      values.push_back(whole[static_cast<std::size_t>(r * out_row_stride + c * out_col_stride)]);
+  KVTWIN_TRY(std::vector<std::int64_t> whole, download_ids(out_ptr, static_cast<std::int64_t>(out_storage)));
+  // Every storage cell no output element owns is untouched (a kernel writing outside its
+  // elements is a broken invariant, not a result).
+  std::vector<bool> owned(out_storage, false);
+  for (std::uint64_t i = 0; i < out.elements(); ++i) owned[out.at(i)] = true;
+  for (std::uint64_t c = 0; c < out.storage(); ++c)
+    if (!owned[c]) {
+      std::int64_t before = kPoison64;
+      if (alias) std::memcpy(&before, in_host.data() + c * sizeof(std::int64_t), sizeof before);
+      KVTWIN_CHECK(whole[c] == before, "translate wrote only its output elements");
+    }
+  std::vector<std::int64_t> values(out.elements());
+  for (std::uint64_t i = 0; i < out.elements(); ++i) values[i] = whole[out.at(i)];
   return ok(Ids{std::move(values)});
 }
 
@@ -987,81 +1084,84 @@ OpResult GpuPool::swa_translate(const SwaTranslate& op) {
 
 OpResult GpuPool::page_table(const PageTable& op) {
   const std::int64_t ps = static_cast<std::int64_t>(config_.page_size);
-  const std::int64_t bs = static_cast<std::int64_t>(op.req.size());
-  if (op.seq_len.size() != op.req.size())
-    return invalid("page_table: " + std::to_string(op.req.size()) + " batch rows but " +
-                   std::to_string(op.seq_len.size()) + " lengths; give one length per row");
-  if (op.prior.size() < op.req.size())
-    return invalid("page_table: the table has " + std::to_string(op.prior.size()) + " rows for " +
-                   std::to_string(bs) + " batch rows");
-  std::int64_t rt_cols = 0, table_cols = 0;
-  for (const auto& row : op.req_to_token) rt_cols = std::max<std::int64_t>(rt_cols, static_cast<std::int64_t>(row.size()));
-  for (const auto& row : op.prior) table_cols = std::max<std::int64_t>(table_cols, static_cast<std::int64_t>(row.size()));
-  for (std::int64_t b = 0; b < bs; ++b) {
-    const std::int64_t req = op.req[static_cast<std::size_t>(b)];
-    const std::int64_t len = op.seq_len[static_cast<std::size_t>(b)];
-    if (req < 0 || req >= static_cast<std::int64_t>(op.req_to_token.size()))
-      return out_of_range("page_table: row " + std::to_string(b) + " names request " + std::to_string(req) +
-                          ", outside the " + std::to_string(op.req_to_token.size()) + " request rows");
-    if (len < 0 || len > static_cast<std::int64_t>(op.req_to_token[static_cast<std::size_t>(req)].size()))
-      return out_of_range("page_table: row " + std::to_string(b) + " has length " + std::to_string(len) +
-                          ", outside its request's " +
-                          std::to_string(op.req_to_token[static_cast<std::size_t>(req)].size()) + " tokens");
-    if ((len + ps - 1) / ps > static_cast<std::int64_t>(op.prior[static_cast<std::size_t>(b)].size()))
-      return out_of_range("page_table: row " + std::to_string(b) + " needs " + std::to_string((len + ps - 1) / ps) +
-                          " pages but the table row has " + std::to_string(op.prior[static_cast<std::size_t>(b)].size()) +
-                          " columns");
+  const std::size_t bs = op.req.size();
+  if (op.seq_len.size() != bs || op.prior.size() != bs)
+    return invalid("page_table has " + std::to_string(bs) + " request rows but " + std::to_string(op.seq_len.size()) +
+                   " seq_len and " + std::to_string(op.prior.size()) + " prior rows; give one of each per batch row");
+  for (std::size_t b = 0; b < bs; ++b) {
+    const std::string row = "page_table row " + std::to_string(b);
+    if (op.req[b] < 0 || static_cast<std::uint64_t>(op.req[b]) >= op.req_to_token.size())
+      return out_of_range(row + ": request slot " + std::to_string(op.req[b]) + " is outside req_to_token (" +
+                          std::to_string(op.req_to_token.size()) + " slots)");
+    if (op.seq_len[b] < 0) return invalid(row + ": seq_len " + std::to_string(op.seq_len[b]) + " is negative");
+    const std::uint64_t pages = ceil_div(static_cast<std::uint64_t>(op.seq_len[b]), static_cast<std::uint64_t>(ps));
+    if (pages > op.prior[b].size())
+      return out_of_range(row + ": " + std::to_string(op.seq_len[b]) + " tokens need " + std::to_string(pages) +
+                          " columns but the table has " + std::to_string(op.prior[b].size()) + "; widen the table");
+    const auto& tokens = op.req_to_token[static_cast<std::size_t>(op.req[b])];
+    if (pages > 0 && (pages - 1) * static_cast<std::uint64_t>(ps) >= tokens.size())
+      return out_of_range(row + ": request slot " + std::to_string(op.req[b]) + " holds " +
+                          std::to_string(tokens.size()) + " tokens, fewer than seq_len " +
+                          std::to_string(op.seq_len[b]) + " needs");
   }
-  // Dense device copies (rows padded; padding is never read: bounds above).
-  std::vector<std::int64_t> rt(op.req_to_token.size() * static_cast<std::size_t>(std::max<std::int64_t>(rt_cols, 1)), 0);
+  // Dense device copies of the request-to-token table and the prior table (rows padded; padding
+  // is never read: the bounds above).
+  std::int64_t rt_cols = 1, table_cols = 1;
+  for (const auto& r : op.req_to_token) rt_cols = std::max<std::int64_t>(rt_cols, static_cast<std::int64_t>(r.size()));
+  for (const auto& r : op.prior) table_cols = std::max<std::int64_t>(table_cols, static_cast<std::int64_t>(r.size()));
+  std::vector<std::int64_t> rt(op.req_to_token.size() * static_cast<std::size_t>(rt_cols), 0);
   for (std::size_t r = 0; r < op.req_to_token.size(); ++r)
-    std::copy(op.req_to_token[r].begin(), op.req_to_token[r].end(), rt.begin() + static_cast<std::ptrdiff_t>(r * static_cast<std::size_t>(std::max<std::int64_t>(rt_cols, 1))));
-  const std::int64_t tcols = std::max<std::int64_t>(table_cols, 1);
-  std::vector<std::int64_t> table(op.prior.size() * static_cast<std::size_t>(tcols), 0);
-  for (std::size_t r = 0; r < op.prior.size(); ++r)
-    std::copy(op.prior[r].begin(), op.prior[r].end(), table.begin() + static_cast<std::ptrdiff_t>(r * static_cast<std::size_t>(tcols)));
+    std::copy(op.req_to_token[r].begin(), op.req_to_token[r].end(), rt.begin() + static_cast<std::ptrdiff_t>(r) * rt_cols);
+  std::vector<std::int64_t> table(bs * static_cast<std::size_t>(table_cols), 0);
+  for (std::size_t r = 0; r < bs; ++r)
+    std::copy(op.prior[r].begin(), op.prior[r].end(), table.begin() + static_cast<std::ptrdiff_t>(r) * table_cols);
+  if (bs == 0) return ok(Table{});
   KVTWIN_TRY(std::int64_t * rt_dev, upload_ids(rt, 0));
   KVTWIN_TRY(std::int64_t * req_dev, upload_ids(op.req, 1));
   KVTWIN_TRY(std::int64_t * len_dev, upload_ids(op.seq_len, 2));
   KVTWIN_TRY(std::int64_t * table_dev, upload_ids(table, 3));
-  PageTableParams p;
+  PageTableParams p;  // the v2p lookup fused into the table build
   p.req_to_token = rt_dev;
   p.rt_rows = static_cast<std::int64_t>(op.req_to_token.size());
   p.rt_cols = rt_cols;
-  p.rt_row_stride = std::max<std::int64_t>(rt_cols, 1);
+  p.rt_row_stride = rt_cols;
   p.req = req_dev;
   p.seq_lens = len_dev;
-  p.bs = bs;
+  p.bs = static_cast<std::int64_t>(bs);
   p.table = table_dev;
   p.table_cols = table_cols;
-  p.table_row_stride = tcols;
+  p.table_row_stride = table_cols;
   p.v2p = sides_[0]->v2p();
   p.v2p_len = sides_[0]->v2p_len();
   p.page_size = ps;
   KVTWIN_CUDA_TRY(launch_page_table(p, stream_));
   KVTWIN_TRY(std::vector<std::int64_t> whole, download_ids(table_dev, static_cast<std::int64_t>(table.size())));
   Table out;
-  for (std::size_t r = 0; r < op.prior.size(); ++r)
-    out.rows.emplace_back(whole.begin() + static_cast<std::ptrdiff_t>(r * static_cast<std::size_t>(tcols)),
-                          whole.begin() + static_cast<std::ptrdiff_t>(r * static_cast<std::size_t>(tcols) + op.prior[r].size()));
+  for (std::size_t r = 0; r < bs; ++r) {
+    const auto first = whole.begin() + static_cast<std::ptrdiff_t>(r) * table_cols;
+    out.rows.emplace_back(first, first + static_cast<std::ptrdiff_t>(op.prior[r].size()));
+  }
   return ok(std::move(out));
 }
 
 OpResult GpuPool::remap_indices(const RemapIndices& op) {
-  if (op.kv_indptr.size() != op.bs + 1)
-    return invalid("remap_indices: kv_indptr has " + std::to_string(op.kv_indptr.size()) + " entries for bs " +
-                   std::to_string(op.bs) + "; it needs bs + 1");
-  const std::int64_t bound = op.kv_indptr[op.bs];
+  if (op.bs >= op.kv_indptr.size())
+    return invalid("remap_indices: bs " + std::to_string(op.bs) + " needs kv_indptr of at least " +
+                   std::to_string(op.bs + 1) + " entries, got " + std::to_string(op.kv_indptr.size()));
+  for (std::uint64_t b = 0; b <= op.bs; ++b)
+    if (op.kv_indptr[b] < 0 || (b > 0 && op.kv_indptr[b] < op.kv_indptr[b - 1]))
+      return invalid("remap_indices: kv_indptr must be non-negative and non-decreasing over [0, bs]; entry " +
+                     std::to_string(b) + " is " + std::to_string(op.kv_indptr[b]));
   const std::int64_t capacity = static_cast<std::int64_t>(op.kv_indices.size());
-  if (bound < 0 || bound > capacity)
-    return out_of_range("remap_indices: kv_indptr[bs] = " + std::to_string(bound) + " is outside the " +
-                        std::to_string(capacity) + "-entry index buffer");
+  if (op.kv_indptr[op.bs] > capacity)
+    return out_of_range("remap_indices: kv_indptr[bs] = " + std::to_string(op.kv_indptr[op.bs]) +
+                        " is past the kv_indices buffer of " + std::to_string(capacity) + "; give a longer buffer");
   if (capacity == 0) return ok(Ids{});
   KVTWIN_TRY(std::int64_t * indices, upload_ids(op.kv_indices, 0));
   KVTWIN_TRY(std::int64_t * indptr, upload_ids(op.kv_indptr, 1));
   RemapParams p;
   p.in = indices;
-  p.out = indices;  // in place: the capture-stable buffer the kernel reads
+  p.out = indices;  // SPEC 5: in place, in the capture-stable buffer the attention kernel reads
   if (faults_.remap_fresh_buffer) {
     // Fault 7: the remap lands in a fresh buffer; the capture-stable one keeps its virtual ids.
     KVTWIN_TRY_STATUS(ids_[2].reserve(static_cast<std::size_t>(capacity)));
@@ -1081,9 +1181,9 @@ OpResult GpuPool::remap_indices(const RemapIndices& op) {
 // ---------------------------------------------------------------- decode step (SPEC 7)
 
 OpResult GpuPool::capture(const Capture& op) {
-  if (config_.tables_only)
-    return make_error(ErrorKind::unsupported, "capture: a tables-only pool has no bytes to attend over");
-  PoolDeviceView view;
+  if (graphs_.count(op.graph) != 0)
+    return invalid("capture: graph " + std::to_string(op.graph) + " is already captured; use another id");
+  PoolDeviceView view;  // a tables-only pool has no bytes: the step keeps its tables, attends nothing
   view.pool = pool_.get();
   view.pool_bytes = pool_.bytes();
   view.full = sides_[0].get();

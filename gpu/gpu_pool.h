@@ -55,12 +55,14 @@ class GpuPool final : public Backend {
   cudaStream_t stream() const { return stream_; }
 
  private:
+  // A forward batch (docs/decisions.md "Write locs"): its out_cache_loc lives on the device, its
+  // mark on the host; per lane the virtual token whose rows it writes.
   struct Batch {
-    DeviceBuffer<std::int64_t> loc;          // out_cache_loc, on the device
-    std::int64_t width = 0;                  // lanes of loc
-    std::vector<std::int64_t> tokens;        // the intended virtual token of each lane (-1: none)
-    DeviceBuffer<std::int64_t> encoder_loc;  // encoder_out_cache_loc (never translated)
-    std::vector<std::int64_t> encoder_tokens;
+    DeviceBuffer<std::int64_t> loc;          // out_cache_loc, `width` lanes
+    std::int64_t width = 0;
+    std::vector<std::int64_t> tokens;        // width lanes (-1: padding)
+    DeviceBuffer<std::int64_t> encoder_loc;  // encoder_out_cache_loc: empty or width lanes, never translated
+    std::vector<std::int64_t> encoder_host;  // the same ids (the rows a cross layer writes are theirs)
     bool physical = false;                   // the mark (SPEC 6)
   };
   struct Reader {
@@ -117,8 +119,16 @@ class GpuPool final : public Backend {
   Status sync() const;
 
   Status require_pool() const;
-  Result<Batch*> find_batch(std::uint32_t id);
-  std::size_t side_of(std::string_view sub_pool, bool& found) const;
+  Result<Batch*> find_batch(std::uint32_t id, std::string_view what);
+  Result<std::size_t> side_named(std::string_view sub_pool, std::string_view what) const;
+  // Ids below this are sink lanes of a side: its pages below min_page_index (docs/decisions.md).
+  std::int64_t sink_end(std::size_t side) const;
+  std::int64_t slot_count(std::size_t side) const;
+  // The band's bytes of a side: up [min_page, wm) pages, down (wm, num_pages).
+  std::uint64_t band_begin_byte(std::size_t side) const;
+  std::uint64_t band_end_byte(std::size_t side) const;
+  // Uploads `values` into a fresh device buffer.
+  static Result<DeviceBuffer<std::int64_t>> device_copy(const std::vector<std::int64_t>& values, cudaStream_t stream);
 
   Faults faults_;
   cudaStream_t stream_ = nullptr;

@@ -153,13 +153,18 @@ __global__ void __launch_bounds__(kThreads) copy_rows_kernel(const RowCopyParams
         const std::uint64_t lane = i / units_per_row;
         const std::uint64_t unit = i - lane * units_per_row;
         const std::int64_t t = loc[lane];
-        // The write door drops sink and dead lanes (SPEC 6); the read door may read the sink.
-        if (kScatter ? t <= 0 : t < 0) continue;
-        const std::int64_t off = row_offset(t, seg, p.pool_bytes, p.int32_offsets);
-        if (off < 0) continue;
-        Unit* pool_unit = reinterpret_cast<Unit*>(p.pool + off) + unit;
         Unit* staging_unit =
             reinterpret_cast<Unit*>(p.staging + seg.staging_offset_bytes + lane * p.staging_lane_stride_bytes) + unit;
+        // A sink lane: the write door discards it (SPEC 6), the read door reads zeros.
+        const std::int64_t off = t < seg.first_slot ? -1 : row_offset(t, seg, p.pool_bytes, p.int32_offsets);
+        if (off < 0) {
+          if (!kScatter) {
+            value[k] = Unit{};
+            to[k] = staging_unit;
+          }
+          continue;
+        }
+        Unit* pool_unit = reinterpret_cast<Unit*>(p.pool + off) + unit;
         value[k] = kScatter ? *staging_unit : *pool_unit;
         to[k] = kScatter ? pool_unit : staging_unit;
       }
@@ -231,13 +236,20 @@ __device__ __forceinline__ float load_element(const PagedView& v, std::int64_t e
 
 constexpr int kAttentionThreads = 128;
 
+__device__ void attend_row(const AttentionParams& p, std::int64_t b, std::uint32_t h, float* partial_max, float& total);
+
 __global__ void __launch_bounds__(kAttentionThreads) decode_attention_kernel(const AttentionParams p) {
   __shared__ float partial_max[kAttentionThreads];
   __shared__ float total;
-  const std::int64_t b = blockIdx.y;
-  const std::uint32_t h = blockIdx.x;
+  for (std::int64_t b = blockIdx.y; b < p.rows; b += gridDim.y) {
+    attend_row(p, b, blockIdx.x, partial_max, total);
+    __syncthreads();  // the shared scratch is reused by the next row
+  }
+}
+
+__device__ void attend_row(const AttentionParams& p, std::int64_t b, std::uint32_t h, float* partial_max, float& total) {
   std::int64_t len = p.seq_lens[b];
-  if (len <= 0) return;
+  if (len <= 0) return;  // uniform across the block
   len = min(len, p.max_tokens);
   const std::uint32_t g = h / (p.query_heads / p.kv_heads);
   const std::int64_t row = b * p.query_heads + h;
@@ -345,8 +357,8 @@ cudaError_t launch_move_pages(const PageMoveParams& p, cudaStream_t stream) {
 
 cudaError_t launch_decode_attention(const AttentionParams& p, cudaStream_t stream) {
   if (p.rows <= 0 || p.query_heads == 0) return cudaSuccess;
-  if (p.kv_heads == 0 || p.query_heads % p.kv_heads != 0 || p.rows > kMaxGridY) return cudaErrorInvalidValue;
-  const dim3 grid(p.query_heads, static_cast<unsigned>(p.rows));
+  if (p.kv_heads == 0 || p.query_heads % p.kv_heads != 0) return cudaErrorInvalidValue;
+  const dim3 grid(p.query_heads, static_cast<unsigned>(std::min<std::int64_t>(p.rows, kMaxGridY)));
   decode_attention_kernel<<<grid, kAttentionThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }

@@ -104,6 +104,7 @@ struct RowSegment {
   std::uint64_t staging_offset_bytes = 0;
   std::uint32_t row_bytes = 0;
   std::uint32_t loc_set = 0;               // which of RowCopyParams::locs indexes the pool
+  std::int64_t first_slot = 1;             // ids below it are sink lanes (pages below min_page_index)
 };
 
 struct RowCopyParams {
@@ -119,8 +120,9 @@ struct RowCopyParams {
   bool vector16 = false;                   // every address involved is 16-byte aligned
   bool int32_offsets = false;              // fault 18
 };
-// Lanes whose loc is <= 0 (the sink, or a dead lane) move nothing; a row that would fall outside
-// the pool moves nothing (the doors range-check locs before launching; this is a last guard).
+// Sink lanes (loc < first_slot: the sink page and any reserved page) write nothing and read as
+// zeros; a row that would fall outside the pool moves nothing (the doors range-check locs before
+// launching; this is a last guard).
 cudaError_t launch_scatter_rows(const RowCopyParams& p, cudaStream_t stream);  // staging -> pool
 cudaError_t launch_gather_rows(const RowCopyParams& p, cudaStream_t stream);   // pool -> staging
 
@@ -154,7 +156,8 @@ struct PagedView {
   DType dtype = DType::bf16;
 };
 
-// out[b, h, e] for b < rows with seq_lens[b] > 0 (rows with length 0 are not written):
+// out[b, h, e] for b < rows with seq_lens[b] > 0 (rows with length 0 are not written); any number
+// of rows (the grid loops over them):
 // see docs/decisions.md "The decode step and its reference attention" for the operation order.
 struct AttentionParams {
   PagedView k;
