@@ -234,7 +234,10 @@ bool GpuPool::fits(std::int64_t k) const {
 
 Result<std::vector<std::int64_t>> GpuPool::bind_pages(std::int64_t k) {
   KVTWIN_TRY(std::int64_t * vpages, upload_ids(std::vector<std::int64_t>(static_cast<std::size_t>(k)), 0));
-  KVTWIN_TRY_STATUS(ids_[1].reserve(static_cast<std::size_t>(std::max<std::int64_t>(k, 1))));
+  // The hole list of a side (selected whole, then its first k used) fits in num_pages + 1.
+  std::int64_t most_pages = k;
+  for (const auto& side : sides_) most_pages = std::max(most_pages, side->p2v_len());
+  KVTWIN_TRY_STATUS(ids_[1].reserve(static_cast<std::size_t>(most_pages)));
   // The k virtual pages from the queue front, bound in order to the side's pages (SPEC 4).
   KVTWIN_TRY_STATUS(sides_[0]->take_virtual(k, vpages, stream_));
   KVTWIN_TRY_STATUS(sides_[0]->bind(vpages, k, select_, ids_[1].get(), stream_));
