@@ -1,0 +1,73 @@
+// The content oracle's bookkeeping (docs/decisions.md "Content oracle"): for every row of every
+// bound virtual page, the identity last written there (source token and write number; the
+// sub-pool, layer and part are the row's position). Keyed by *virtual* page, so it never
+// changes when compaction moves a page: verify() reads each remembered row back through v2p,
+// which is what shows that a move carried the bytes with the page.
+//
+// How it works: one vector of rows per virtual page and side, created on the first write to the
+// page and dropped when the page is freed. Rows of a page that was never written take no room.
+// It holds no bytes and knows nothing about physical placement.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/layout.h"
+
+namespace kvtwin::sim {
+
+struct WrittenRow {
+  std::int64_t source_token = 0;
+  std::uint64_t write_number = 0;
+  bool written = false;
+  bool operator==(const WrittenRow&) const = default;
+};
+
+// Position of one row inside a virtual page of one side.
+struct RowSlot {
+  std::int64_t slot = 0;  // token slot inside the page, 0 .. page_size - 1
+  std::uint32_t layer = 0;
+  std::size_t part = 0;
+};
+
+class ContentLedger {
+ public:
+  ContentLedger() = default;
+  ContentLedger(const std::vector<DenseEntryLayout>& layouts, std::int64_t page_size, std::int64_t num_virtual);
+
+  void record(std::size_t side, std::int64_t vpage, const RowSlot& at, std::int64_t source_token,
+              std::uint64_t write_number);
+  void forget_row(std::size_t side, std::int64_t vpage, const RowSlot& at);
+  // A freed page (or a page whose SWA half left the window) forgets every row.
+  void forget_page(std::size_t side, std::int64_t vpage);
+
+  // The row last written at a position, or nullptr when nothing is remembered there.
+  const WrittenRow* find(std::size_t side, std::int64_t vpage, const RowSlot& at) const;
+  // Whether any row of the page is remembered.
+  bool has_rows(std::size_t side, std::int64_t vpage) const;
+
+  // Calls fn(vpage, RowSlot, WrittenRow) for every remembered row of a side, in ascending order.
+  template <class Fn>
+  void for_each_row(std::size_t side, Fn&& fn) const {
+    const SideRows& s = sides_.at(side);
+    for (std::size_t v = 0; v < s.pages.size(); ++v) {
+      const std::vector<WrittenRow>& rows = s.pages[v];
+      for (std::size_t i = 0; i < rows.size(); ++i)
+        if (rows[i].written) fn(static_cast<std::int64_t>(v), position(s, i), rows[i]);
+    }
+  }
+
+ private:
+  struct SideRows {
+    std::uint32_t layers = 0;
+    std::size_t parts = 0;
+    std::vector<std::vector<WrittenRow>> pages;  // by virtual page; empty when nothing is written
+  };
+  std::size_t index(const SideRows& s, const RowSlot& at) const;
+  static RowSlot position(const SideRows& s, std::size_t index);
+
+  std::int64_t page_size_ = 1;
+  std::vector<SideRows> sides_;
+};
+
+}  // namespace kvtwin::sim

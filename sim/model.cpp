@@ -1,0 +1,1002 @@
+// The reference model. See model.h for what it is; each handler below cites the SPEC.md rule
+// (or the docs/decisions.md entry) it implements. Every handler validates the whole operation
+// before it changes anything.
+#include "sim/model.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <sstream>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "core/check.h"
+#include "core/checked.h"
+#include "core/rng.h"
+#include "sim/attention.h"
+#include "sim/translation.h"
+
+namespace kvtwin::sim {
+namespace {
+
+std::string num(std::uint64_t v) { return std::to_string(v); }
+std::string num(std::int64_t v) { return std::to_string(v); }
+std::string num(std::uint32_t v) { return std::to_string(v); }
+
+Error invalid(std::string message) { return make_error(ErrorKind::invalid_argument, std::move(message)); }
+Error out_of_range(std::string message) { return make_error(ErrorKind::out_of_range, std::move(message)); }
+
+// "[3, 5, 9]", at most `limit` ids then "...".
+std::string list_ids(const std::vector<std::int64_t>& ids, std::size_t limit = 8) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < ids.size() && i < limit; ++i) out += (i ? ", " : "") + num(ids[i]);
+  if (ids.size() > limit) out += ", ... (" + num(std::uint64_t{ids.size()}) + " in all)";
+  return out + "]";
+}
+
+std::vector<std::int64_t> sorted_unique(std::vector<std::int64_t> v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
+// A running digest of the state (not cryptographic; only equality matters).
+class Digest {
+ public:
+  void add(std::uint64_t v) { h_ = splitmix64_mix(h_ ^ (v + 0x9e3779b97f4a7c15ULL)); }
+  void add(std::int64_t v) { add(static_cast<std::uint64_t>(v)); }
+  void add(bool v) { add(std::uint64_t{v ? 1u : 0u}); }
+  void add(const std::string& s) {
+    add(std::uint64_t{s.size()});
+    add(fnv1a64(s));
+  }
+  void add(const std::vector<std::int64_t>& v) {
+    add(std::uint64_t{v.size()});
+    for (std::int64_t x : v) add(x);
+  }
+  std::uint64_t value() const { return h_; }
+
+ private:
+  std::uint64_t h_ = 0x243f6a8885a308d3ULL;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------- the pool's state
+
+struct Model::Pool {
+  Pool(PoolConfig c, PoolDerived d)
+      : config(std::move(c)),
+        derived(std::move(d)),
+        allocator(derived.geometry, config.mode),
+        page_size(static_cast<std::int64_t>(config.page_size)) {
+    if (!config.tables_only) {
+      bytes.emplace(config.total_bytes);
+      ledger = ContentLedger(derived.layouts, page_size, allocator.num_virtual());
+    }
+    for (std::size_t i = 0; i < allocator.side_count(); ++i)
+      held.emplace_back(static_cast<std::size_t>(allocator.side(i).num_pages()), 0u);
+  }
+
+  PoolConfig config;
+  PoolDerived derived;
+  PageAllocator allocator;
+  std::int64_t page_size;
+  std::optional<PoolBytes> bytes;  // nullopt in tables-only mode
+  ContentLedger ledger;            // empty in tables-only mode
+  std::map<std::uint32_t, Batch> batches;
+  std::map<std::uint32_t, Reader> readers;
+  std::vector<std::vector<std::uint32_t>> held;  // per side, per physical page: open readers holding it
+  std::map<std::uint32_t, Graph> graphs;
+};
+
+Model::Model() = default;
+Model::~Model() = default;
+
+const PoolConfig& Model::config() const {
+  KVTWIN_CHECK(built(), "config() needs a built pool");
+  return pool_->config;
+}
+
+const PoolDerived& Model::derived() const {
+  KVTWIN_CHECK(built(), "derived() needs a built pool");
+  return pool_->derived;
+}
+
+std::vector<PagePair> Model::pair_for_compaction(const std::vector<std::int64_t>& survivors,
+                                                 const std::vector<std::int64_t>& holes) const {
+  return pair_in_order(survivors, holes);  // SPEC 4.1: paired in order, both ascending
+}
+
+std::span<std::uint8_t> Model::bytes_for_test() {
+  KVTWIN_CHECK(built(), "bytes_for_test() needs a built pool");
+  return pool_->bytes ? pool_->bytes->all() : std::span<std::uint8_t>();
+}
+
+PageAllocator& Model::allocator_for_test() {
+  KVTWIN_CHECK(built(), "allocator_for_test() needs a built pool");
+  return pool_->allocator;
+}
+
+PairingRule Model::pairing() const {
+  return [this](const std::vector<std::int64_t>& survivors, const std::vector<std::int64_t>& holes) {
+    return pair_for_compaction(survivors, holes);
+  };
+}
+
+// ---------------------------------------------------------------- dispatch
+
+OpResult Model::apply(const Op& op) {
+  if (!pool_ && !std::holds_alternative<BuildPool>(op))
+    return invalid("'" + std::string(op_name(op)) + "' needs a pool, and none is built yet; the first operation must "
+                   "be build");
+  return std::visit([this](const auto& o) { return on(o); }, op);
+}
+
+// ---------------------------------------------------------------- build (SPEC 3)
+
+OpResult Model::on(const BuildPool& op) {
+  KVTWIN_TRY(PoolDerived derived, derive_pool(op.config));
+  for (const SubPoolGeometry& g : derived.geometry.sub_pools)
+    if (g.num_pages > kMaxModelPages)
+      return make_error(ErrorKind::unsupported,
+                        "sub-pool '" + g.name + "' has " + num(g.num_pages) + " pages; the model keeps dense tables of "
+                        "at most " + num(kMaxModelPages) + " pages per sub-pool; use a larger page size or fewer bytes");
+  if (!op.config.tables_only && op.config.total_bytes > kMaxModelPoolBytes)
+    return make_error(ErrorKind::unsupported,
+                      "a pool of " + num(op.config.total_bytes) + " bytes is larger than the model's byte buffer limit "
+                      "of " + num(kMaxModelPoolBytes) + " bytes; set tables_only: true to replay it without bytes");
+  // Building (or rebuilding) replaces the whole state: tables, bytes, batches, readers, graphs.
+  pool_ = std::make_unique<Pool>(op.config, std::move(derived));
+  return Outcome(Done{});
+}
+
+// ---------------------------------------------------------------- allocation (SPEC 4, 4.3)
+
+OpResult Model::on(const Alloc& op) {
+  const auto ps = static_cast<std::uint64_t>(pool_->page_size);
+  // SPEC 4: n % page_size != 0 is an error; n == 0 returns nothing.
+  if (op.tokens % ps != 0)
+    return invalid("alloc of " + num(op.tokens) + " tokens is not a whole number of pages of " + num(ps) +
+                   " tokens; allocate " + num(op.tokens / ps * ps) + " or " + num((op.tokens / ps + 1) * ps) + " tokens");
+  const std::uint64_t k = op.tokens / ps;
+  if (k == 0) return Outcome(Allocated{});
+  // "No room" is a normal result, with nothing changed.
+  if (!pool_->allocator.fits(k)) return Outcome(NoRoom{});
+  return Outcome(Allocated{pool_->allocator.alloc(k)});
+}
+
+OpResult Model::on(const AllocMany& op) {
+  const auto ps = static_cast<std::uint64_t>(pool_->page_size);
+  if (op.tokens.empty()) return invalid("alloc_many needs at least one request; use alloc for a single one");
+  std::uint64_t total_pages = 0;
+  for (std::size_t i = 0; i < op.tokens.size(); ++i) {
+    if (op.tokens[i] % ps != 0)
+      return invalid("alloc_many request " + num(std::uint64_t{i}) + " of " + num(op.tokens[i]) +
+                     " tokens is not a whole number of pages of " + num(ps) + " tokens; round it to a multiple of " + num(ps));
+    KVTWIN_TRY(total_pages, checked_add(total_pages, op.tokens[i] / ps, "alloc_many page count"));
+  }
+  // SPEC 4: all or nothing. The requests fit one after another exactly when their sum fits.
+  if (!pool_->allocator.fits(total_pages)) return Outcome(NoRoom{});
+  AllocatedMany out;
+  for (std::uint64_t n : op.tokens) out.pages.push_back(n / ps == 0 ? std::vector<std::int64_t>{}
+                                                                    : pool_->allocator.alloc(n / ps));
+  return Outcome(std::move(out));
+}
+
+Result<std::vector<std::int64_t>> Model::virtual_pages_of(IdUnit unit, const std::vector<std::int64_t>& ids,
+                                                          const char* op_name) const {
+  const AllocatorSide& owner = pool_->allocator.owner();
+  std::vector<std::int64_t> pages;
+  pages.reserve(ids.size());
+  for (std::int64_t id : ids) {
+    if (id < 0)
+      return out_of_range(std::string(op_name) + ": id " + num(id) + " is negative; give virtual " +
+                          (unit == IdUnit::tokens ? "token" : "page") + " ids");
+    // SPEC 4 free: v = t // page_size for token ids.
+    pages.push_back(unit == IdUnit::tokens ? id / pool_->page_size : id);
+  }
+  pages = sorted_unique(std::move(pages));  // docs/decisions.md: duplicates are allowed, made unique
+  std::vector<std::int64_t> outside;
+  for (std::int64_t v : pages)
+    if (v < owner.min_page() || v >= owner.num_pages()) outside.push_back(v);
+  // docs/decisions.md: the sink and pages below the first usable page are out of range.
+  if (!outside.empty())
+    return out_of_range(std::string(op_name) + ": virtual pages " + list_ids(outside) + " are outside the usable range [" +
+                        num(owner.min_page()) + ", " + num(owner.num_pages()) +
+                        ") (page 0 is the sink and is never allocated); free only ids that alloc returned");
+  return pages;
+}
+
+Status Model::check_readers(const FreePlan& plan) const {
+  // SPEC 7 / docs/decisions.md: a move whose source or destination is held by an open reader
+  // is refused, and the whole operation changes nothing.
+  for (const SideFreeStep& step : plan.steps) {
+    if (!step.compact) continue;
+    const std::vector<std::uint32_t>& held = pool_->held[step.side];
+    for (const PagePair& m : step.compaction.moves) {
+      for (std::int64_t page : {m.src, m.dst}) {
+        if (held[static_cast<std::size_t>(page)] == 0) continue;
+        std::uint32_t holder = 0;
+        for (const auto& [id, reader] : pool_->readers)
+          if (reader.side == step.side && std::binary_search(reader.pages.begin(), reader.pages.end(), page)) {
+            holder = id;
+            break;
+          }
+        return make_error(ErrorKind::reader_conflict,
+                          "compaction would move page " + num(m.src) + " to page " + num(m.dst) + " of sub-pool '" +
+                              pool_->allocator.side(step.side).name() + "' while reader " + num(holder) +
+                              " holds page " + num(page) + "; end the reader first (end_read " + num(holder) + ")");
+      }
+    }
+  }
+  return ok_status();
+}
+
+Compaction Model::commit_free(const FreePlan& plan) {
+  pool_->allocator.commit(plan);
+  Compaction out;
+  for (const SideFreeStep& step : plan.steps) {
+    const AllocatorSide& side = pool_->allocator.side(step.side);
+    // docs/decisions.md: a free forgets the rows of the freed pages.
+    if (pool_->bytes)
+      for (std::int64_t v : step.virtual_pages) pool_->ledger.forget_page(step.side, v);
+    if (!step.compact) continue;
+    for (const PagePair& m : step.compaction.moves) {
+      // SPEC 4.1: each move copies the whole page envelope. The ledger is keyed by virtual page,
+      // so it does not change: the bytes follow the page.
+      if (pool_->bytes) pool_->bytes->copy_page(side.geometry(), m.src, m.dst);
+      out.moves.push_back(PageMove{side.name(), m.src, m.dst});
+    }
+  }
+  return out;
+}
+
+OpResult Model::on(const Free& op) {
+  KVTWIN_TRY(std::vector<std::int64_t> pages, virtual_pages_of(op.unit, op.ids, "free"));
+  std::vector<std::int64_t> unbound;
+  for (std::int64_t v : pages)
+    if (pool_->allocator.owner().physical_of(v) < 0) unbound.push_back(v);
+  // SPEC 4: any v2p[v] < 0 is an error and nothing changes.
+  if (!unbound.empty())
+    return make_error(ErrorKind::double_free, "free: virtual pages " + list_ids(unbound) +
+                                                  " are not allocated (double free or never allocated); free each "
+                                                  "allocation once, with the ids alloc returned");
+  const FreePlan plan = pool_->allocator.plan_free(pages, pairing());
+  KVTWIN_TRY_STATUS(check_readers(plan));
+  return Outcome(commit_free(plan));
+}
+
+OpResult Model::on(const FreeSwa& op) {
+  if (!pool_->allocator.is_composite())
+    return invalid("free_swa: this pool has no sliding-window sub-pool; free_swa applies to full + SWA composites");
+  KVTWIN_TRY(std::vector<std::int64_t> pages, virtual_pages_of(op.unit, op.ids, "free_swa"));
+  std::vector<std::int64_t> unallocated, tombstoned;
+  for (std::int64_t v : pages) {
+    if (pool_->allocator.owner().physical_of(v) < 0)
+      unallocated.push_back(v);
+    else if (pool_->allocator.side(1).physical_of(v) < 0)
+      tombstoned.push_back(v);
+  }
+  // docs/decisions.md: free_swa of an unallocated page or of a tombstone is a double free.
+  if (!unallocated.empty())
+    return make_error(ErrorKind::double_free, "free_swa: virtual pages " + list_ids(unallocated) +
+                                                  " are not allocated; free_swa only pages of live allocations");
+  if (!tombstoned.empty())
+    return make_error(ErrorKind::double_free, "free_swa: virtual pages " + list_ids(tombstoned) +
+                                                  " already left the window (their SWA pages are tombstones); free_swa "
+                                                  "each page once");
+  const FreePlan plan = pool_->allocator.plan_free_swa(pages, pairing());
+  KVTWIN_TRY_STATUS(check_readers(plan));
+  return Outcome(commit_free(plan));
+}
+
+OpResult Model::on(const Flush&) {
+  // SPEC 4.2: flush compacts exactly as 4.1; eager sides have no holes, so nothing moves.
+  const FreePlan plan = pool_->allocator.plan_flush(pairing());
+  KVTWIN_TRY_STATUS(check_readers(plan));
+  return Outcome(commit_free(plan));
+}
+
+// ---------------------------------------------------------------- moves and readers (SPEC 7)
+
+Result<std::size_t> Model::side_named(const std::string& name) const {
+  for (std::size_t i = 0; i < pool_->allocator.side_count(); ++i)
+    if (pool_->allocator.side(i).name() == name) return i;
+  std::string known;
+  for (std::size_t i = 0; i < pool_->allocator.side_count(); ++i)
+    known += (i ? ", " : "") + pool_->allocator.side(i).name();
+  return invalid("this pool has no sub-pool '" + name + "'; its sub-pools: " + known);
+}
+
+OpResult Model::on(const MovePages& op) {
+  KVTWIN_TRY(std::size_t s, side_named(op.sub_pool));
+  const AllocatorSide& side = pool_->allocator.side(s);
+  if (op.dst.size() != op.src.size())
+    return invalid("move_pages: " + num(std::uint64_t{op.dst.size()}) + " destinations for " +
+                   num(std::uint64_t{op.src.size()}) + " sources; give one destination per source");
+  for (const std::vector<std::int64_t>* list : {&op.src, &op.dst})
+    for (std::int64_t p : *list)
+      if (p < side.min_page() || p >= side.num_pages())
+        return out_of_range("move_pages: page " + num(p) + " is outside sub-pool '" + side.name() + "''s usable pages [" +
+                            num(side.min_page()) + ", " + num(side.num_pages()) + "); the sink pages never move");
+  std::set<std::int64_t> seen;
+  for (const std::vector<std::int64_t>* list : {&op.src, &op.dst})
+    for (std::int64_t p : *list)
+      if (!seen.insert(p).second)
+        return invalid("move_pages: page " + num(p) + " appears twice; sources and destinations must be disjoint and "
+                       "without repeats");
+  for (std::int64_t p : op.dst) {
+    // docs/decisions.md: every dst is an unbound page.
+    if (side.virtual_of(p) >= 0)
+      return invalid("move_pages: destination page " + num(p) + " of sub-pool '" + side.name() +
+                     "' is bound to virtual page " + num(side.virtual_of(p)) +
+                     "; a raw move may only overwrite an unbound page");
+    // docs/decisions.md: and its bytes lie outside the other side's occupied band.
+    if (pool_->allocator.is_composite()) {
+      const AllocatorSide& other = pool_->allocator.side(1 - s);
+      const std::uint64_t begin = static_cast<std::uint64_t>(p) * side.page_bytes(), end = begin + side.page_bytes();
+      if (begin < other.band_end_byte() && other.band_begin_byte() < end)
+        return invalid("move_pages: destination page " + num(p) + " of sub-pool '" + side.name() + "' (bytes [" +
+                       num(begin) + ", " + num(end) + ")) overlaps the occupied band of sub-pool '" + other.name() +
+                       "' (bytes [" + num(other.band_begin_byte()) + ", " + num(other.band_end_byte()) +
+                       ")); choose a destination in the gap");
+    }
+  }
+  for (std::size_t i = 0; i < op.src.size(); ++i)
+    for (std::int64_t page : {op.src[i], op.dst[i]})
+      if (pool_->held[s][static_cast<std::size_t>(page)] > 0)
+        return make_error(ErrorKind::reader_conflict, "move_pages: page " + num(page) + " of sub-pool '" + side.name() +
+                                                          "' is held by an open reader; end the reader first (end_read)");
+  // Raw copies, no table change (docs/decisions.md "Moves and readers").
+  if (pool_->bytes)
+    for (std::size_t i = 0; i < op.src.size(); ++i) pool_->bytes->copy_page(side.geometry(), op.src[i], op.dst[i]);
+  return Outcome(Done{});
+}
+
+OpResult Model::on(const BeginRead& op) {
+  if (pool_->readers.count(op.reader))
+    return invalid("begin_read: reader " + num(op.reader) + " is already open; end it first or use another id");
+  KVTWIN_TRY(std::size_t s, side_named(op.sub_pool));
+  const AllocatorSide& side = pool_->allocator.side(s);
+  for (std::int64_t p : op.pages)
+    if (p < 0 || p >= side.num_pages())
+      return out_of_range("begin_read: page " + num(p) + " is outside sub-pool '" + side.name() + "''s pages [0, " +
+                          num(side.num_pages()) + ")");
+  Reader reader{s, sorted_unique(op.pages)};
+  for (std::int64_t p : reader.pages) ++pool_->held[s][static_cast<std::size_t>(p)];
+  pool_->readers.emplace(op.reader, std::move(reader));
+  return Outcome(Done{});
+}
+
+OpResult Model::on(const EndRead& op) {
+  auto it = pool_->readers.find(op.reader);
+  if (it == pool_->readers.end())
+    return invalid("end_read: reader " + num(op.reader) + " is not open; begin_read opens a reader");
+  for (std::int64_t p : it->second.pages) --pool_->held[it->second.side][static_cast<std::size_t>(p)];
+  pool_->readers.erase(it);
+  return Outcome(Done{});
+}
+
+// ---------------------------------------------------------------- batches (SPEC 6)
+
+OpResult Model::on(const MakeBatch& op) {
+  if (pool_->batches.count(op.batch))
+    return invalid("batch " + num(op.batch) + " already exists; drop it first (drop_batch) or use another id");
+  KVTWIN_TRY(Batch batch, make_batch(op));
+  pool_->batches.emplace(op.batch, std::move(batch));
+  return Outcome(Done{});
+}
+
+OpResult Model::on(const Rebind& op) {
+  auto it = pool_->batches.find(op.batch);
+  if (it == pool_->batches.end()) return invalid("rebind: no batch " + num(op.batch) + "; declare it with a batch op");
+  KVTWIN_TRY(Batch rebound, rebind_batch(it->second, op.out_width, pool_->allocator.owner().v2p(), pool_->page_size));
+  it->second = std::move(rebound);
+  return Outcome(Ids{it->second.loc});
+}
+
+OpResult Model::on(const Split& op) {
+  auto it = pool_->batches.find(op.batch);
+  if (it == pool_->batches.end()) return invalid("split: no batch " + num(op.batch) + "; declare it with a batch op");
+  if (op.left == op.right) return invalid("split: both children are batch " + num(op.left) + "; give two different ids");
+  for (std::uint32_t child : {op.left, op.right})
+    if (pool_->batches.count(child))
+      return invalid("split: batch " + num(child) + " already exists; children need new ids (the parent stays)");
+  KVTWIN_TRY(auto children, split_batch(it->second, op.at));
+  const Marks marks{children.first.physical, children.second.physical};
+  pool_->batches.emplace(op.left, std::move(children.first));
+  pool_->batches.emplace(op.right, std::move(children.second));
+  return Outcome(marks);
+}
+
+OpResult Model::on(const DropBatch& op) {
+  if (pool_->batches.erase(op.batch) == 0)
+    return invalid("drop_batch: no batch " + num(op.batch) + "; nothing to drop");
+  return Outcome(Done{});
+}
+
+// ---------------------------------------------------------------- the write door (SPEC 6)
+
+std::int64_t Model::sink_end(std::size_t side) const {
+  // docs/decisions.md: ids in pages below min_page_index (page 0 and any reserved page) are sink lanes.
+  return pool_->allocator.side(side).min_page() * pool_->page_size;
+}
+
+std::int64_t Model::slot_count(std::size_t side) const {
+  return static_cast<std::int64_t>(pool_->derived.geometry.sub_pools[side].max_slots);
+}
+
+Result<Model::LayerWrite> Model::plan_layer_write(std::uint32_t model_layer, const WriteLoc& loc) const {
+  const LayerPlacement& place = pool_->derived.plan.layer_map[model_layer];
+  LayerWrite w;
+  w.side = place.sub_pool;
+  w.local_layer = place.local_layer;
+  w.tokens = loc.tokens;
+  // The loc is in the owner's (full or MLA) physical id space; an SWA layer derives its own.
+  const std::size_t loc_side = place.kind == LayerKind::swa ? 0 : place.sub_pool;
+  for (std::size_t i = 0; i < loc.loc.size(); ++i)
+    if (loc.loc[i] < 0 || loc.loc[i] >= slot_count(loc_side))
+      return out_of_range("write to layer " + num(model_layer) + ": lane " + num(std::uint64_t{i}) + " has loc " +
+                          num(loc.loc[i]) + ", outside sub-pool '" + pool_->allocator.side(loc_side).name() +
+                          "''s slots [0, " + num(slot_count(loc_side)) + "); give physical token ids of the pool (0 is the sink)");
+  if (place.kind == LayerKind::swa) {
+    // SPEC 4.3: the SWA loc from the full physical id; a tombstoned page goes to the sink.
+    const AllocatorSide& full = pool_->allocator.side(0);
+    const AllocatorSide& swa = pool_->allocator.side(1);
+    for (std::int64_t k : loc.loc) w.locs.push_back(swa_token(full.p2v(), swa.v2p(), pool_->page_size, k));
+  } else {
+    w.locs = loc.loc;
+  }
+  // SPEC 6: two lanes with one non-sink loc are refused (docs/decisions.md: on the final loc).
+  KVTWIN_TRY_STATUS(check_duplicates(w.locs, sink_end(w.side), model_layer, pool_->allocator.side(w.side).name()));
+  return w;
+}
+
+void Model::forget_overlapped_rows(std::size_t written_side, std::uint64_t begin, std::uint64_t end) {
+  // A row written on one side may land on bytes the other side holds (a loc outside its own
+  // band); the other side's rows there no longer hold what the ledger remembers.
+  if (!pool_->allocator.is_composite()) return;
+  const std::size_t other = 1 - written_side;
+  const DenseEntryLayout& layout = pool_->derived.layouts[other];
+  const AllocatorSide& side = pool_->allocator.side(other);
+  const std::uint64_t entry = layout.entry_bytes;
+  for (std::uint64_t slot = begin / entry; slot * entry < end; ++slot) {
+    const auto page = static_cast<std::int64_t>(slot) / pool_->page_size;
+    if (page < side.min_page() || page >= side.num_pages()) continue;
+    const std::int64_t v = side.virtual_of(page);
+    if (v < 1) continue;
+    for (std::size_t part = 0; part < layout.parts.size(); ++part) {
+      const DensePart& p = layout.parts[part];
+      for (std::uint32_t l = 0; l < p.layer_num; ++l) {
+        const std::uint64_t row_begin = slot * entry + p.offset_bytes + l * p.layer_stride_bytes;
+        if (row_begin < end && begin < row_begin + p.row_bytes())
+          pool_->ledger.forget_row(other, v, RowSlot{static_cast<std::int64_t>(slot) % pool_->page_size, l, part});
+      }
+    }
+  }
+}
+
+void Model::write_row(std::size_t side, std::int64_t pt, std::uint32_t layer, std::size_t part, std::int64_t token,
+                      std::uint64_t write_number) {
+  const DenseEntryLayout& layout = pool_->derived.layouts[side];
+  const RowIdentity id{token, static_cast<std::uint32_t>(side), layer, static_cast<std::uint32_t>(part), write_number};
+  std::span<std::uint8_t> row = pool_->bytes->row(layout, pt, part, layer);
+  fill_oracle_row(pool_->config.seed, id, layout.parts[part].dtype, row);
+  // The ledger remembers the row when its page is bound; a row of an unbound page is not data.
+  const AllocatorSide& s = pool_->allocator.side(side);
+  const std::int64_t page = pt / pool_->page_size;
+  const std::int64_t v = page >= s.min_page() && page < s.num_pages() ? s.virtual_of(page) : -1;
+  if (v >= 1) pool_->ledger.record(side, v, RowSlot{pt % pool_->page_size, layer, part}, token, write_number);
+  const std::uint64_t begin = static_cast<std::uint64_t>(row.data() - std::as_const(*pool_->bytes).all().data());
+  forget_overlapped_rows(side, begin, begin + row.size());
+}
+
+void Model::commit_layer_write(const LayerWrite& w, std::uint64_t write_number) {
+  if (!pool_->bytes) return;  // tables-only: validated, nothing to write
+  const std::int64_t sink = sink_end(w.side);
+  for (std::size_t i = 0; i < w.locs.size(); ++i) {
+    if (w.locs[i] < sink) continue;  // SPEC 6: a lane at the sink is discarded
+    for (std::size_t part = 0; part < pool_->derived.layouts[w.side].parts.size(); ++part)
+      write_row(w.side, w.locs[i], w.local_layer, part, w.tokens[i], write_number);
+  }
+}
+
+OpResult Model::on(const Write& op) {
+  const std::size_t layers = pool_->derived.plan.layer_map.size();
+  if (op.layer >= layers)
+    return out_of_range("write: layer " + num(op.layer) + " is outside the model's " + num(std::uint64_t{layers}) + " layers");
+  WriteLoc loc;
+  if (op.batch) {
+    if (!op.loc.empty() || !op.tokens.empty() || op.physical)
+      return invalid("write: give either a batch or an explicit loc with its tokens, not both");
+    auto it = pool_->batches.find(*op.batch);
+    if (it == pool_->batches.end()) return invalid("write: no batch " + num(*op.batch) + "; declare it with a batch op");
+    // SPEC 6: for_layer(batch, layer).
+    KVTWIN_TRY(loc, for_layer(it->second, pool_->derived.plan.layer_map[op.layer].kind, op.layer));
+  } else {
+    if (op.loc.size() != op.tokens.size())
+      return invalid("write: " + num(std::uint64_t{op.loc.size()}) + " locs but " + num(std::uint64_t{op.tokens.size()}) +
+                     " tokens; give the virtual token of every lane");
+    if (op.loc.size() > kMaxLanes) return invalid("write: more than " + num(kMaxLanes) + " lanes");
+    loc = WriteLoc{op.loc, op.physical, op.tokens};  // SPEC 6: a loc translated elsewhere states its own mark
+  }
+  // SPEC 6: the unified pool's door checks the mark first, on every call (a flag read).
+  KVTWIN_TRY_STATUS(check_mark(loc, op.layer));
+  KVTWIN_TRY(LayerWrite w, plan_layer_write(op.layer, loc));
+  commit_layer_write(w, op.write_number);
+  return Outcome(Done{});
+}
+
+OpResult Model::on(const Read& op) {
+  if (!pool_->bytes)
+    return make_error(ErrorKind::unsupported, "read: a tables-only pool has no bytes; build with tables_only: false to read rows");
+  const std::size_t layers = pool_->derived.plan.layer_map.size();
+  if (op.layer >= layers)
+    return out_of_range("read: layer " + num(op.layer) + " is outside the model's " + num(std::uint64_t{layers}) + " layers");
+  const LayerPlacement& place = pool_->derived.plan.layer_map[op.layer];
+  const DenseEntryLayout& layout = pool_->derived.layouts[place.sub_pool];
+  KVTWIN_TRY(const DensePart* part, layout.part(op.part));
+  const std::size_t part_index = *layout.part_index(op.part);
+  for (std::size_t i = 0; i < op.ids.size(); ++i)
+    if (op.ids[i] < 0 || op.ids[i] >= slot_count(place.sub_pool))
+      return out_of_range("read: id " + num(op.ids[i]) + " at position " + num(std::uint64_t{i}) + " is outside sub-pool '" +
+                          layout.sub_pool + "''s slots [0, " + num(slot_count(place.sub_pool)) + ")");
+  std::vector<std::uint8_t> data;
+  data.reserve(op.ids.size() * part->row_bytes());
+  for (std::int64_t id : op.ids) {
+    if (id < sink_end(place.sub_pool)) {
+      // docs/decisions.md: a sink lane reads as zeros (the sink's bytes are never data).
+      data.insert(data.end(), part->row_bytes(), 0);
+      continue;
+    }
+    auto row = pool_->bytes->row(layout, id, part_index, place.local_layer);
+    data.insert(data.end(), row.begin(), row.end());
+  }
+  return Outcome(Bytes::of(std::move(data)));
+}
+
+// ---------------------------------------------------------------- translation (SPEC 5)
+
+OpResult Model::on(const Translate& op) {
+  KVTWIN_TRY(std::vector<std::int64_t> values, run_translate(op, pool_->allocator.owner().v2p(), pool_->page_size));
+  return Outcome(Ids{std::move(values)});
+}
+
+OpResult Model::on(const SwaTranslate& op) {
+  if (!pool_->allocator.is_composite())
+    return invalid("swa_translate: this pool has no sliding-window sub-pool; it applies to full + SWA composites");
+  Ids out;
+  out.values.reserve(op.ids.size());
+  for (std::int64_t k : op.ids)
+    out.values.push_back(swa_token(pool_->allocator.side(0).p2v(), pool_->allocator.side(1).v2p(), pool_->page_size, k));
+  return Outcome(std::move(out));
+}
+
+OpResult Model::on(const PageTable& op) {
+  KVTWIN_TRY(Table table, run_page_table(op, pool_->allocator.owner().v2p(), pool_->page_size));
+  return Outcome(std::move(table));
+}
+
+OpResult Model::on(const RemapIndices& op) {
+  KVTWIN_TRY(std::vector<std::int64_t> values, run_remap_indices(op, pool_->allocator.owner().v2p(), pool_->page_size));
+  return Outcome(Ids{std::move(values)});
+}
+
+// ---------------------------------------------------------------- the decode step (SPEC 7)
+
+OpResult Model::on(const Capture& op) {
+  if (pool_->graphs.count(op.graph))
+    return invalid("capture: graph " + num(op.graph) + " is already captured; use another id");
+  if (op.max_batch == 0 || op.max_pages == 0)
+    return invalid("capture: max_batch and max_pages must be at least 1 (got " + num(op.max_batch) + " and " +
+                   num(op.max_pages) + ")");
+  if (std::uint64_t{op.max_batch} * op.max_pages > kMaxLanes)
+    return invalid("capture: a page table of " + num(op.max_batch) + " x " + num(op.max_pages) + " exceeds " +
+                   num(kMaxLanes) + " entries");
+  const std::size_t layers = pool_->derived.plan.layer_map.size();
+  if (op.layer >= layers)
+    return out_of_range("capture: layer " + num(op.layer) + " is outside the model's " + num(std::uint64_t{layers}) + " layers");
+  const LayerPlacement& place = pool_->derived.plan.layer_map[op.layer];
+  if (place.kind == LayerKind::swa || place.kind == LayerKind::cross)
+    return invalid("capture: layer " + num(op.layer) + " is a '" + std::string(layer_kind_name(place.kind)) +
+                   "' layer; the decode attention reads a full or MLA layer through the full page table");
+  const std::uint32_t kv_heads = pool_->derived.plan.sub_pools[place.sub_pool].heads_per_rank;
+  if (op.query_heads == 0 || op.query_heads % kv_heads != 0)
+    return invalid("capture: query_heads " + num(op.query_heads) + " must be a positive multiple of the layer's " +
+                   num(kv_heads) + " KV heads per rank");
+  Graph g;
+  g.shape = op;
+  g.loc.assign(op.max_batch, 0);
+  g.table.assign(op.max_batch, std::vector<std::int64_t>(op.max_pages, 0));  // initially all 0 (the sink)
+  pool_->graphs.emplace(op.graph, std::move(g));
+  return Outcome(Done{});
+}
+
+OpResult Model::on(const Replay& op) {
+  auto it = pool_->graphs.find(op.graph);
+  if (it == pool_->graphs.end()) return invalid("replay: graph " + num(op.graph) + " was never captured; capture it first");
+  Graph& graph = it->second;
+  const Capture& shape = graph.shape;
+  const std::int64_t ps = pool_->page_size;
+  const std::vector<std::int64_t>& v2p = pool_->allocator.owner().v2p();
+  const std::size_t bs = op.requests.size();
+  if (bs > shape.max_batch)
+    return out_of_range("replay: " + num(std::uint64_t{bs}) + " requests exceed graph " + num(op.graph) +
+                        "'s max_batch " + num(shape.max_batch) + "; capture a larger graph");
+  std::vector<std::int64_t> lengths(bs);
+  for (std::size_t b = 0; b < bs; ++b) {
+    const std::vector<std::int64_t>& tokens = op.requests[b];
+    if (tokens.empty()) return invalid("replay: request " + num(std::uint64_t{b}) + " has no tokens; give its tokens, the new one last");
+    lengths[b] = static_cast<std::int64_t>(tokens.size());
+    const std::uint64_t pages = ceil_div(tokens.size(), static_cast<std::uint64_t>(ps));
+    if (pages > shape.max_pages)
+      return out_of_range("replay: request " + num(std::uint64_t{b}) + " spans " + num(pages) + " pages, more than graph " +
+                          num(op.graph) + "'s max_pages " + num(shape.max_pages) + "; capture a wider page table");
+    for (std::size_t j = 0; j < tokens.size(); ++j) {
+      const std::int64_t t = tokens[j];
+      const std::int64_t v = t >= 0 ? t / ps : -1;
+      if (v < 1 || v >= pool_->allocator.num_virtual() || v2p[static_cast<std::size_t>(v)] < 0)
+        return invalid("replay: request " + num(std::uint64_t{b}) + " position " + num(std::uint64_t{j}) + ": virtual token " +
+                       num(t) + " is not allocated; a decode step reads and writes allocated tokens only");
+    }
+  }
+  // 1. The capture-stable loc buffer, refilled out of graph: lane b < bs gets translate(new
+  //    token of b), every lane >= bs the sink (SPEC 7: no stale tail).
+  std::vector<std::int64_t> loc(shape.max_batch, 0);
+  std::vector<std::int64_t> new_tokens(shape.max_batch, -1);
+  for (std::size_t b = 0; b < bs; ++b) {
+    new_tokens[b] = op.requests[b].back();
+    loc[b] = translate_token(v2p, ps, new_tokens[b]);
+  }
+  // 2. Every layer writes its rows for lane b's new token (docs/decisions.md: cross-attention
+  //    layers take no decoder rows). Planned for every layer before anything is written.
+  std::vector<LayerWrite> writes;
+  for (std::uint32_t l = 0; l < pool_->derived.plan.layer_map.size(); ++l) {
+    if (pool_->derived.plan.layer_map[l].kind == LayerKind::cross) continue;
+    KVTWIN_TRY(LayerWrite w, plan_layer_write(l, WriteLoc{loc, true, new_tokens}));
+    writes.push_back(std::move(w));
+  }
+  // ---- commit
+  graph.loc = loc;
+  for (const LayerWrite& w : writes) commit_layer_write(w, op.write_number);
+  // 3. The capture-stable page table, refilled out of graph from this batch's lengths: row b,
+  //    column c < ceil(len_b / ps) gets max(v2p[request_b[c * ps] // ps], 0); others keep theirs.
+  for (std::size_t b = 0; b < bs; ++b) {
+    const std::uint64_t pages = ceil_div(static_cast<std::uint64_t>(lengths[b]), static_cast<std::uint64_t>(ps));
+    for (std::uint64_t c = 0; c < pages; ++c)
+      graph.table[b][c] = translate_page_of_token(v2p, ps, op.requests[b][c * static_cast<std::uint64_t>(ps)]);
+  }
+  // 4. The reference attention at the captured layer (empty in tables-only mode).
+  std::vector<std::uint8_t> attention;
+  if (pool_->bytes) {
+    const LayerPlacement& place = pool_->derived.plan.layer_map[shape.layer];
+    const SubPoolSpec& spec = pool_->derived.plan.sub_pools[place.sub_pool];
+    const DenseEntryLayout& layout = pool_->derived.layouts[place.sub_pool];
+    const bool mla = spec.kind == SubPoolKind::mla;
+    AttentionShape a;
+    a.layout = &layout;
+    a.k_part = *layout.part_index(mla ? "kv" : "k");
+    a.v_part = *layout.part_index(mla ? "kv" : "v");
+    a.local_layer = place.local_layer;
+    a.kv_heads = spec.heads_per_rank;
+    a.k_head_dim = spec.k_head_dim;
+    a.v_head_dim = spec.v_head_dim;
+    a.query_heads = shape.query_heads;
+    a.page_size = ps;
+    std::vector<std::vector<std::int64_t>> rows(graph.table.begin(), graph.table.begin() + static_cast<std::ptrdiff_t>(bs));
+    attention = reference_decode_attention(*pool_->bytes, a, rows, lengths, op.query_seed);
+  }
+  return Outcome(Decode{graph.loc, graph.table, Bytes::of(std::move(attention))});
+}
+
+OpResult Model::on(const Checkpoint&) { return Outcome(Done{}); }
+
+// ---------------------------------------------------------------- what a checker reads
+
+Result<PoolTables> Model::tables() const {
+  if (!pool_) return invalid("tables: no pool is built yet");
+  PoolTables out;
+  for (std::size_t i = 0; i < pool_->allocator.side_count(); ++i) {
+    const AllocatorSide& s = pool_->allocator.side(i);
+    SideTables t;
+    t.name = s.name();
+    t.v2p = s.v2p();
+    t.p2v = s.p2v();
+    if (i == 0) t.free_queue.assign(pool_->allocator.free_queue().begin(), pool_->allocator.free_queue().end());
+    t.watermark = s.watermark();
+    t.holes.assign(s.holes().begin(), s.holes().end());
+    t.allocated_pages = s.allocated_pages();
+    out.sides.push_back(std::move(t));
+  }
+  return out;
+}
+
+Result<std::vector<std::uint8_t>> Model::raw_bytes(std::uint64_t offset, std::uint64_t length) const {
+  if (!pool_) return invalid("raw_bytes: no pool is built yet");
+  if (!pool_->bytes) return make_error(ErrorKind::unsupported, "raw_bytes: a tables-only pool has no bytes");
+  const std::uint64_t size = pool_->bytes->size();
+  if (offset > size || length > size - offset)
+    return out_of_range("raw_bytes: [" + num(offset) + ", " + num(offset) + " + " + num(length) +
+                        ") is outside the pool's " + num(size) + " bytes");
+  auto r = pool_->bytes->range(offset, length);
+  return std::vector<std::uint8_t>(r.begin(), r.end());
+}
+
+std::optional<RowIdentity> Model::expected_row(std::size_t sub_pool, std::int64_t physical_token, std::uint32_t layer,
+                                               std::size_t part) const {
+  if (!pool_ || !pool_->bytes || sub_pool >= pool_->allocator.side_count() || physical_token < 0) return std::nullopt;
+  const AllocatorSide& s = pool_->allocator.side(sub_pool);
+  const DenseEntryLayout& layout = pool_->derived.layouts[sub_pool];
+  if (part >= layout.parts.size() || layer >= layout.parts[part].layer_num) return std::nullopt;
+  const std::int64_t page = physical_token / pool_->page_size;
+  if (page < s.min_page() || page >= s.num_pages()) return std::nullopt;
+  const std::int64_t v = s.virtual_of(page);
+  if (v < 1) return std::nullopt;
+  const WrittenRow* row = pool_->ledger.find(sub_pool, v, RowSlot{physical_token % pool_->page_size, layer, part});
+  if (!row) return std::nullopt;
+  return RowIdentity{row->source_token, static_cast<std::uint32_t>(sub_pool), layer, static_cast<std::uint32_t>(part),
+                     row->write_number};
+}
+
+std::string ByteOwner::describe() const {
+  std::ostringstream os;
+  os << "sub-pool '" << sub_pool_name << "' token " << physical_token << " (physical page " << physical_page;
+  if (virtual_page >= 0)
+    os << ", virtual page " << virtual_page << ")";
+  else
+    os << ", unbound)";
+  if (part)
+    os << " part '" << *part << "' layer " << layer << " byte " << byte_in_row;
+  else
+    os << " entry padding";
+  if (expected)
+    os << "; the oracle expects the row of token " << expected->source_token << " at write " << expected->write_number;
+  else
+    os << "; no row is remembered there";
+  return os.str();
+}
+
+Result<ByteOwner> Model::locate_byte(std::uint64_t offset) const {
+  if (!pool_) return invalid("locate_byte: no pool is built yet");
+  if (offset >= pool_->config.total_bytes)
+    return out_of_range("locate_byte: byte " + num(offset) + " is past the pool's " + num(pool_->config.total_bytes) + " bytes");
+  std::size_t side = 0;
+  for (std::size_t i = 0; i < pool_->allocator.side_count(); ++i) {
+    const AllocatorSide& s = pool_->allocator.side(i);
+    if (offset >= s.band_begin_byte() && offset < s.band_end_byte()) {
+      side = i;
+      break;
+    }
+  }
+  const DenseEntryLayout& layout = pool_->derived.layouts[side];
+  const AllocatorSide& s = pool_->allocator.side(side);
+  ByteOwner o;
+  o.sub_pool = side;
+  o.sub_pool_name = s.name();
+  o.physical_token = static_cast<std::int64_t>(offset / layout.entry_bytes);
+  o.physical_page = o.physical_token / pool_->page_size;
+  o.virtual_page = o.physical_page < s.num_pages() ? s.virtual_of(o.physical_page) : -1;
+  const std::uint64_t in_entry = offset % layout.entry_bytes;
+  for (std::size_t part = 0; part < layout.parts.size() && !o.part; ++part) {
+    const DensePart& p = layout.parts[part];
+    for (std::uint32_t l = 0; l < p.layer_num; ++l) {
+      const std::uint64_t begin = p.offset_bytes + l * p.layer_stride_bytes;
+      if (in_entry >= begin && in_entry < begin + p.row_bytes()) {
+        o.part = p.name;
+        o.layer = l;
+        o.byte_in_row = in_entry - begin;
+        o.expected = expected_row(side, o.physical_token, l, part);
+        break;
+      }
+    }
+  }
+  return o;
+}
+
+// ---------------------------------------------------------------- verify
+
+namespace {
+Error broken(std::string message) { return make_error(ErrorKind::internal, "invariant broken: " + std::move(message)); }
+}  // namespace
+
+Status Model::verify_side(std::size_t i) const {
+  const AllocatorSide& s = pool_->allocator.side(i);
+  const std::string side = "sub-pool '" + s.name() + "': ";
+  const std::vector<std::int64_t>& v2p = s.v2p();
+  const std::vector<std::int64_t>& p2v = s.p2v();
+  const std::int64_t num_virtual = pool_->allocator.num_virtual();
+  const std::int64_t owner_min = pool_->allocator.owner().min_page();
+  if (static_cast<std::int64_t>(v2p.size()) != num_virtual + 1 || static_cast<std::int64_t>(p2v.size()) != s.num_pages() + 1)
+    return broken(side + "v2p has " + num(std::uint64_t{v2p.size()}) + " rows and p2v " + num(std::uint64_t{p2v.size()}) +
+                  "; SPEC 4 sizes them num_virtual + 1 = " + num(num_virtual + 1) + " and num_pages + 1 = " +
+                  num(s.num_pages() + 1));
+  // The sink row and the -1 sentinels (SPEC 4).
+  if (v2p[0] != 0 || p2v[0] != 0) return broken(side + "the sink row is v2p[0] = " + num(v2p[0]) + ", p2v[0] = " + num(p2v[0]) + "; both must be 0");
+  if (v2p.back() != -1 || p2v.back() != -1) return broken(side + "the last row of v2p or p2v is not the -1 sentinel");
+  // v2p and p2v are mutual inverses over bound pages; the sink and reserved pages are never bound.
+  std::uint64_t bound = 0;
+  for (std::int64_t v = 1; v < num_virtual; ++v) {
+    const std::int64_t p = v2p[v];
+    if (p == -1) continue;
+    if (v < owner_min) return broken(side + "virtual page " + num(v) + " below the first usable page " + num(owner_min) + " is bound");
+    if (p < s.min_page() || p >= s.num_pages())
+      return broken(side + "v2p[" + num(v) + "] = " + num(p) + " is outside the usable pages [" + num(s.min_page()) + ", " +
+                    num(s.num_pages()) + ")");
+    if (p2v[p] != v)
+      return broken(side + "v2p[" + num(v) + "] = " + num(p) + " but p2v[" + num(p) + "] = " + num(p2v[p]) +
+                    "; v2p and p2v must be mutual inverses");
+    ++bound;
+  }
+  for (std::int64_t p = 1; p < s.num_pages(); ++p) {
+    const std::int64_t v = p2v[p];
+    if (v == -1) continue;
+    if (p < s.min_page()) return broken(side + "reserved page " + num(p) + " below the sink floor is bound to virtual page " + num(v));
+    if (v < 1 || v >= num_virtual || v2p[v] != p)
+      return broken(side + "p2v[" + num(p) + "] = " + num(v) + " but v2p of it is not " + num(p) + "; v2p and p2v must be mutual inverses");
+  }
+  if (bound != s.allocated_pages())
+    return broken(side + "allocated counter is " + num(s.allocated_pages()) + " but " + num(bound) + " pages are bound");
+  // The watermark and the band (SPEC 4): up [min, wm), down (wm, num_pages).
+  if (s.grows_up() ? (s.watermark() < s.min_page() || s.watermark() > s.num_pages())
+                   : (s.watermark() < s.min_page() - 1 || s.watermark() > s.num_pages() - 1))
+    return broken(side + "watermark " + num(s.watermark()) + " is outside its range");
+  for (std::int64_t p = 1; p < s.num_pages(); ++p) {
+    const bool is_bound = p2v[p] >= 0, is_hole = s.holes().count(p) > 0;
+    if (is_bound && is_hole) return broken(side + "page " + num(p) + " is both bound and a hole");
+    if (s.in_band(p) && !is_bound && !is_hole)
+      return broken(side + "page " + num(p) + " inside the band [" + num(s.band_begin()) + ", " + num(s.band_end()) +
+                    ") is neither bound nor a hole");
+    if (!s.in_band(p) && (is_bound || is_hole))
+      return broken(side + "page " + num(p) + " outside the band [" + num(s.band_begin()) + ", " + num(s.band_end()) +
+                    ") is " + (is_bound ? "bound" : "a hole"));
+  }
+  for (std::int64_t h : s.holes())
+    if (!s.in_band(h)) return broken(side + "hole " + num(h) + " lies outside the band");
+  // SPEC 4.1: eager sides have no holes.
+  if (pool_->config.mode == CompactionMode::eager && !s.holes().empty())
+    return broken(side + "an eager side has " + num(std::uint64_t{s.holes().size()}) + " holes; eager compaction leaves none");
+  if (s.band_pages() != s.allocated_pages() + s.holes().size())
+    return broken(side + "band of " + num(s.band_pages()) + " pages is not allocated " + num(s.allocated_pages()) +
+                  " + holes " + num(std::uint64_t{s.holes().size()}));
+  // The band stays inside the buffer and above the sink's reserved floor.
+  if (s.band_begin_byte() < pool_->derived.geometry.reserved_floor_bytes || s.band_end_byte() > pool_->config.total_bytes)
+    return broken(side + "band bytes [" + num(s.band_begin_byte()) + ", " + num(s.band_end_byte()) + ") leave [reserved floor " +
+                  num(pool_->derived.geometry.reserved_floor_bytes) + ", total " + num(pool_->config.total_bytes) + ")");
+  // Readers' hold counts equal a recount.
+  std::vector<std::uint32_t> recount(static_cast<std::size_t>(s.num_pages()), 0);
+  for (const auto& [id, reader] : pool_->readers)
+    if (reader.side == i)
+      for (std::int64_t p : reader.pages) {
+        if (p < 0 || p >= s.num_pages()) return broken(side + "reader " + num(id) + " holds page " + num(p) + " outside the sub-pool");
+        ++recount[static_cast<std::size_t>(p)];
+      }
+  if (recount != pool_->held[i]) return broken(side + "reader hold counts differ from a recount of the open readers");
+  return ok_status();
+}
+
+Status Model::verify_tables() const {
+  const PageAllocator& a = pool_->allocator;
+  for (std::size_t i = 0; i < a.side_count(); ++i) KVTWIN_TRY_STATUS(verify_side(i));
+  // Free and bound virtual ids partition [min_page_index, num_virtual) (SPEC 4).
+  const AllocatorSide& owner = a.owner();
+  std::vector<bool> queued(static_cast<std::size_t>(a.num_virtual()), false);
+  for (std::int64_t v : a.free_queue()) {
+    if (v < owner.min_page() || v >= a.num_virtual()) return broken("free queue holds virtual page " + num(v) + " outside the id range");
+    if (queued[static_cast<std::size_t>(v)]) return broken("free queue holds virtual page " + num(v) + " twice");
+    if (owner.physical_of(v) >= 0) return broken("virtual page " + num(v) + " is both queued as free and bound to page " + num(owner.physical_of(v)));
+    queued[static_cast<std::size_t>(v)] = true;
+  }
+  for (std::int64_t v = owner.min_page(); v < a.num_virtual(); ++v)
+    if (!queued[static_cast<std::size_t>(v)] && owner.physical_of(v) < 0)
+      return broken("virtual page " + num(v) + " is neither free (queued) nor bound");
+  if (a.is_composite()) {
+    const AllocatorSide& swa = a.side(1);
+    // The SWA side binds only virtual pages the full side owns (a tombstone is -1 on SWA only).
+    for (std::int64_t v = 1; v < a.num_virtual(); ++v)
+      if (swa.physical_of(v) >= 0 && owner.physical_of(v) < 0)
+        return broken("virtual page " + num(v) + " is bound on the SWA side but not on the full side");
+    // The two occupied bands never overlap (SPEC 4).
+    if (owner.band_end_byte() > swa.band_begin_byte())
+      return broken("the full band ends at byte " + num(owner.band_end_byte()) + ", past the SWA band's start at byte " +
+                    num(swa.band_begin_byte()) + "; the two sides overlap");
+  }
+  for (const auto& [id, b] : pool_->batches)
+    if (b.tokens.size() != b.loc.size() || (!b.encoder_loc.empty() && b.encoder_loc.size() != b.loc.size()))
+      return broken("batch " + num(id) + " has lanes of different lengths");
+  for (const auto& [id, g] : pool_->graphs) {
+    if (g.loc.size() != g.shape.max_batch || g.table.size() != g.shape.max_batch)
+      return broken("graph " + num(id) + "'s capture-stable buffers changed size");
+    for (const auto& row : g.table)
+      if (row.size() != g.shape.max_pages) return broken("graph " + num(id) + "'s page table changed width");
+  }
+  return ok_status();
+}
+
+Status Model::verify_rows() const {
+  if (!pool_->bytes) return ok_status();
+  Status status = ok_status();
+  std::vector<std::uint8_t> expected;
+  for (std::size_t i = 0; i < pool_->allocator.side_count() && status.ok(); ++i) {
+    const AllocatorSide& s = pool_->allocator.side(i);
+    const DenseEntryLayout& layout = pool_->derived.layouts[i];
+    pool_->ledger.for_each_row(i, [&](std::int64_t v, const RowSlot& at, const WrittenRow& row) {
+      if (!status.ok()) return;
+      // Read through translation: the physical token of (v, slot) is v2p[v] * ps + slot.
+      const std::int64_t p = s.physical_of(v);
+      if (p < s.min_page()) {
+        status = broken("sub-pool '" + s.name() + "': a row of virtual page " + num(v) + " is remembered, but the page is not bound");
+        return;
+      }
+      const std::int64_t pt = p * pool_->page_size + at.slot;
+      const DensePart& part = layout.parts[at.part];
+      const RowIdentity id{row.source_token, static_cast<std::uint32_t>(i), at.layer, static_cast<std::uint32_t>(at.part),
+                           row.write_number};
+      expected.resize(part.row_bytes());
+      fill_oracle_row(pool_->config.seed, id, part.dtype, expected);
+      auto actual = pool_->bytes->row(layout, pt, at.part, at.layer);
+      if (!std::equal(actual.begin(), actual.end(), expected.begin())) {
+        const auto diff = std::mismatch(actual.begin(), actual.end(), expected.begin());
+        status = broken("sub-pool '" + s.name() + "': virtual token " + num(v * pool_->page_size + at.slot) + " (physical " +
+                        num(pt) + ") part '" + part.name + "' layer " + num(at.layer) + " does not hold the oracle row of token " +
+                        num(row.source_token) + " at write " + num(row.write_number) + "; first difference at byte " +
+                        num(std::uint64_t(diff.first - actual.begin())) + " of the row");
+      }
+    });
+  }
+  return status;
+}
+
+Status Model::verify() const {
+  if (!pool_) return ok_status();  // nothing built, nothing to break
+  KVTWIN_TRY_STATUS(verify_tables());
+  return verify_rows();
+}
+
+std::uint64_t Model::state_digest() const {
+  Digest d;
+  if (!pool_) return d.value();
+  d.add(pool_config_to_json(pool_->config).dump());
+  for (std::size_t i = 0; i < pool_->allocator.side_count(); ++i) {
+    const AllocatorSide& s = pool_->allocator.side(i);
+    d.add(s.v2p());
+    d.add(s.p2v());
+    d.add(s.watermark());
+    d.add(std::vector<std::int64_t>(s.holes().begin(), s.holes().end()));
+    d.add(s.allocated_pages());
+    for (std::uint32_t h : pool_->held[i]) d.add(std::uint64_t{h});
+    if (pool_->bytes)
+      pool_->ledger.for_each_row(i, [&](std::int64_t v, const RowSlot& at, const WrittenRow& row) {
+        d.add(v);
+        d.add(at.slot);
+        d.add(std::uint64_t{at.layer});
+        d.add(std::uint64_t{at.part});
+        d.add(row.source_token);
+        d.add(row.write_number);
+      });
+  }
+  d.add(std::vector<std::int64_t>(pool_->allocator.free_queue().begin(), pool_->allocator.free_queue().end()));
+  for (const auto& [id, b] : pool_->batches) {
+    d.add(std::uint64_t{id});
+    d.add(b.tokens);
+    d.add(b.loc);
+    d.add(b.physical);
+    d.add(b.encoder_loc);
+  }
+  for (const auto& [id, r] : pool_->readers) {
+    d.add(std::uint64_t{id});
+    d.add(std::uint64_t{r.side});
+    d.add(r.pages);
+  }
+  for (const auto& [id, g] : pool_->graphs) {
+    d.add(std::uint64_t{id});
+    d.add(to_string(Op(g.shape)));
+    d.add(g.loc);
+    for (const auto& row : g.table) d.add(row);
+  }
+  if (pool_->bytes) d.add(digest_bytes(pool_->bytes->all()));
+  return d.value();
+}
+
+}  // namespace kvtwin::sim

@@ -1,0 +1,182 @@
+// The reference model: the oracle every other implementation is compared with. It plays every
+// operation of core/op.h against a plain CPU pool (SPEC.md sections 3 to 7 and
+// docs/decisions.md) and can check, after any operation, that its own state is consistent.
+//
+// How it works: apply(op) dispatches to one handler per operation. Every handler validates the
+// whole operation first (each refusal is an Error with a message that says what and how to fix
+// it) and only then mutates, so a refused operation leaves the state exactly as it was
+// (state_digest() before and after is equal). The pool's pieces live in plain units:
+//   page_allocator.h  tables, watermarks, holes, the free queue, compaction plans
+//   pool_bytes.h      the raw byte buffer, page envelope copies, rows by the byte law
+//   content_ledger.h  what the oracle expects in every written row of every bound virtual page
+//   translation.h     translate / swa_translate / page tables / index remap
+//   write_locs.h      batches, rebind, split, for_layer, mark and duplicate checks
+//   attention.h       the reference decode attention
+// verify() re-derives every table invariant from scratch and reads every remembered row back
+// through translation; it names the first broken invariant.
+//
+// What it does not cover: the host arena and leases (SPEC 8), stored pages, traces (traces/),
+// the GPU. A tables-only pool keeps no bytes: writes, moves and replays are validated and update
+// tables exactly as with bytes, reads are refused, and a replay's attention is empty.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/backend.h"
+#include "core/oracle.h"
+#include "core/pool_config.h"
+#include "sim/content_ledger.h"
+#include "sim/page_allocator.h"
+#include "sim/pool_bytes.h"
+#include "sim/write_locs.h"
+
+namespace kvtwin::sim {
+
+// The largest byte buffer the model allocates; larger pools run tables-only.
+inline constexpr std::uint64_t kMaxModelPoolBytes = std::uint64_t{4} << 30;
+// The most pages one sub-pool may have (its tables are dense vectors).
+inline constexpr std::uint64_t kMaxModelPages = std::uint64_t{1} << 24;
+
+// Where one byte of the pool belongs, and what the oracle expects there (for a differential
+// checker's report on a mismatching byte).
+struct ByteOwner {
+  std::size_t sub_pool = 0;
+  std::string sub_pool_name;
+  std::int64_t physical_token = 0;
+  std::int64_t physical_page = 0;
+  std::int64_t virtual_page = -1;           // -1: the page is not bound
+  std::optional<std::string> part;          // nullopt: the entry's padding
+  std::uint32_t layer = 0;                  // inside the sub-pool
+  std::uint64_t byte_in_row = 0;
+  std::optional<RowIdentity> expected;      // the identity last written to this row, if any
+  std::string describe() const;
+};
+
+class Model : public Backend {
+ public:
+  Model();
+  ~Model() override;
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  std::string_view name() const override { return "model"; }
+
+  // Plays one operation (core/op.h). An operation before `build` is an error.
+  OpResult apply(const Op& op) override;
+
+  // The allocator tables of every side, chain order (an error before `build`).
+  Result<PoolTables> tables() const override;
+
+  // `length` raw bytes from `offset` (an error in tables-only mode, before `build`, or out of range).
+  Result<std::vector<std::uint8_t>> raw_bytes(std::uint64_t offset, std::uint64_t length) const override;
+
+  // Whether a pool has been built.
+  bool built() const { return pool_ != nullptr; }
+  // The configuration and everything derived from it (plan, layouts, geometry). Require built().
+  const PoolConfig& config() const;
+  const PoolDerived& derived() const;
+
+  // Checks every invariant of the state (see model.cpp): v2p and p2v mutual inverses over bound
+  // pages, free and bound virtual ids partitioning the id range, eager sides without holes,
+  // bands inside their frontiers and not overlapping, the sink never allocated, counters equal
+  // to a recount, readers and batches well-formed, and every remembered row reading back,
+  // through translation, exactly the oracle's bytes. Names the first broken invariant.
+  Status verify() const;
+
+  // A digest of everything observable: configuration, tables, queue, holes, batches, readers,
+  // graphs, remembered rows and bytes. Equal before and after a refused operation.
+  std::uint64_t state_digest() const;
+
+  // The identity the oracle expects in row (physical token, layer, part) of a sub-pool: the
+  // identity last written to that row of the virtual page bound there; nullopt when the page is
+  // unbound or the row was never written.
+  std::optional<RowIdentity> expected_row(std::size_t sub_pool, std::int64_t physical_token, std::uint32_t layer,
+                                          std::size_t part) const;
+
+  // Which sub-pool, token, page, part and layer a byte offset belongs to (the bound band that
+  // holds it first, else the first sub-pool), and what the oracle expects there.
+  Result<ByteOwner> locate_byte(std::uint64_t offset) const;
+
+ protected:
+  // SPEC 4.1: survivors and holes, both ascending, paired in order. Virtual so that a test-only
+  // subclass can plant a wrong policy and show that the properties catch it.
+  virtual std::vector<PagePair> pair_for_compaction(const std::vector<std::int64_t>& survivors,
+                                                    const std::vector<std::int64_t>& holes) const;
+
+  // Test seams: a test-only subclass corrupts the state through these to show that verify()
+  // catches it. Require built(); the byte buffer is empty in tables-only mode.
+  std::span<std::uint8_t> bytes_for_test();
+  PageAllocator& allocator_for_test();
+
+ private:
+  struct Reader {
+    std::size_t side = 0;
+    std::vector<std::int64_t> pages;  // sorted unique physical pages
+  };
+  struct Graph {
+    Capture shape;
+    std::vector<std::int64_t> loc;                 // max_batch lanes
+    std::vector<std::vector<std::int64_t>> table;  // max_batch x max_pages
+  };
+  struct Pool;
+
+  // Handlers, one per operation.
+  OpResult on(const BuildPool& op);
+  OpResult on(const Alloc& op);
+  OpResult on(const AllocMany& op);
+  OpResult on(const Free& op);
+  OpResult on(const FreeSwa& op);
+  OpResult on(const Flush& op);
+  OpResult on(const MovePages& op);
+  OpResult on(const BeginRead& op);
+  OpResult on(const EndRead& op);
+  OpResult on(const MakeBatch& op);
+  OpResult on(const Rebind& op);
+  OpResult on(const Split& op);
+  OpResult on(const DropBatch& op);
+  OpResult on(const Write& op);
+  OpResult on(const Read& op);
+  OpResult on(const Translate& op);
+  OpResult on(const SwaTranslate& op);
+  OpResult on(const PageTable& op);
+  OpResult on(const RemapIndices& op);
+  OpResult on(const Capture& op);
+  OpResult on(const Replay& op);
+  OpResult on(const Checkpoint& op);
+
+  // Shared steps.
+  PairingRule pairing() const;
+  Result<std::vector<std::int64_t>> virtual_pages_of(IdUnit unit, const std::vector<std::int64_t>& ids,
+                                                     const char* op_name) const;
+  Status check_readers(const FreePlan& plan) const;
+  Compaction commit_free(const FreePlan& plan);
+  Result<std::size_t> side_named(const std::string& name) const;
+  std::int64_t sink_end(std::size_t side) const;
+  std::int64_t slot_count(std::size_t side) const;
+
+  // One layer's write: validated lane locs, then the rows.
+  struct LayerWrite {
+    std::size_t side = 0;
+    std::uint32_t local_layer = 0;
+    std::vector<std::int64_t> locs;    // final per-lane locs in the layer's sub-pool
+    std::vector<std::int64_t> tokens;  // per lane: whose rows
+  };
+  Result<LayerWrite> plan_layer_write(std::uint32_t model_layer, const WriteLoc& loc) const;
+  void commit_layer_write(const LayerWrite& w, std::uint64_t write_number);
+  void write_row(std::size_t side, std::int64_t pt, std::uint32_t layer, std::size_t part, std::int64_t token,
+                 std::uint64_t write_number);
+  void forget_overlapped_rows(std::size_t written_side, std::uint64_t begin, std::uint64_t end);
+
+  Status verify_tables() const;
+  Status verify_side(std::size_t i) const;
+  Status verify_rows() const;
+
+  std::unique_ptr<Pool> pool_;
+};
+
+}  // namespace kvtwin::sim

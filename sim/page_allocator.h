@@ -1,0 +1,186 @@
+// The multi-ended page allocator of SPEC.md section 4: one AllocatorSide per sub-pool (its
+// v2p/p2v tables, watermark, lazy-mode holes and grow direction) and a PageAllocator for the
+// chain of one or two sides sharing one byte buffer (the owner's free virtual-id queue, the
+// joint capacity of a full + SWA composite, free / free_swa / flush planning).
+//
+// How it works: every mutating operation is split into a pure *plan* (which pages, which moves,
+// computed from the current tables without touching them) and a *commit* that applies exactly
+// that plan. The model checks a plan against open readers (SPEC 7) and only then commits it, so
+// a refused operation leaves the tables as they were. Every policy choice (which virtual id,
+// which physical page, how survivors and holes are paired) is written out next to the SPEC rule
+// it implements, so a second implementation can match it byte for byte.
+//
+// What it does not cover: bytes (pool_bytes.h moves them), readers (model.h), argument
+// validation with user-facing messages (model.cpp validates, then calls in here; broken
+// preconditions here are invariant failures).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/pool_config.h"
+#include "core/sizing.h"
+
+namespace kvtwin::sim {
+
+// One page move of a compaction: copy the envelope of physical page `src` to `dst`.
+struct PagePair {
+  std::int64_t src = 0;
+  std::int64_t dst = 0;
+  bool operator==(const PagePair&) const = default;
+};
+
+// Pairs compaction survivors with holes. SPEC 4.1: both ascending, paired in order.
+using PairingRule = std::function<std::vector<PagePair>(const std::vector<std::int64_t>& survivors,
+                                                        const std::vector<std::int64_t>& holes)>;
+std::vector<PagePair> pair_in_order(const std::vector<std::int64_t>& survivors,
+                                    const std::vector<std::int64_t>& holes);
+
+// What compacting one side will do (SPEC 4.1). Pure data; AllocatorSide::apply_compaction commits it.
+struct CompactionPlan {
+  std::int64_t new_watermark = 0;
+  std::vector<std::int64_t> freed;      // the freed physical pages (holes of the band), ascending
+  std::vector<std::int64_t> survivors;  // still-bound pages in the band's shrinking end, ascending
+  std::vector<std::int64_t> holes;      // freed pages that stay inside the new band, ascending
+  std::vector<PagePair> moves;          // survivors paired with holes
+};
+
+class AllocatorSide {
+ public:
+  AllocatorSide(const SubPoolGeometry& geometry, std::int64_t num_virtual, CompactionMode mode);
+
+  const SubPoolGeometry& geometry() const { return geometry_; }
+  const std::string& name() const { return geometry_.name; }
+  bool grows_up() const { return geometry_.direction == GrowDirection::up; }
+  std::int64_t page_size() const { return static_cast<std::int64_t>(geometry_.page_size); }
+  std::int64_t num_pages() const { return static_cast<std::int64_t>(geometry_.num_pages); }
+  std::int64_t min_page() const { return static_cast<std::int64_t>(geometry_.min_page_index); }
+  std::uint64_t page_bytes() const { return geometry_.page_bytes; }
+
+  // Tables as SPEC 4 defines them: v2p[num_virtual + 1], p2v[num_pages + 1], sink row 0, -1 sentinel last.
+  const std::vector<std::int64_t>& v2p() const { return v2p_; }
+  const std::vector<std::int64_t>& p2v() const { return p2v_; }
+  std::int64_t watermark() const { return watermark_; }
+  const std::set<std::int64_t>& holes() const { return holes_; }
+  std::uint64_t allocated_pages() const { return allocated_; }
+
+  // v2p[v] for a virtual page inside the table, -1 otherwise.
+  std::int64_t physical_of(std::int64_t vpage) const;
+  // p2v[p] for a physical page inside the table, -1 otherwise.
+  std::int64_t virtual_of(std::int64_t ppage) const;
+  // A usable page (never the sink or a reserved page) bound to a virtual page.
+  bool is_bound_physical(std::int64_t ppage) const { return ppage >= min_page() && virtual_of(ppage) >= 0; }
+
+  // Occupied band: up [min_page, wm), down (wm, num_pages). Its page count (bound pages + holes).
+  std::int64_t band_begin() const;  // first page of the band
+  std::int64_t band_end() const;    // one past the last page of the band
+  std::uint64_t band_pages() const { return static_cast<std::uint64_t>(band_end() - band_begin()); }
+  bool in_band(std::int64_t ppage) const { return ppage >= band_begin() && ppage < band_end(); }
+  // Byte frontiers of the band: up [min*epp, wm*epp), down [(wm+1)*epp, num_pages*epp).
+  std::uint64_t band_begin_byte() const { return static_cast<std::uint64_t>(band_begin()) * page_bytes(); }
+  std::uint64_t band_end_byte() const { return static_cast<std::uint64_t>(band_end()) * page_bytes(); }
+
+  // Pages this side may still bind: num_pages - min_page_index - allocated (SPEC 4.3's R).
+  std::uint64_t remaining_pages() const { return geometry_.usable_pages() - allocated_; }
+
+  // The physical pages an allocation of k pages takes, in binding order (SPEC 4 and
+  // docs/decisions.md "Allocation"): the lowest holes first (lazy mode), then band pages
+  // ascending: up [wm, wm + rest), down [wm - rest + 1, wm]. Pure.
+  std::vector<std::int64_t> pages_for(std::uint64_t k) const;
+
+  // Binds vpages[i] -> pages_for(k)[i] and advances the watermark past the band pages taken.
+  // Returns the physical pages. The caller has checked the room.
+  std::vector<std::int64_t> bind(const std::vector<std::int64_t>& vpages);
+
+  // Clears v2p[v] and p2v[v2p[v]]; returns the physical page it held. Lazy mode records it as a hole.
+  std::int64_t unbind(std::int64_t vpage);
+
+  // The compaction that packs the band again once `freed` (ascending, inside the band) are gone
+  // (SPEC 4.1). Up: new_wm = wm - K, survivors = pages of [new_wm, wm) not freed, holes = freed
+  // pages below new_wm. Down: new_wm = wm + K, survivors = pages of (wm, new_wm] not freed,
+  // holes = freed pages above new_wm. Both ascending, paired by `pairing`. Pure.
+  CompactionPlan plan_compaction(const std::vector<std::int64_t>& freed, const PairingRule& pairing) const;
+
+  // Commits a plan made on this state after its freed pages were unbound: moves each survivor's
+  // binding (v2p[p2v[src]] = dst, p2v[dst] = v, p2v[src] = -1), drops the freed pages from the
+  // hole set, sets the watermark.
+  void apply_compaction(const CompactionPlan& plan);
+
+ private:
+  SubPoolGeometry geometry_;
+  CompactionMode mode_;
+  std::vector<std::int64_t> v2p_;
+  std::vector<std::int64_t> p2v_;
+  std::int64_t watermark_ = 0;
+  std::set<std::int64_t> holes_;  // lazy mode: unbound pages inside the band
+  std::uint64_t allocated_ = 0;
+};
+
+// One side's part of a free: which virtual pages it unbinds, the physical pages they held, and
+// (eager mode) the compaction that follows.
+struct SideFreeStep {
+  std::size_t side = 0;
+  std::vector<std::int64_t> virtual_pages;   // ascending
+  std::vector<std::int64_t> physical_pages;  // ascending
+  bool compact = false;
+  CompactionPlan compaction;
+  bool release_virtual_ids = false;  // the owner side: append the virtual pages to the free queue
+};
+
+// A free, free_swa or flush, as the ordered steps it will take (SWA side first; docs/decisions.md).
+struct FreePlan {
+  std::vector<SideFreeStep> steps;
+};
+
+class PageAllocator {
+ public:
+  PageAllocator(const PoolGeometry& geometry, CompactionMode mode);
+
+  CompactionMode mode() const { return mode_; }
+  std::size_t side_count() const { return sides_.size(); }
+  const AllocatorSide& side(std::size_t i) const { return sides_.at(i); }
+  const AllocatorSide& owner() const { return sides_.front(); }
+  bool is_composite() const { return sides_.size() == 2; }
+  std::int64_t page_size() const { return owner().page_size(); }
+  // Virtual pages: ids [0, num_virtual); the owner side's page count.
+  std::int64_t num_virtual() const { return owner().num_pages(); }
+  // The owner's free virtual pages, front first (SPEC 4).
+  const std::deque<std::int64_t>& free_queue() const { return free_queue_; }
+
+  // Bytes between the two frontiers (SPEC 4): composite (wm_down + 1) * epp_down - wm_up * epp_up;
+  // a single side grows up to its last page: num_pages * epp - wm * epp.
+  std::uint64_t gap_bytes() const;
+
+  // Whether k more pages fit (SPEC 4, 4.2, 4.3; docs/decisions.md for lazy composites):
+  // k <= free virtual ids, k <= every side's remaining pages, and the pages each side cannot
+  // take from its holes, times its page bytes, fit the gap together.
+  bool fits(std::uint64_t k) const;
+
+  // Allocates k pages that fit: the k virtual pages at the queue front, bound in order on every
+  // side (owner first). Returns the virtual pages.
+  std::vector<std::int64_t> alloc(std::uint64_t k);
+
+  // Plans freeing `vpages` (sorted unique, every one bound on the owner side): the SWA side
+  // where swa_v2p[v] > 0 (strict: -1 is a tombstone, 0 the sink; SPEC 4.3), then the owner.
+  FreePlan plan_free(const std::vector<std::int64_t>& vpages, const PairingRule& pairing) const;
+  // Plans free_swa of `vpages` (sorted unique, every one bound on the SWA side): SWA side only.
+  FreePlan plan_free_swa(const std::vector<std::int64_t>& vpages, const PairingRule& pairing) const;
+  // Plans flush: compacts every side's holes (SWA side first).
+  FreePlan plan_flush(const PairingRule& pairing) const;
+  // Applies a plan made on the current state.
+  void commit(const FreePlan& plan);
+
+ private:
+  SideFreeStep plan_side_free(std::size_t side, const std::vector<std::int64_t>& vpages, bool release,
+                              const PairingRule& pairing) const;
+
+  CompactionMode mode_;
+  std::vector<AllocatorSide> sides_;
+  std::deque<std::int64_t> free_queue_;
+};
+
+}  // namespace kvtwin::sim

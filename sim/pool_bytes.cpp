@@ -1,0 +1,53 @@
+// The pool's raw bytes. See pool_bytes.h.
+#include "sim/pool_bytes.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/check.h"
+
+namespace kvtwin::sim {
+
+PoolBytes::PoolBytes(std::uint64_t total_bytes) : bytes_(total_bytes, 0) {}  // SPEC 3: zero-filled
+
+std::span<const std::uint8_t> PoolBytes::range(std::uint64_t offset, std::uint64_t length) const {
+  KVTWIN_CHECK(offset <= bytes_.size() && length <= bytes_.size() - offset, "a byte range inside the pool");
+  return std::span<const std::uint8_t>(bytes_).subspan(offset, length);
+}
+
+std::uint64_t PoolBytes::row_offset(const DenseEntryLayout& layout, std::int64_t pt, std::size_t part,
+                                    std::uint32_t layer) const {
+  KVTWIN_CHECK(part < layout.parts.size(), "a part of the layout");
+  const DensePart& p = layout.parts[part];
+  Result<std::uint64_t> offset = row_byte_address(layout, PhysicalTokenId{pt}, p, layer);
+  KVTWIN_CHECK(offset.ok(), offset.ok() ? std::string() : offset.error().message);
+  KVTWIN_CHECK(*offset + p.row_bytes() <= bytes_.size(),
+               "row of token " + std::to_string(pt) + " of sub-pool '" + layout.sub_pool + "' inside the pool");
+  return *offset;
+}
+
+std::span<std::uint8_t> PoolBytes::row(const DenseEntryLayout& layout, std::int64_t pt, std::size_t part,
+                                       std::uint32_t layer) {
+  const std::uint64_t offset = row_offset(layout, pt, part, layer);
+  return std::span<std::uint8_t>(bytes_).subspan(offset, layout.parts[part].row_bytes());
+}
+
+std::span<const std::uint8_t> PoolBytes::row(const DenseEntryLayout& layout, std::int64_t pt, std::size_t part,
+                                             std::uint32_t layer) const {
+  const std::uint64_t offset = row_offset(layout, pt, part, layer);
+  return std::span<const std::uint8_t>(bytes_).subspan(offset, layout.parts[part].row_bytes());
+}
+
+void PoolBytes::copy_page(const SubPoolGeometry& geometry, std::int64_t src, std::int64_t dst) {
+  const std::uint64_t envelope = geometry.page_bytes;
+  KVTWIN_CHECK(src >= 0 && dst >= 0 && src != dst, "a page move between two distinct pages");
+  const std::uint64_t from = static_cast<std::uint64_t>(src) * envelope;
+  const std::uint64_t to = static_cast<std::uint64_t>(dst) * envelope;
+  KVTWIN_CHECK(from + envelope <= bytes_.size() && to + envelope <= bytes_.size(),
+               "page envelopes of sub-pool '" + geometry.name + "' inside the pool");
+  // Envelopes of one sub-pool never overlap, so a plain copy is exact.
+  std::copy_n(bytes_.begin() + static_cast<std::ptrdiff_t>(from), envelope,
+              bytes_.begin() + static_cast<std::ptrdiff_t>(to));
+}
+
+}  // namespace kvtwin::sim

@@ -1,0 +1,45 @@
+// The pool's raw bytes (SPEC.md sections 2 and 3): one zero-filled host buffer of total_bytes
+// shared by every sub-pool of the chain, addressed by the byte law
+//   byte(pt, part, l) = pt * E + part.offset + l * part.layer_stride.
+// It copies whole page envelopes (compaction, move_pages) and reads and writes single rows.
+//
+// It trusts its callers: ids and pages were validated by the model before they get here, so a
+// row or page outside the buffer is an invariant failure, not an error value. It knows nothing
+// of tables, marks or the oracle.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/layout.h"
+#include "core/sizing.h"
+
+namespace kvtwin::sim {
+
+class PoolBytes {
+ public:
+  explicit PoolBytes(std::uint64_t total_bytes);
+
+  std::uint64_t size() const { return bytes_.size(); }
+  std::span<const std::uint8_t> all() const { return bytes_; }
+  std::span<std::uint8_t> all() { return bytes_; }
+
+  // [offset, offset + length) of the buffer.
+  std::span<const std::uint8_t> range(std::uint64_t offset, std::uint64_t length) const;
+
+  // The row of (physical token pt, part, layer) of a sub-pool (SPEC 2).
+  std::span<std::uint8_t> row(const DenseEntryLayout& layout, std::int64_t pt, std::size_t part, std::uint32_t layer);
+  std::span<const std::uint8_t> row(const DenseEntryLayout& layout, std::int64_t pt, std::size_t part,
+                                    std::uint32_t layer) const;
+
+  // Copies the whole page envelope (page_size * E bytes) of physical page src to dst.
+  void copy_page(const SubPoolGeometry& geometry, std::int64_t src, std::int64_t dst);
+
+ private:
+  std::uint64_t row_offset(const DenseEntryLayout& layout, std::int64_t pt, std::size_t part, std::uint32_t layer) const;
+
+  std::vector<std::uint8_t> bytes_;
+};
+
+}  // namespace kvtwin::sim

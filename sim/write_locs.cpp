@@ -1,0 +1,111 @@
+// Write locs and their mark (SPEC.md section 6). See write_locs.h.
+#include "sim/write_locs.h"
+
+#include <algorithm>
+#include <map>
+
+#include "sim/translation.h"
+
+namespace kvtwin::sim {
+namespace {
+std::string num(std::uint64_t v) { return std::to_string(v); }
+std::string num(std::int64_t v) { return std::to_string(v); }
+}  // namespace
+
+Result<Batch> make_batch(const MakeBatch& op) {
+  if (op.tokens.size() > kMaxLanes)
+    return make_error(ErrorKind::invalid_argument, "batch " + num(std::uint64_t{op.batch}) + " has " +
+                                                       num(std::uint64_t{op.tokens.size()}) + " lanes; at most " +
+                                                       num(kMaxLanes) + " are allowed");
+  if (!op.encoder_tokens.empty() && op.encoder_tokens.size() != op.tokens.size())
+    return make_error(ErrorKind::invalid_argument,
+                      "batch " + num(std::uint64_t{op.batch}) + " has " + num(std::uint64_t{op.tokens.size()}) +
+                          " tokens but " + num(std::uint64_t{op.encoder_tokens.size()}) +
+                          " encoder tokens; give one encoder token per lane, or none");
+  Batch b;
+  b.tokens = op.tokens;
+  b.loc = op.tokens;  // virtual ids, unmarked
+  b.physical = false;
+  b.encoder_loc = op.encoder_tokens;  // never translated (SPEC 6)
+  return b;
+}
+
+Result<Batch> rebind_batch(const Batch& batch, std::uint64_t out_width, const std::vector<std::int64_t>& v2p,
+                           std::int64_t page_size) {
+  const std::uint64_t n = batch.tokens.size();
+  const std::uint64_t width = out_width == 0 ? n : out_width;
+  if (width < n)
+    return make_error(ErrorKind::invalid_argument, "rebind out_width " + num(out_width) + " is smaller than the batch's " +
+                                                       num(n) + " lanes; give a width of at least " + num(n));
+  if (width > kMaxLanes)
+    return make_error(ErrorKind::invalid_argument,
+                      "rebind out_width " + num(width) + " exceeds " + num(kMaxLanes) + " lanes");
+  Batch out = batch;
+  out.tokens.resize(width, -1);  // lanes past the batch are padding
+  out.loc.assign(width, 0);      // SPEC 5: lanes N .. W-1 are zero-filled (the sink)
+  for (std::uint64_t i = 0; i < n; ++i) out.loc[i] = translate_token(v2p, page_size, batch.tokens[i]);
+  if (!out.encoder_loc.empty()) out.encoder_loc.resize(width, 0);
+  out.physical = true;  // SPEC 6: rebind sets the mark
+  return out;
+}
+
+Result<std::pair<Batch, Batch>> split_batch(const Batch& batch, std::uint64_t at) {
+  const std::uint64_t n = batch.loc.size();
+  if (at > n)
+    return make_error(ErrorKind::out_of_range,
+                      "split at lane " + num(at) + " is past the batch's " + num(n) + " lanes; split at 0 .. " + num(n));
+  auto slice = [&](std::uint64_t begin, std::uint64_t end) {
+    Batch child;
+    child.tokens.assign(batch.tokens.begin() + static_cast<std::ptrdiff_t>(begin),
+                        batch.tokens.begin() + static_cast<std::ptrdiff_t>(end));
+    child.loc.assign(batch.loc.begin() + static_cast<std::ptrdiff_t>(begin),
+                     batch.loc.begin() + static_cast<std::ptrdiff_t>(end));
+    if (!batch.encoder_loc.empty())
+      child.encoder_loc.assign(batch.encoder_loc.begin() + static_cast<std::ptrdiff_t>(begin),
+                               batch.encoder_loc.begin() + static_cast<std::ptrdiff_t>(end));
+    child.physical = batch.physical;  // SPEC 6: a child copies the parent's mark, never the default
+    return child;
+  };
+  return std::make_pair(slice(0, at), slice(at, n));
+}
+
+WriteLoc for_batch(const Batch& batch) { return WriteLoc{batch.loc, batch.physical, batch.tokens}; }
+
+Result<WriteLoc> for_layer(const Batch& batch, LayerKind kind, std::uint32_t model_layer) {
+  if (kind != LayerKind::cross) return for_batch(batch);
+  // SPEC 6: a cross-attention layer writes through encoder_out_cache_loc, which nothing
+  // translates and so is never marked. Its rows are the encoder tokens'.
+  if (batch.encoder_loc.empty())
+    return make_error(ErrorKind::invalid_argument,
+                      "layer " + num(std::uint64_t{model_layer}) +
+                          " is a cross-attention layer, which writes through the batch's encoder loc, but the batch "
+                          "has none; declare the batch with encoder_tokens");
+  return WriteLoc{batch.encoder_loc, false, batch.encoder_loc};
+}
+
+Status check_mark(const WriteLoc& loc, std::uint32_t model_layer) {
+  if (loc.physical) return ok_status();
+  return make_error(ErrorKind::unmarked_loc,
+                    "write to layer " + num(std::uint64_t{model_layer}) +
+                        ": the unified pool refuses an unmarked loc (its ids may be virtual); rebind the batch "
+                        "first (a rebind op translates it and marks it physical), or, for ids already translated "
+                        "elsewhere, give the explicit loc with physical: true");
+}
+
+Status check_duplicates(const std::vector<std::int64_t>& locs, std::int64_t sink_end, std::uint32_t model_layer,
+                        const std::string& sub_pool) {
+  std::map<std::int64_t, std::size_t> first_lane;
+  for (std::size_t i = 0; i < locs.size(); ++i) {
+    if (locs[i] < sink_end) continue;  // sink lanes write nothing (SPEC 6)
+    auto [it, fresh] = first_lane.emplace(locs[i], i);
+    if (!fresh)
+      return make_error(ErrorKind::duplicate_loc,
+                        "write to layer " + num(std::uint64_t{model_layer}) + ": lanes " + num(std::uint64_t{it->second}) +
+                            " and " + num(std::uint64_t{i}) + " both write token " + num(locs[i]) + " of sub-pool '" +
+                            sub_pool + "' (last writer wins would race on a GPU); give each lane its own loc or "
+                            "route padding lanes to the sink (0)");
+  }
+  return ok_status();
+}
+
+}  // namespace kvtwin::sim

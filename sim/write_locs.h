@@ -1,0 +1,69 @@
+// Write locs and their mark (SPEC.md section 6): forward batches with their out_cache_loc and
+// mark, rebind, split, for_batch / for_layer, the unified pool's mark check, the per-layer lane
+// locs (the SWA loc derived from the full physical loc, SPEC 4.3), and duplicate detection.
+//
+// How it works: a Batch is plain data (per lane: the intended virtual token, the current loc,
+// the encoder loc) plus one mark. Every function here is pure: it returns a new batch or a
+// checked loc, or an error value whose message says how to fix the input. The model decides
+// when to store results, so a refused call changes nothing.
+//
+// What it does not cover: writing bytes (the model scatters rows through pool_bytes.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/model.h"
+#include "core/op.h"
+#include "core/result.h"
+
+namespace kvtwin::sim {
+
+// A forward batch (docs/decisions.md "Write locs").
+struct Batch {
+  std::vector<std::int64_t> tokens;       // per lane: the virtual token whose rows the lane writes (-1: padding)
+  std::vector<std::int64_t> loc;          // out_cache_loc, one per lane
+  bool physical = false;                  // out_cache_loc_is_physical
+  std::vector<std::int64_t> encoder_loc;  // encoder_out_cache_loc: empty, or one per lane; never marked
+  bool operator==(const Batch&) const = default;
+};
+
+// A write loc (SPEC 6): the ids a write door writes to, with the mark saying which space they
+// are in, and per lane the virtual token whose row it writes.
+struct WriteLoc {
+  std::vector<std::int64_t> loc;
+  bool physical = false;
+  std::vector<std::int64_t> tokens;
+};
+
+// The most lanes one batch or loc may have (a bound against runaway widths in traces).
+inline constexpr std::uint64_t kMaxLanes = std::uint64_t{1} << 20;
+
+// `batch`: out_cache_loc starts as the tokens (virtual, unmarked).
+Result<Batch> make_batch(const MakeBatch& op);
+
+// `rebind` (SPEC 6): loc[i] = translate(tokens[i]) for the batch's lanes, lanes past them up to
+// out_width hold the sink, and the loc is marked physical. Rebinding again re-resolves the
+// virtual tokens (so a loc made stale by a compaction is refreshed).
+Result<Batch> rebind_batch(const Batch& batch, std::uint64_t out_width, const std::vector<std::int64_t>& v2p,
+                           std::int64_t page_size);
+
+// `split` (SPEC 6): lanes [0, at) and [at, n); both children copy the parent's mark.
+Result<std::pair<Batch, Batch>> split_batch(const Batch& batch, std::uint64_t at);
+
+// for_batch: the batch's loc with the batch's mark, nothing else.
+WriteLoc for_batch(const Batch& batch);
+// for_layer: the same, except that a cross-attention layer gets the encoder loc, never marked.
+// A cross-attention layer of a batch without an encoder loc is an error.
+Result<WriteLoc> for_layer(const Batch& batch, LayerKind kind, std::uint32_t model_layer);
+
+// SPEC 6: a unified pool's write door refuses an unmarked loc, and says how to mark it.
+Status check_mark(const WriteLoc& loc, std::uint32_t model_layer);
+
+// Duplicate non-sink locs in one write are invalid input (SPEC 6). `sink_end` is the first
+// token id past the sink pages; ids below it are sink lanes and are ignored.
+Status check_duplicates(const std::vector<std::int64_t>& locs, std::int64_t sink_end, std::uint32_t model_layer,
+                        const std::string& sub_pool);
+
+}  // namespace kvtwin::sim
