@@ -1,0 +1,309 @@
+// gpu_bench: how fast the CUDA pool's data paths run on this device, as bytes moved per second
+// against the device-to-device copy ceiling measured in the same run.
+//
+// Geometry: Llama-3.1-8B's token-major pool (32 layers, 8 KV heads, head dim 128, bf16: rows of
+// 2 KiB, entries of 128 KiB), page size 16 (2 MiB page envelopes). Timed with CUDA events around
+// R back-to-back calls (launch gaps included, as a caller sees them), median of 7 trials, after
+// warm-up. Bytes moved count every byte read plus every byte written once.
+//
+//   write   the write door: N tokens' K and V rows of every layer (one launch) from per-(layer,
+//           part) contiguous row buffers into the pool at N distinct random slots
+//   read    the read door: the same rows gathered back
+//   move    page moves: M whole 2 MiB envelopes to distinct unbound pages (one launch)
+//   translate  N virtual ids -> physical through v2p (one launch)
+//   decode  the captured bookkeeping of a decode step at batch B: translate B new tokens, write
+//           their rows into every layer, rebuild B page-table rows (one graph replay)
+//
+// Usage: gpu_bench OUT.json [--quick]. Prints a table; writes one JSON object per measurement.
+// tools/bench/torch_peer.py measures the PyTorch formulation of the same operations; report.py
+// joins both into the results table. What this does not cover: the pool's allocator paths.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "core/rng.h"
+#include "gpu/cuda_check.h"
+#include "gpu/device_buffer.h"
+#include "gpu/gpu_backend.h"
+#include "gpu/kernels.cuh"
+
+namespace {
+
+using kvtwin::Rng;
+using kvtwin::gpu::DeviceBuffer;
+
+constexpr std::uint64_t kLayers = 32, kHeads = 8, kHeadDim = 128, kItem = 2;
+constexpr std::uint64_t kRow = kHeads * kHeadDim * kItem;  // 2 KiB
+constexpr std::uint64_t kEntry = kLayers * 2 * kRow;       // 128 KiB
+constexpr std::uint64_t kPageSize = 16;
+constexpr std::uint64_t kPageBytes = kPageSize * kEntry;   // 2 MiB
+constexpr std::uint64_t kSegments = kLayers * 2;
+
+template <class T>
+DeviceBuffer<T> device(std::size_t n) {
+  DeviceBuffer<T> d;
+  const kvtwin::Status s = d.allocate(n);
+  KVTWIN_CHECK(s.ok(), s.ok() ? "" : s.error().message);
+  return d;
+}
+
+template <class T>
+void upload(DeviceBuffer<T>& d, const std::vector<T>& h) {
+  KVTWIN_CUDA_CHECK(cudaMemcpy(d.get(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+}
+
+// Median microseconds per call over 7 trials of `reps` back-to-back calls.
+double time_us(const std::function<void()>& call, int reps) {
+  cudaEvent_t start, stop;
+  KVTWIN_CUDA_CHECK(cudaEventCreate(&start));
+  KVTWIN_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < 3; ++i) call();
+  KVTWIN_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<double> trials;
+  for (int t = 0; t < 7; ++t) {
+    KVTWIN_CUDA_CHECK(cudaEventRecord(start));
+    for (int r = 0; r < reps; ++r) call();
+    KVTWIN_CUDA_CHECK(cudaEventRecord(stop));
+    KVTWIN_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    KVTWIN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    trials.push_back(1000.0 * ms / reps);
+  }
+  KVTWIN_CUDA_CHECK(cudaGetLastError());
+  KVTWIN_CUDA_CHECK(cudaEventDestroy(start));
+  KVTWIN_CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(trials.begin(), trials.end());
+  return trials[trials.size() / 2];
+}
+
+int reps_for(std::uint64_t bytes) { return bytes < (64u << 20) ? 200 : bytes < (1u << 30) ? 20 : 5; }
+
+struct Row {
+  std::string op;
+  std::uint64_t n = 0;  // tokens, pages or ids
+  std::uint64_t bytes = 0;
+  double us = 0;
+};
+
+std::vector<std::int64_t> distinct_random(Rng& rng, std::uint64_t n, std::uint64_t first, std::uint64_t end) {
+  std::vector<std::int64_t> all(end - first);
+  std::iota(all.begin(), all.end(), static_cast<std::int64_t>(first));
+  for (std::size_t i = 0; i < n && i + 1 < all.size(); ++i)
+    std::swap(all[i], all[i + static_cast<std::size_t>(rng.below(all.size() - i))]);
+  all.resize(n);
+  return all;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: gpu_bench OUT.json [--quick]\n");
+    return 2;
+  }
+  const bool quick = argc > 2 && std::strcmp(argv[2], "--quick") == 0;
+  if (!kvtwin::gpu::cuda_device_available()) {
+    std::fprintf(stderr, "gpu_bench: %s\n", kvtwin::gpu::cuda_device_description().c_str());
+    return 2;
+  }
+  std::printf("device: %s\n", kvtwin::gpu::cuda_device_description().c_str());
+  const std::uint64_t seed = 20261129;
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  Rng rng(seed);
+  std::vector<Row> rows;
+
+  // ---- the copy ceiling: a 4 GiB device-to-device copy, bytes read plus written.
+  const std::uint64_t copy_bytes = std::uint64_t{4} << 30;
+  {
+    DeviceBuffer<std::uint8_t> a = device<std::uint8_t>(copy_bytes), b = device<std::uint8_t>(copy_bytes);
+    KVTWIN_CUDA_CHECK(cudaMemset(a.get(), 0x5a, copy_bytes));
+    const double us = time_us([&] { KVTWIN_CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), copy_bytes, cudaMemcpyDeviceToDevice)); }, 5);
+    rows.push_back({"copy", 1, 2 * copy_bytes, us});
+  }
+  const double ceiling = static_cast<double>(rows[0].bytes) / (rows[0].us * 1e-6);
+
+  // ---- the pool: 16 GiB (131072 slots, 8192 pages of 2 MiB), non-zero contents.
+  const std::uint64_t slots = quick ? 16384 : 131072;
+  const std::uint64_t pool_bytes = slots * kEntry;
+  DeviceBuffer<std::uint8_t> pool = device<std::uint8_t>(pool_bytes);
+  KVTWIN_CUDA_CHECK(cudaMemset(pool.get(), 0x3c, pool_bytes));
+  const std::uint64_t max_tokens = quick ? 4096 : 65536;
+  DeviceBuffer<std::uint8_t> staging = device<std::uint8_t>(max_tokens * kEntry);
+  KVTWIN_CUDA_CHECK(cudaMemset(staging.get(), 0x42, max_tokens * kEntry));
+  DeviceBuffer<kvtwin::gpu::RowSegment> segments = device<kvtwin::gpu::RowSegment>(kSegments);
+  DeviceBuffer<std::int64_t> loc = device<std::int64_t>(max_tokens);
+
+  auto door = [&](std::uint64_t n) {
+    // Per (layer, part) contiguous rows [n, 2 KiB], as the PyTorch formulation holds them.
+    std::vector<kvtwin::gpu::RowSegment> segs;
+    for (std::uint64_t s = 0; s < kSegments; ++s) {
+      kvtwin::gpu::RowSegment seg;
+      seg.pool_offset_bytes = (s / 2) * 2 * kRow + (s % 2) * kRow;  // K_l at l*4 KiB, V_l after it
+      seg.entry_bytes = kEntry;
+      seg.staging_offset_bytes = s * n * kRow;
+      seg.row_bytes = kRow;
+      seg.first_slot = 1;
+      segs.push_back(seg);
+    }
+    upload(segments, segs);
+    upload(loc, distinct_random(rng, n, 1, slots));
+    kvtwin::gpu::RowCopyParams p;
+    p.pool = pool.get();
+    p.pool_bytes = pool_bytes;
+    p.staging = staging.get();
+    p.staging_lane_stride_bytes = kRow;
+    p.segments = segments.get();
+    p.num_segments = kSegments;
+    p.max_row_bytes = kRow;
+    p.locs[0] = loc.get();
+    p.lanes = static_cast<std::int64_t>(n);
+    p.vector16 = kvtwin::gpu::rows_vector16(p.pool, p.staging, kRow, segs.data(), kSegments);
+    return p;
+  };
+  const std::vector<std::uint64_t> token_sizes =
+      quick ? std::vector<std::uint64_t>{1, 64, 512, 4096} : std::vector<std::uint64_t>{1, 16, 64, 256, 512, 4096, 16384, 65536};
+  for (std::uint64_t n : token_sizes) {
+    const kvtwin::gpu::RowCopyParams p = door(n);
+    const std::uint64_t bytes = 2 * n * kEntry;
+    rows.push_back({"write", n, bytes, time_us([&] { KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_scatter_rows(p, nullptr)); }, reps_for(bytes))});
+    rows.push_back({"read", n, bytes, time_us([&] { KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_gather_rows(p, nullptr)); }, reps_for(bytes))});
+  }
+
+  // ---- page moves: M envelopes to M other pages, all distinct.
+  const std::uint64_t pages = pool_bytes / kPageBytes;
+  DeviceBuffer<std::int64_t> src = device<std::int64_t>(pages), dst = device<std::int64_t>(pages);
+  for (std::uint64_t m : quick ? std::vector<std::uint64_t>{1, 8, 64} : std::vector<std::uint64_t>{1, 8, 32, 128, 512, 2048}) {
+    const std::vector<std::int64_t> picked = distinct_random(rng, 2 * m, 1, pages);
+    upload(src, std::vector<std::int64_t>(picked.begin(), picked.begin() + static_cast<std::ptrdiff_t>(m)));
+    upload(dst, std::vector<std::int64_t>(picked.begin() + static_cast<std::ptrdiff_t>(m), picked.end()));
+    kvtwin::gpu::PageMoveParams p;
+    p.pool = pool.get();
+    p.pool_bytes = pool_bytes;
+    p.page_bytes = kPageBytes;
+    p.src = src.get();
+    p.dst = dst.get();
+    p.pages = static_cast<std::int64_t>(m);
+    const std::uint64_t bytes = 2 * m * kPageBytes;
+    rows.push_back({"move", m, bytes, time_us([&] { KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_move_pages(p, nullptr)); }, reps_for(bytes))});
+  }
+
+  // ---- translate: N ids through a v2p of `pages` rows (a random permutation, some tombstones).
+  std::vector<std::int64_t> v2p_host(pages + 1, -1);
+  {
+    const std::vector<std::int64_t> perm = distinct_random(rng, pages - 1, 1, pages);
+    for (std::uint64_t v = 1; v < pages; ++v) v2p_host[v] = rng.chance(1, 10) ? -1 : perm[v - 1];
+    v2p_host[0] = 0;
+  }
+  DeviceBuffer<std::int64_t> v2p = device<std::int64_t>(pages + 1);
+  upload(v2p, v2p_host);
+  const std::uint64_t max_ids = 1 << 20;
+  DeviceBuffer<std::int64_t> ids = device<std::int64_t>(max_ids), out = device<std::int64_t>(max_ids);
+  {
+    std::vector<std::int64_t> h(max_ids);
+    for (std::int64_t& t : h) t = static_cast<std::int64_t>(rng.below(pages * kPageSize));
+    upload(ids, h);
+  }
+  for (std::uint64_t n : std::vector<std::uint64_t>{64, 4096, 65536, 1u << 20}) {
+    kvtwin::gpu::TranslateParams p;
+    p.in = ids.get();
+    p.cols = static_cast<std::int64_t>(n);
+    p.out = out.get();
+    p.out_cols = p.cols;
+    p.v2p = v2p.get();
+    p.v2p_len = static_cast<std::int64_t>(pages + 1);
+    p.page_size = kPageSize;
+    const std::uint64_t bytes = n * 8 * 3;  // ids in, v2p rows read, ids out
+    rows.push_back({"translate", n, bytes, time_us([&] { KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_translate(p, nullptr)); }, reps_for(bytes))});
+  }
+
+  // ---- the decode step's bookkeeping, captured once, replayed: translate, write, page table.
+  for (std::uint64_t batch : {1u, 16u, 64u, 256u}) {
+    const std::int64_t max_pages = 256;  // 4096 tokens of history per request
+    DeviceBuffer<std::int64_t> new_tokens = device<std::int64_t>(batch), step_loc = device<std::int64_t>(batch);
+    DeviceBuffer<std::int64_t> rt = device<std::int64_t>(batch * max_pages * kPageSize), lens = device<std::int64_t>(batch);
+    DeviceBuffer<std::int64_t> table = device<std::int64_t>(batch * max_pages);
+    {
+      std::vector<std::int64_t> h(batch * max_pages * kPageSize), l(batch), nt(batch);
+      for (std::int64_t& t : h) t = static_cast<std::int64_t>(rng.below(pages * kPageSize));
+      for (std::uint64_t b = 0; b < batch; ++b) {
+        l[b] = static_cast<std::int64_t>(1 + rng.below(max_pages * kPageSize));
+        nt[b] = h[b * max_pages * kPageSize + static_cast<std::uint64_t>(l[b]) - 1];
+      }
+      upload(rt, h);
+      upload(lens, l);
+      upload(new_tokens, nt);
+    }
+    kvtwin::gpu::RowCopyParams w = door(batch);
+    w.locs[0] = step_loc.get();
+    kvtwin::gpu::TranslateParams t;
+    t.in = new_tokens.get();
+    t.cols = static_cast<std::int64_t>(batch);
+    t.out = step_loc.get();
+    t.out_cols = t.cols;
+    t.v2p = v2p.get();
+    t.v2p_len = static_cast<std::int64_t>(pages + 1);
+    t.page_size = kPageSize;
+    kvtwin::gpu::PageTableParams pt;
+    pt.req_to_token = rt.get();
+    pt.rt_rows = static_cast<std::int64_t>(batch);
+    pt.rt_cols = max_pages * kPageSize;
+    pt.rt_row_stride = pt.rt_cols;
+    pt.seq_lens = lens.get();
+    pt.bs = static_cast<std::int64_t>(batch);
+    pt.table = table.get();
+    pt.table_cols = max_pages;
+    pt.table_row_stride = max_pages;
+    pt.v2p = v2p.get();
+    pt.v2p_len = static_cast<std::int64_t>(pages + 1);
+    pt.page_size = kPageSize;
+    cudaStream_t stream;
+    KVTWIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    KVTWIN_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_translate(t, stream));
+    KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_scatter_rows(w, stream));
+    KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_page_table(pt, stream));
+    KVTWIN_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+    KVTWIN_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    const std::uint64_t bytes = 2 * batch * kEntry + batch * max_pages * 8 * 2;
+    const double us = time_us([&] { KVTWIN_CUDA_CHECK(cudaGraphLaunch(exec, nullptr)); }, 200);
+    rows.push_back({"decode_graph", batch, bytes, us});
+    // The same three launches without a graph, for comparison.
+    const double eager = time_us(
+        [&] {
+          KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_translate(t, nullptr));
+          KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_scatter_rows(w, nullptr));
+          KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_page_table(pt, nullptr));
+        },
+        200);
+    rows.push_back({"decode_eager", batch, bytes, eager});
+    KVTWIN_CUDA_CHECK(cudaGraphExecDestroy(exec));
+    KVTWIN_CUDA_CHECK(cudaGraphDestroy(graph));
+    KVTWIN_CUDA_CHECK(cudaStreamDestroy(stream));
+  }
+
+  std::FILE* f = std::fopen(argv[1], "w");
+  if (f == nullptr) {
+    std::fprintf(stderr, "gpu_bench: cannot write %s\n", argv[1]);
+    return 2;
+  }
+  std::printf("%-13s %9s %14s %12s %10s %8s\n", "op", "n", "bytes", "us", "GB/s", "ceiling");
+  for (const Row& r : rows) {
+    const double gbps = static_cast<double>(r.bytes) / (r.us * 1e-6) / 1e9;
+    std::printf("%-13s %9llu %14llu %12.2f %10.1f %7.1f%%\n", r.op.c_str(), static_cast<unsigned long long>(r.n),
+                static_cast<unsigned long long>(r.bytes), r.us, gbps, 100.0 * gbps * 1e9 / ceiling);
+    std::fprintf(f, "{\"impl\":\"kvtwin\",\"op\":\"%s\",\"n\":%llu,\"bytes\":%llu,\"us\":%.3f,\"ceiling_bytes_per_s\":%.6e}\n",
+                 r.op.c_str(), static_cast<unsigned long long>(r.n), static_cast<unsigned long long>(r.bytes), r.us, ceiling);
+  }
+  std::fclose(f);
+  return 0;
+}

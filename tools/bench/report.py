@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""report: joins gpu_bench's and torch_peer's JSON lines (one run, one device) into the results
+table, with the issue's targets checked row by row.
+
+Usage: report.py KVTWIN.json TORCH.json OUT.md [device description]
+
+Fractions are of the device-to-device copy ceiling gpu_bench measured in the same run (bytes
+read plus written per second). "speedup" is PyTorch's time over kvtwin's.
+"""
+import json
+import sys
+
+MIB = 1 << 20
+
+
+def load(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def main():
+    ours, theirs, out = load(sys.argv[1]), load(sys.argv[2]), sys.argv[3]
+    device = sys.argv[4] if len(sys.argv) > 4 else ""
+    ceiling = next(r for r in ours if r["op"] == "copy")
+    ceiling_bps = ceiling["bytes"] / (ceiling["us"] * 1e-6)
+    torch_copy = next((r for r in theirs if r["op"] == "copy"), None)
+    peer = {(r["op"], r["n"]): r for r in theirs}
+    lines = [
+        "# kvtwin GPU benchmarks on the H200",
+        "",
+        f"Device: {device}. Copy ceiling (cudaMemcpy D2D, 4 GiB, read + written): "
+        f"**{ceiling_bps / 1e12:.2f} TB/s**"
+        + (f"; PyTorch's copy_ in the same run: {torch_copy['bytes'] / (torch_copy['us'] * 1e-6) / 1e12:.2f} TB/s"
+           if torch_copy else "")
+        + ".",
+        "",
+        "Geometry: Llama-3.1-8B token-major pool (32 layers, 8 KV heads, head dim 128, bf16; 2 KiB rows, "
+        "128 KiB entries), page size 16 (2 MiB envelopes). Times: CUDA events around back-to-back calls, "
+        "median of 7 trials. `n` is tokens (write, read), pages (move), ids (translate) or the batch "
+        "(decode). Bytes count every byte read plus every byte written once.",
+        "",
+        "| op | n | MiB moved | kvtwin us | kvtwin % ceiling | PyTorch us | PyTorch % ceiling | speedup | targets |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    failures = []
+    for r in ours:
+        if r["op"] == "copy":
+            continue
+        frac = r["bytes"] / (r["us"] * 1e-6) / ceiling_bps
+        p = peer.get((r["op"], r["n"]))
+        notes = []
+        if r["op"] in ("write", "read", "move") and r["bytes"] >= 64 * MIB:
+            ok = frac >= 0.85
+            notes.append(("ok" if ok else "MISS") + " >=85%")
+            if not ok:
+                failures.append(f"{r['op']} n={r['n']}: {100 * frac:.1f}% < 85%")
+        if r["op"] == "write" and r["n"] == 64:
+            ok = r["us"] <= 10.0
+            notes.append(("ok" if ok else "MISS") + " <=10us")
+            if not ok:
+                failures.append(f"write n=64: {r['us']:.2f} us > 10 us")
+        if r["op"] == "decode_graph" and r["n"] == 64:
+            ok = r["us"] < 15.0
+            notes.append(("ok" if ok else "MISS") + " <15us")
+            if not ok:
+                failures.append(f"decode graph batch 64: {r['us']:.2f} us >= 15 us")
+        speed = ""
+        torch_us = torch_frac = ""
+        if p:
+            pfrac = p["bytes"] / (p["us"] * 1e-6) / ceiling_bps
+            speedup = p["us"] / r["us"]
+            speed = f"{speedup:.2f}x"
+            torch_us, torch_frac = f"{p['us']:.2f}", f"{100 * pfrac:.1f}%"
+            need = 1.5 if pfrac < 0.60 else 1.0
+            ok = speedup >= need
+            notes.append(("ok" if ok else "MISS") + f" >={need}x peer")
+            if not ok:
+                failures.append(f"{r['op']} n={r['n']}: {speedup:.2f}x PyTorch < {need}x")
+        lines.append(
+            f"| {r['op']} | {r['n']} | {r['bytes'] / MIB:.2f} | {r['us']:.2f} | {100 * frac:.1f}% | {torch_us} | "
+            f"{torch_frac} | {speed} | {', '.join(notes)} |")
+    lines += ["", "Targets missed: " + ("none" if not failures else "; ".join(failures)), ""]
+    with open(out, "w") as f:
+        f.write("\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
