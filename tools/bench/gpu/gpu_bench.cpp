@@ -15,7 +15,7 @@
 //           their rows into every layer, rebuild B page-table rows (one graph replay)
 //
 // Usage: gpu_bench OUT.json [--quick]. Prints a table; writes one JSON object per measurement.
-// tools/bench/torch_peer.py measures the PyTorch formulation of the same operations; report.py
+// tools/bench/gpu/torch_peer.py measures the PyTorch formulation of the same operations; report.py
 // joins both into the results table. What this does not cover: the pool's allocator paths.
 #include <algorithm>
 #include <chrono>
