@@ -172,6 +172,11 @@ OpResult GpuPool::apply(const Op& op) {
 // ---------------------------------------------------------------- build (SPEC 3)
 
 OpResult GpuPool::build(const BuildPool& op) {
+  // A configuration that does not build changes nothing (an earlier pool stays).
+  Result<PoolDerived> derived =
+      faults_.row_misaligned_accepted ? derive_pool_unchecked_rows(op.config) : derive_pool(op.config);
+  if (!derived.ok()) return derived.error();
+  // Building (or rebuilding) replaces the whole state: tables, bytes, batches, readers, graphs.
   graphs_.clear();
   batches_.clear();
   readers_.clear();
@@ -179,10 +184,6 @@ OpResult GpuPool::build(const BuildPool& op) {
   pool_.reset();
   built_ = false;
   if (stream_ == nullptr) KVTWIN_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-
-  Result<PoolDerived> derived =
-      faults_.row_misaligned_accepted ? derive_pool_unchecked_rows(op.config) : derive_pool(op.config);
-  if (!derived.ok()) return derived.error();
   config_ = op.config;
   derived_ = std::move(derived).value();
 
@@ -812,9 +813,12 @@ OpResult GpuPool::write(const Write& op) {
       if (negative) return out_of_range("write: an SWA loc is negative (a tombstone taken as live)");
     }
   }
-  if (op.checked && lanes > 1) {
-    // SPEC 6: two lanes with one non-sink loc would race; checked mode detects it on the device,
-    // on the layer's final loc (docs/decisions.md), ignoring sink lanes.
+  if (lanes > 1) {
+    // SPEC 6: two lanes with one non-sink loc would race, and are refused. The door detects them
+    // itself, on the device (sort, then compare neighbours), on the layer's final loc ignoring
+    // sink lanes (docs/decisions.md). This is the `checked` mode of the door; GpuPool runs it on
+    // every write, whatever op.checked says, because the contract refuses duplicates always (the
+    // model does) and a run must not depend on a caller remembering to ask.
     const std::int64_t sink = sink_end(placement.sub_pool);
     KVTWIN_TRY_STATUS(ids_[2].reserve(static_cast<std::size_t>(lanes)));
     KVTWIN_TRY_STATUS(ids_[3].reserve(static_cast<std::size_t>(lanes)));
