@@ -274,22 +274,25 @@ OpResult GpuPool::alloc_many(const AllocMany& op) {
     for (std::uint64_t tokens : op.tokens) {
       const std::uint64_t k = tokens / ps;
       if (k > static_cast<std::uint64_t>(sides_[0]->queue_count) || !fits(static_cast<std::int64_t>(k))) return ok(NoRoom{});
-      KVTWIN_TRY(std::vector<std::int64_t> pages, bind_pages(static_cast<std::int64_t>(k)));
+      std::vector<std::int64_t> pages;
+      if (k > 0) {
+        KVTWIN_TRY(pages, bind_pages(static_cast<std::int64_t>(k)));
+      }
       out.pages.push_back(std::move(pages));
     }
     return ok(std::move(out));
   }
-  // All or nothing (SPEC 4): one fit check for the sum; binding them together gives each request
-  // exactly the pages it would get one after another.
+  // All or nothing (SPEC 4): the requests fit one after another exactly when their sum fits;
+  // then each is bound in turn (on a grow-down side, one combined band would order pages
+  // differently from consecutive allocations).
   if (total > static_cast<std::uint64_t>(sides_[0]->queue_count) || !fits(static_cast<std::int64_t>(total)))
     return ok(NoRoom{});
-  KVTWIN_TRY(std::vector<std::int64_t> pages, bind_pages(static_cast<std::int64_t>(total)));
-  std::size_t at = 0;
   for (std::uint64_t tokens : op.tokens) {
-    const std::size_t k = static_cast<std::size_t>(tokens / ps);
-    out.pages.emplace_back(pages.begin() + static_cast<std::ptrdiff_t>(at),
-                           pages.begin() + static_cast<std::ptrdiff_t>(at + k));
-    at += k;
+    std::vector<std::int64_t> pages;
+    if (tokens / ps > 0) {
+      KVTWIN_TRY(pages, bind_pages(static_cast<std::int64_t>(tokens / ps)));
+    }
+    out.pages.push_back(std::move(pages));
   }
   return ok(std::move(out));
 }

@@ -132,45 +132,45 @@ __device__ __forceinline__ std::int64_t row_offset(std::int64_t t, const RowSegm
   return off;
 }
 
+// One group of `group` threads per row (lane, segment): the group walks the row in units of
+// 16 bytes (or bytes), `kIlp` units in flight per thread, so a warp moves whole rows with
+// coalesced accesses and no per-element division. blockIdx.y picks the segment.
 template <bool kVector, bool kScatter>
-__global__ void __launch_bounds__(kThreads) copy_rows_kernel(const RowCopyParams p) {
+__global__ void __launch_bounds__(kThreads) copy_rows_kernel(const RowCopyParams p, unsigned group) {
   using Unit = std::conditional_t<kVector, uint4, std::uint8_t>;
   constexpr std::uint64_t kUnit = sizeof(Unit);
+  const unsigned rows_per_block = blockDim.x / group;
+  const unsigned in_group = threadIdx.x % group;
+  const std::int64_t lane = static_cast<std::int64_t>(blockIdx.x) * rows_per_block + threadIdx.x / group;
+  if (lane >= p.lanes) return;
   for (std::uint32_t s = blockIdx.y; s < p.num_segments; s += gridDim.y) {
-    const RowSegment seg = p.segments[s];
-    const std::uint64_t units_per_row = seg.row_bytes / kUnit;
-    const std::uint64_t total = units_per_row * static_cast<std::uint64_t>(p.lanes);
-    const std::int64_t* loc = p.locs[seg.loc_set];
-    const std::uint64_t stride = grid_threads();
-    for (std::uint64_t first = global_thread(); first < total; first += stride * kIlp) {
+    const RowSegment& seg = p.segments[s];
+    const std::uint64_t units = seg.row_bytes / kUnit;
+    const std::int64_t t = p.locs[seg.loc_set][lane];
+    Unit* staging = reinterpret_cast<Unit*>(p.staging + seg.staging_offset_bytes +
+                                            static_cast<std::uint64_t>(lane) * p.staging_lane_stride_bytes);
+    // A sink lane: the write door discards it (SPEC 6), the read door reads zeros.
+    const std::int64_t off = t < seg.first_slot ? -1 : row_offset(t, seg, p.pool_bytes, p.int32_offsets);
+    if (off < 0) {
+      if (!kScatter)
+        for (std::uint64_t u = in_group; u < units; u += group) staging[u] = Unit{};
+      continue;
+    }
+    Unit* pool = reinterpret_cast<Unit*>(p.pool + off);
+    Unit* from = kScatter ? staging : pool;
+    Unit* to = kScatter ? pool : staging;
+    for (std::uint64_t first = in_group; first < units; first += static_cast<std::uint64_t>(group) * kIlp) {
       Unit value[kIlp];
-      Unit* to[kIlp];
 #pragma unroll
       for (int k = 0; k < kIlp; ++k) {
-        to[k] = nullptr;
-        const std::uint64_t i = first + static_cast<std::uint64_t>(k) * stride;
-        if (i >= total) continue;
-        const std::uint64_t lane = i / units_per_row;
-        const std::uint64_t unit = i - lane * units_per_row;
-        const std::int64_t t = loc[lane];
-        Unit* staging_unit =
-            reinterpret_cast<Unit*>(p.staging + seg.staging_offset_bytes + lane * p.staging_lane_stride_bytes) + unit;
-        // A sink lane: the write door discards it (SPEC 6), the read door reads zeros.
-        const std::int64_t off = t < seg.first_slot ? -1 : row_offset(t, seg, p.pool_bytes, p.int32_offsets);
-        if (off < 0) {
-          if (!kScatter) {
-            value[k] = Unit{};
-            to[k] = staging_unit;
-          }
-          continue;
-        }
-        Unit* pool_unit = reinterpret_cast<Unit*>(p.pool + off) + unit;
-        value[k] = kScatter ? *staging_unit : *pool_unit;
-        to[k] = kScatter ? pool_unit : staging_unit;
+        const std::uint64_t u = first + static_cast<std::uint64_t>(k) * group;
+        if (u < units) value[k] = from[u];
       }
 #pragma unroll
-      for (int k = 0; k < kIlp; ++k)
-        if (to[k] != nullptr) *to[k] = value[k];
+      for (int k = 0; k < kIlp; ++k) {
+        const std::uint64_t u = first + static_cast<std::uint64_t>(k) * group;
+        if (u < units) to[u] = value[k];
+      }
     }
   }
 }
@@ -178,13 +178,17 @@ __global__ void __launch_bounds__(kThreads) copy_rows_kernel(const RowCopyParams
 template <bool kScatter>
 cudaError_t launch_copy_rows(const RowCopyParams& p, cudaStream_t stream) {
   if (p.lanes <= 0 || p.num_segments == 0 || p.max_row_bytes == 0) return cudaSuccess;
-  const std::uint64_t unit = p.vector16 ? 16 : 1;
-  const std::uint64_t per_segment = (p.max_row_bytes / unit) * static_cast<std::uint64_t>(p.lanes);
-  const dim3 grid(blocks_for(per_segment, kThreads * kIlp), std::min<unsigned>(p.num_segments, kMaxGridY));
+  const std::uint64_t units = p.max_row_bytes / (p.vector16 ? 16 : 1);
+  unsigned group = 1;  // threads per row: a power of two, at most a warp
+  while (group < 32 && group < units) group *= 2;
+  const unsigned rows_per_block = kThreads / group;
+  const std::uint64_t blocks = (static_cast<std::uint64_t>(p.lanes) + rows_per_block - 1) / rows_per_block;
+  if (blocks > 0x7fffffffULL) return cudaErrorInvalidConfiguration;
+  const dim3 grid(static_cast<unsigned>(blocks), std::min<unsigned>(p.num_segments, kMaxGridY));
   if (p.vector16)
-    copy_rows_kernel<true, kScatter><<<grid, kThreads, 0, stream>>>(p);
+    copy_rows_kernel<true, kScatter><<<grid, kThreads, 0, stream>>>(p, group);
   else
-    copy_rows_kernel<false, kScatter><<<grid, kThreads, 0, stream>>>(p);
+    copy_rows_kernel<false, kScatter><<<grid, kThreads, 0, stream>>>(p, group);
   return cudaGetLastError();
 }
 

@@ -10,6 +10,7 @@
 // Runs: the default is small (CI skips it: no device). For the H200 run set
 //   KVTWIN_DIFF_CASES=N  (RapidCheck cases; default 25)   KVTWIN_DIFF_SIZE=S (ops per case; default 40)
 //   KVTWIN_SEED=X        (the run's seed; printed first)  RC_PARAMS="reproduce=..." (a failure's replay)
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <iostream>
@@ -21,6 +22,7 @@
 #include <rapidcheck/state.h>
 
 #include "props/config_gen.h"
+#include "props/model_property.h"  // showValue of configurations and swarm weights
 #include "props/op_gen.h"
 #include "props/rc_choices.h"
 #include "props/shadow.h"
@@ -130,7 +132,8 @@ ModelShape tiny_shape(std::vector<LayerKind> layers, std::uint32_t heads = 2, st
   s.num_kv_heads = heads;
   s.k_head_dim = dim;
   s.v_head_dim = dim;
-  s.sliding_window_tokens = 4;
+  // A window only where there are sliding-window layers (core refuses one without them).
+  s.sliding_window_tokens = std::find(s.layers.begin(), s.layers.end(), LayerKind::swa) != s.layers.end() ? 4 : 0;
   s.dtype = DType::bf16;
   return s;
 }

@@ -30,7 +30,8 @@ ModelShape tiny_shape(std::vector<LayerKind> layers) {
   s.num_kv_heads = 2;
   s.k_head_dim = 8;
   s.v_head_dim = 8;
-  s.sliding_window_tokens = 4;
+  // A window only where there are sliding-window layers (core refuses one without them).
+  s.sliding_window_tokens = std::find(s.layers.begin(), s.layers.end(), LayerKind::swa) != s.layers.end() ? 4 : 0;
   s.dtype = DType::bf16;
   return s;
 }
