@@ -65,6 +65,7 @@ Result<std::unique_ptr<DecodeStep>> DecodeStep::create(const Capture& op, const 
     const LayerPlacement& placement = derived.plan.layer_map[l];
     if (placement.kind == LayerKind::cross) continue;
     step->writes_full_layer = step->writes_full_layer || placement.kind != LayerKind::swa;
+    step->writes_swa_layer = step->writes_swa_layer || placement.kind == LayerKind::swa;
     const DenseEntryLayout& layout = derived.layouts[placement.sub_pool];
     for (std::size_t pi = 0; pi < layout.parts.size(); ++pi) {
       const DensePart& part = layout.parts[pi];
@@ -131,6 +132,10 @@ Result<std::unique_ptr<DecodeStep>> DecodeStep::create(const Capture& op, const 
   KVTWIN_TRY_STATUS(step->scores_.allocate(mb * op.query_heads * static_cast<std::size_t>(step->max_tokens_)));
   KVTWIN_TRY_STATUS(step->out_.allocate(mb * op.query_heads * step->v_dim_));
   KVTWIN_TRY_STATUS(step->flags_.allocate(mb));
+  KVTWIN_TRY_STATUS(step->check_loc_.allocate(mb));
+  KVTWIN_TRY_STATUS(step->check_a_.allocate(mb));
+  KVTWIN_TRY_STATUS(step->check_b_.allocate(mb));
+  KVTWIN_TRY_STATUS(step->status_.allocate(1));
   for (auto* buffer : {&step->new_tokens_, &step->loc_, &step->swa_loc_, &step->req_to_token_, &step->next_lens_,
                        &step->graph_lens_, &step->table_})
     KVTWIN_CUDA_TRY(cudaMemsetAsync(buffer->get(), 0, buffer->bytes(), stream));
@@ -203,6 +208,43 @@ Status DecodeStep::record(cudaStream_t stream) {
   return ok_status();
 }
 
+Result<bool> DecodeStep::duplicate_lanes(std::int64_t bs, cudaStream_t stream) {
+  if (bs < 2) return false;
+  const std::int64_t ps = static_cast<std::int64_t>(pool_.config->page_size);
+  // Every layer that takes rows writes at the batch's loc (full and MLA layers) or at the SWA
+  // loc derived from it; duplicates count on the final loc, sink lanes aside (docs/decisions.md).
+  TranslateParams t;
+  t.in = new_tokens_.get();
+  t.cols = bs;
+  t.out = check_loc_.get();
+  t.out_cols = bs;
+  t.v2p = pool_.full->v2p();
+  t.v2p_len = pool_.full->v2p_len();
+  t.page_size = ps;
+  KVTWIN_CUDA_TRY(launch_translate(t, stream));
+  if (writes_full_layer) {
+    KVTWIN_TRY_STATUS(sink_to_zero(check_loc_.get(), bs, pool_.full->min_page() * ps, check_a_.get(), stream));
+    KVTWIN_TRY(bool duplicate, has_nonzero_duplicate(check_a_.get(), bs, check_b_.get(), sort_temp_, status_.get(), stream));
+    if (duplicate) return true;
+  }
+  if (writes_swa_layer && pool_.swa != nullptr) {
+    SwaTranslateParams p;
+    p.in = check_loc_.get();
+    p.out = check_a_.get();
+    p.n = bs;
+    p.full_p2v = pool_.full->p2v();
+    p.full_p2v_len = pool_.full->p2v_len();
+    p.swa_v2p = pool_.swa->v2p();
+    p.swa_v2p_len = pool_.swa->v2p_len();
+    p.page_size = ps;
+    KVTWIN_CUDA_TRY(launch_swa_translate(p, stream));
+    KVTWIN_TRY_STATUS(sink_to_zero(check_a_.get(), bs, pool_.swa->min_page() * ps, check_a_.get(), stream));
+    KVTWIN_TRY(bool duplicate, has_nonzero_duplicate(check_a_.get(), bs, check_b_.get(), sort_temp_, status_.get(), stream));
+    if (duplicate) return true;
+  }
+  return false;
+}
+
 Result<Decode> DecodeStep::replay(const Replay& op, const Faults& faults, cudaStream_t stream) {
   const std::int64_t bs = static_cast<std::int64_t>(op.requests.size());
   const std::int64_t ps = static_cast<std::int64_t>(pool_.config->page_size);
@@ -255,19 +297,13 @@ Result<Decode> DecodeStep::replay(const Replay& op, const Faults& faults, cudaSt
                        "tokens only");
   }
   if (host_bad < bs) return host_error;
-  // Two requests with one new token would write one slot twice (SPEC 6). Every token is allocated,
-  // so translation is one-to-one and the virtual tokens tell.
-  if (writes_full_layer) {
-    std::vector<std::int64_t> sorted = new_tokens;
-    std::sort(sorted.begin(), sorted.end());
-    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
-      return make_error(ErrorKind::duplicate_loc,
-                        "replay: two requests share a new token, so two lanes would write one slot; give each "
-                        "request its own new token");
-  }
+  KVTWIN_TRY_STATUS(upload(new_tokens_, new_tokens, stream));
+  KVTWIN_TRY(bool duplicate, duplicate_lanes(bs, stream));
+  if (duplicate)
+    return make_error(ErrorKind::duplicate_loc,
+                      "replay: two requests write one slot (a shared new token); give each request its own new token");
   const std::size_t ubs = static_cast<std::size_t>(bs);
 
-  KVTWIN_TRY_STATUS(upload(new_tokens_, new_tokens, stream));
   // 1. The loc buffer: lane b < bs gets translate(new token of b), every lane past it the sink
   //    (fault 5 leaves the tail as an earlier replay left it).
   TranslateParams t;

@@ -61,6 +61,7 @@ class DecodeStep {
   std::vector<DType> segment_dtypes_;
   AttentionParams attention_;
   bool writes_full_layer = false;  // a non-SWA, non-cross layer takes decoder rows
+  bool writes_swa_layer = false;   // an SWA layer takes decoder rows
   std::uint32_t k_dim_ = 0;
   std::uint32_t v_dim_ = 0;
 
@@ -77,6 +78,13 @@ class DecodeStep {
   DeviceBuffer<float> scores_;
   DeviceBuffer<float> out_;
   DeviceBuffer<std::uint32_t> flags_;        // [max_batch] replay validation
+  DeviceBuffer<std::int64_t> check_loc_;     // [max_batch] validation scratch: this batch's locs
+  DeviceBuffer<std::int64_t> check_a_;       // [max_batch]
+  DeviceBuffer<std::int64_t> check_b_;       // [max_batch]
+  DeviceBuffer<std::uint8_t> sort_temp_;
+  DeviceBuffer<std::uint32_t> status_;
+  // Whether two lanes of this batch would write one non-sink slot (SPEC 6), on the device.
+  Result<bool> duplicate_lanes(std::int64_t bs, cudaStream_t stream);
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
 };

@@ -209,6 +209,7 @@ Status DeviceSide::init(const SubPoolGeometry& geometry, std::int64_t num_virtua
   queue_count = 0;
   if (owner) {
     KVTWIN_TRY_STATUS(queue_.allocate(static_cast<std::size_t>(std::max<std::int64_t>(num_virtual, 1))));
+    KVTWIN_CUDA_TRY(cudaMemsetAsync(queue_.get(), 0, queue_.bytes(), stream));  // no unwritten slot is ever read
     queue_count = std::max<std::int64_t>(num_virtual - min_page(), 0);
     if (queue_count > 0) {
       iota_kernel<<<blocks_for(queue_count), kThreads, 0, stream>>>(queue_.get(), queue_count, min_page());

@@ -76,10 +76,13 @@ __global__ void translate_kernel(const TranslateParams p) {
 __global__ void swa_translate_kernel(const SwaTranslateParams p) {
   for (std::uint64_t i = global_thread(); i < static_cast<std::uint64_t>(p.n); i += grid_threads()) {
     const std::int64_t k = p.in[i];
-    std::int64_t value = 0;
-    if (k >= 0 && k / p.page_size < p.full_p2v_len) {
+    std::int64_t value = 0;  // a negative full id goes to the sink (docs/decisions.md)
+    if (k >= 0) {
       // SPEC 4.3: vpage = max(p2v_full[k // ps], 0); swa = max(swa_v2p[vpage] * ps + k % ps, 0).
-      const std::int64_t vpage = max(p.full_p2v[k / p.page_size], std::int64_t{0});
+      // A page past p2v reads as the -1 sentinel (docs/decisions.md).
+      const std::int64_t page = k / p.page_size;
+      const std::int64_t owner = page < p.full_p2v_len ? p.full_p2v[page] : -1;
+      const std::int64_t vpage = max(owner, std::int64_t{0});
       if (vpage < p.swa_v2p_len) {
         const std::int64_t s = p.swa_v2p[vpage] * p.page_size + k % p.page_size;
         value = (p.tombstone_live || s > 0) ? s : 0;

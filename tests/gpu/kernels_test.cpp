@@ -227,11 +227,12 @@ TEST(SwaTranslateKernel, MatchesSpec) {
     const std::vector<std::int64_t> got = to_host(out, ids.size());
     for (std::size_t i = 0; i < ids.size(); ++i) {
       // SPEC 4.3: vpage = max(p2v_full[k // ps], 0), swa = max(swa_v2p[vpage] * ps + k % ps, 0);
-      // a negative id or one past p2v goes to the sink.
+      // a negative id goes to the sink; a page past p2v reads as the -1 sentinel.
       const std::int64_t k = ids[i];
       std::int64_t expected = 0;
-      if (k >= 0 && k / ps < pages + 1) {
-        const std::int64_t vpage = std::max<std::int64_t>(full_p2v[static_cast<std::size_t>(k / ps)], 0);
+      if (k >= 0) {
+        const std::int64_t owner = k / ps < pages + 1 ? full_p2v[static_cast<std::size_t>(k / ps)] : -1;
+        const std::int64_t vpage = std::max<std::int64_t>(owner, 0);
         expected = std::max<std::int64_t>(swa_v2p[static_cast<std::size_t>(vpage)] * ps + k % ps, 0);
       }
       ASSERT_EQ(got[i], expected) << "id " << k << " ps " << ps;
