@@ -15,6 +15,7 @@ constexpr int kThreads = 256;
 constexpr int kIlp = 4;  // independent 16-byte loads in flight per thread
 constexpr std::int64_t kMaxGridX = 1LL << 20;
 constexpr unsigned kMaxGridY = 65535;
+constexpr std::uint32_t kDefaultSegmentsPerBlock = 1;
 
 unsigned blocks_for(std::uint64_t items, std::uint64_t per_block) {
   const std::uint64_t b = (items + per_block - 1) / per_block;
@@ -146,10 +147,18 @@ __global__ void __launch_bounds__(kThreads) copy_rows_kernel(const RowCopyParams
   const unsigned in_group = threadIdx.x % group;
   const std::int64_t lane = static_cast<std::int64_t>(blockIdx.x) * rows_per_block + threadIdx.x / group;
   if (lane >= p.lanes) return;
-  for (std::uint32_t s = blockIdx.y; s < p.num_segments; s += gridDim.y) {
-    const RowSegment& seg = p.segments[s];
+  // Each block walks `segments_per_block` consecutive segments for its lanes (their rows are
+  // neighbours in the token-major entry); the grid's y dimension strides over the rest.
+  // The loc of either set is picked by a branch: indexing the by-value parameter array at run
+  // time would copy the parameters to local memory.
+  const std::int64_t loc0 = p.locs[0][lane];
+  const std::int64_t loc1 = p.locs[1] != nullptr ? p.locs[1][lane] : loc0;
+  const std::uint32_t spb = p.segments_per_block;
+  for (std::uint32_t base = blockIdx.y * spb; base < p.num_segments; base += gridDim.y * spb)
+  for (std::uint32_t s = base; s < base + spb && s < p.num_segments; ++s) {
+    const RowSegment seg = p.segments[s];
     const std::uint64_t units = seg.row_bytes / kUnit;
-    const std::int64_t t = p.locs[seg.loc_set][lane];
+    const std::int64_t t = seg.loc_set == 0 ? loc0 : loc1;
     Unit* staging = reinterpret_cast<Unit*>(p.staging + seg.staging_offset_bytes +
                                             static_cast<std::uint64_t>(lane) * p.staging_lane_stride_bytes);
     // A sink lane: the write door discards it (SPEC 6), the read door reads zeros.
@@ -187,11 +196,14 @@ cudaError_t launch_copy_rows(const RowCopyParams& p, cudaStream_t stream) {
   const unsigned rows_per_block = kThreads / group;
   const std::uint64_t blocks = (static_cast<std::uint64_t>(p.lanes) + rows_per_block - 1) / rows_per_block;
   if (blocks > 0x7fffffffULL) return cudaErrorInvalidConfiguration;
-  const dim3 grid(static_cast<unsigned>(blocks), std::min<unsigned>(p.num_segments, kMaxGridY));
-  if (p.vector16)
-    copy_rows_kernel<true, kScatter><<<grid, kThreads, 0, stream>>>(p, group);
+  RowCopyParams q = p;
+  if (q.segments_per_block == 0) q.segments_per_block = kDefaultSegmentsPerBlock;
+  const unsigned y = (q.num_segments + q.segments_per_block - 1) / q.segments_per_block;
+  const dim3 grid(static_cast<unsigned>(blocks), std::min<unsigned>(y, kMaxGridY));
+  if (q.vector16)
+    copy_rows_kernel<true, kScatter><<<grid, kThreads, 0, stream>>>(q, group);
   else
-    copy_rows_kernel<false, kScatter><<<grid, kThreads, 0, stream>>>(p, group);
+    copy_rows_kernel<false, kScatter><<<grid, kThreads, 0, stream>>>(q, group);
   return cudaGetLastError();
 }
 

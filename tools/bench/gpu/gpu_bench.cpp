@@ -7,8 +7,9 @@
 // warm-up. Bytes moved count every byte read plus every byte written once.
 //
 //   write   the write door: N tokens' K and V rows of every layer (one launch) from per-(layer,
-//           part) contiguous row buffers into the pool at N distinct random slots
+//           part) contiguous row buffers into the pool at N consecutive slots (a prefill's pages)
 //   read    the read door: the same rows gathered back
+//   write_scattered, read_scattered: the same at N distinct random slots (a decode step's lanes)
 //   move    page moves: M whole 2 MiB envelopes to distinct unbound pages (one launch)
 //   translate  N virtual ids -> physical through v2p (one launch)
 //   decode  the captured bookkeeping of a decode step at batch B: translate B new tokens, write
@@ -141,7 +142,18 @@ int main(int argc, char** argv) {
   DeviceBuffer<kvtwin::gpu::RowSegment> segments = device<kvtwin::gpu::RowSegment>(kSegments);
   DeviceBuffer<std::int64_t> loc = device<std::int64_t>(max_tokens);
 
-  auto door = [&](std::uint64_t n) {
+  // Where N tokens go: "prefill" - consecutive slots of consecutive pages, as one allocation
+  // binds them (a prefill's rows, a sequence read back); "scattered" - N distinct random slots
+  // (one token of each of N requests, as a decode step writes them).
+  auto locs_for = [&](std::uint64_t n, bool scattered) {
+    if (scattered) return distinct_random(rng, n, 1, slots);
+    const std::uint64_t pages_needed = (n + kPageSize - 1) / kPageSize;
+    const std::uint64_t first_page = 1 + rng.below(slots / kPageSize - pages_needed - 1);
+    std::vector<std::int64_t> l(n);
+    std::iota(l.begin(), l.end(), static_cast<std::int64_t>(first_page * kPageSize));
+    return l;
+  };
+  auto door = [&](std::uint64_t n, bool scattered) {
     // Per (layer, part) contiguous rows [n, 2 KiB], as the PyTorch formulation holds them.
     std::vector<kvtwin::gpu::RowSegment> segs;
     for (std::uint64_t s = 0; s < kSegments; ++s) {
@@ -154,7 +166,7 @@ int main(int argc, char** argv) {
       segs.push_back(seg);
     }
     upload(segments, segs);
-    upload(loc, distinct_random(rng, n, 1, slots));
+    upload(loc, locs_for(n, scattered));
     kvtwin::gpu::RowCopyParams p;
     p.pool = pool.get();
     p.pool_bytes = pool_bytes;
@@ -170,11 +182,18 @@ int main(int argc, char** argv) {
   };
   const std::vector<std::uint64_t> token_sizes =
       quick ? std::vector<std::uint64_t>{1, 64, 512, 4096} : std::vector<std::uint64_t>{1, 16, 64, 256, 512, 4096, 16384, 65536};
-  for (std::uint64_t n : token_sizes) {
-    const kvtwin::gpu::RowCopyParams p = door(n);
-    const std::uint64_t bytes = 2 * n * kEntry;
-    rows.push_back({"write", n, bytes, time_us([&] { KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_scatter_rows(p, nullptr)); }, reps_for(bytes))});
-    rows.push_back({"read", n, bytes, time_us([&] { KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_gather_rows(p, nullptr)); }, reps_for(bytes))});
+  for (bool scattered : {false, true}) {
+    const std::string suffix = scattered ? "_scattered" : "";
+    for (std::uint64_t n : token_sizes) {
+      kvtwin::gpu::RowCopyParams p = door(n, scattered);
+      const std::uint64_t bytes = 2 * n * kEntry;
+      rows.push_back({"write" + suffix, n, bytes, time_us([&] { KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_scatter_rows(p, nullptr)); }, reps_for(bytes))});
+      rows.push_back({"read" + suffix, n, bytes, time_us([&] { KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_gather_rows(p, nullptr)); }, reps_for(bytes))});
+      // The same with each block walking 8 segments (a tuning variant; no peer).
+      p.segments_per_block = 8;
+      rows.push_back({"write" + suffix + "@spb8", n, bytes, time_us([&] { KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_scatter_rows(p, nullptr)); }, reps_for(bytes))});
+      rows.push_back({"read" + suffix + "@spb8", n, bytes, time_us([&] { KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_gather_rows(p, nullptr)); }, reps_for(bytes))});
+    }
   }
 
   // ---- page moves: M envelopes to M other pages, all distinct.
@@ -241,7 +260,7 @@ int main(int argc, char** argv) {
       upload(lens, l);
       upload(new_tokens, nt);
     }
-    kvtwin::gpu::RowCopyParams w = door(batch);
+    kvtwin::gpu::RowCopyParams w = door(batch, true);
     w.locs[0] = step_loc.get();
     kvtwin::gpu::TranslateParams t;
     t.in = new_tokens.get();
@@ -296,10 +315,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpu_bench: cannot write %s\n", argv[1]);
     return 2;
   }
-  std::printf("%-13s %9s %14s %12s %10s %8s\n", "op", "n", "bytes", "us", "GB/s", "ceiling");
+  std::printf("%-22s %9s %14s %12s %10s %8s\n", "op", "n", "bytes", "us", "GB/s", "ceiling");
   for (const Row& r : rows) {
     const double gbps = static_cast<double>(r.bytes) / (r.us * 1e-6) / 1e9;
-    std::printf("%-13s %9llu %14llu %12.2f %10.1f %7.1f%%\n", r.op.c_str(), static_cast<unsigned long long>(r.n),
+    std::printf("%-22s %9llu %14llu %12.2f %10.1f %7.1f%%\n", r.op.c_str(), static_cast<unsigned long long>(r.n),
                 static_cast<unsigned long long>(r.bytes), r.us, gbps, 100.0 * gbps * 1e9 / ceiling);
     std::fprintf(f, "{\"impl\":\"kvtwin\",\"op\":\"%s\",\"n\":%llu,\"bytes\":%llu,\"us\":%.3f,\"ceiling_bytes_per_s\":%.6e}\n",
                  r.op.c_str(), static_cast<unsigned long long>(r.n), static_cast<unsigned long long>(r.bytes), r.us, ceiling);

@@ -49,16 +49,16 @@ def main():
         frac = r["bytes"] / (r["us"] * 1e-6) / ceiling_bps
         p = peer.get((r["op"], r["n"]))
         notes = []
-        if r["op"] in ("write", "read", "move") and r["bytes"] >= 64 * MIB:
+        if r["op"] in ("write", "read", "move", "write_scattered", "read_scattered") and r["bytes"] >= 64 * MIB:
             ok = frac >= 0.85
             notes.append(("ok" if ok else "MISS") + " >=85%")
             if not ok:
                 failures.append(f"{r['op']} n={r['n']}: {100 * frac:.1f}% < 85%")
-        if r["op"] == "write" and r["n"] == 64:
+        if r["op"] in ("write", "write_scattered") and r["n"] == 64:
             ok = r["us"] <= 10.0
             notes.append(("ok" if ok else "MISS") + " <=10us")
             if not ok:
-                failures.append(f"write n=64: {r['us']:.2f} us > 10 us")
+                failures.append(f"{r['op']} n=64: {r['us']:.2f} us > 10 us")
         if r["op"] == "decode_graph" and r["n"] == 64:
             ok = r["us"] < 15.0
             notes.append(("ok" if ok else "MISS") + " <15us")

@@ -6,7 +6,7 @@ Same geometry (Llama-3.1-8B's token-major pool: 32 layers, 8 KV heads, head dim 
 back-to-back calls, median of 7 trials, after warm-up), so that the two are comparable:
 
   write      per-layer as_strided views of the token-major pool; view[loc] = rows, one call per
-             layer and part
+             layer and part (loc: a prefill's consecutive slots; *_scattered: random slots)
   read       view[loc], one call per layer and part
   move       env[dst] = env[src] on the page-envelope view
   translate  (v2p[t // ps] * ps + t % ps).clamp_(min=0)
@@ -74,8 +74,14 @@ def main():
             views.append(pool.as_strided((slots, HEADS, HEAD_DIM), (elems_per_entry, HEAD_DIM, 1), offset))
 
     sizes = [1, 64, 512, 4096] if quick else [1, 16, 64, 256, 512, 4096, 16384, 65536]
-    for n in sizes:
-        loc = (torch.randperm(slots - 1, generator=gen, device=dev)[:n] + 1).to(torch.int64)
+    for scattered, n in [(s, n) for s in (False, True) for n in sizes]:
+        suffix = "_scattered" if scattered else ""
+        if scattered:  # one token of each of n requests
+            loc = (torch.randperm(slots - 1, generator=gen, device=dev)[:n] + 1).to(torch.int64)
+        else:  # a prefill: consecutive slots of consecutive pages
+            pages_needed = (n + PAGE_SIZE - 1) // PAGE_SIZE
+            first = 1 + int(torch.randint(0, slots // PAGE_SIZE - pages_needed - 1, (1,), generator=gen, device=dev))
+            loc = torch.arange(first * PAGE_SIZE, first * PAGE_SIZE + n, device=dev, dtype=torch.int64)
         src_rows = [torch.full((n, HEADS, HEAD_DIM), 0.5 + i, dtype=torch.bfloat16, device=dev) for i in range(2 * LAYERS)]
 
         def write():
@@ -87,8 +93,8 @@ def main():
                 v[loc]
 
         nbytes = 2 * n * ENTRY
-        rows.append(("write", n, nbytes, time_us(write, reps_for(nbytes))))
-        rows.append(("read", n, nbytes, time_us(read, reps_for(nbytes))))
+        rows.append(("write" + suffix, n, nbytes, time_us(write, reps_for(nbytes))))
+        rows.append(("read" + suffix, n, nbytes, time_us(read, reps_for(nbytes))))
         del src_rows
         torch.cuda.empty_cache()
 
@@ -119,7 +125,7 @@ def main():
     with open(out_path, "w") as f:
         for op, n, nbytes, us in rows:
             gbps = nbytes / (us * 1e-6) / 1e9
-            print(f"{op:13s} {n:9d} {nbytes:14d} {us:12.2f} {gbps:10.1f} {100 * gbps * 1e9 / ceiling:7.1f}%", flush=True)
+            print(f"{op:22s} {n:9d} {nbytes:14d} {us:12.2f} {gbps:10.1f} {100 * gbps * 1e9 / ceiling:7.1f}%", flush=True)
             f.write(json.dumps({"impl": "torch", "op": op, "n": n, "bytes": nbytes, "us": us,
                                 "ceiling_bytes_per_s": ceiling}) + "\n")
 
