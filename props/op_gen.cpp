@@ -1,0 +1,552 @@
+// The operation generator. See op_gen.h. Each generator puts its simplest, most valid choice
+// at draw 0, so that RapidCheck's shrinking walks toward plain, valid operations.
+#include "props/op_gen.h"
+
+#include <algorithm>
+#include <set>
+
+#include "core/checked.h"
+
+namespace kvtwin::props {
+namespace {
+
+using Ids = std::vector<std::int64_t>;
+
+// (A function, not a literal assignment: GCC 12 warns falsely on string = "q" at -O2.)
+const std::string& unknown_part() {
+  static const std::string name = "q";
+  return name;
+}
+
+class Generator {
+ public:
+  Generator(Choices& c, const PoolShadow& s, const OpGenOptions& o) : c_(c), s_(s), o_(o), ps_(s.page_size()) {}
+
+  Op make(OpKind kind) {
+    switch (kind) {
+      case OpKind::alloc: return alloc();
+      case OpKind::free: return free();
+      case OpKind::alloc_many: return alloc_many();
+      case OpKind::free_swa: return free_swa();
+      case OpKind::flush: return Flush{};
+      case OpKind::translate: return translate();
+      case OpKind::batch: return batch();
+      case OpKind::rebind: return rebind();
+      case OpKind::write: return write();
+      case OpKind::read: return read();
+      case OpKind::split: return split();
+      case OpKind::drop_batch: return DropBatch{batch_id()};
+      case OpKind::begin_read: return begin_read();
+      case OpKind::end_read: return end_read();
+      case OpKind::move_pages: return move_pages();
+      case OpKind::swa_translate: return swa_translate();
+      case OpKind::page_table: return page_table();
+      case OpKind::remap_indices: return remap_indices();
+      case OpKind::capture: return capture();
+      case OpKind::replay: return replay();
+      case OpKind::checkpoint: return Checkpoint{};
+    }
+    return Checkpoint{};
+  }
+
+ private:
+  // A deliberately invalid variant this time?
+  bool invalid() { return o_.invalid_one_in > 0 && c_.chance(1, o_.invalid_one_in); }
+
+  Ids live_pages() const {
+    Ids v;
+    for (const auto& [page, physical] : s_.sides()[0].v2p) v.push_back(page);
+    return v;
+  }
+  // A token of a live page (or a random token when nothing is live).
+  std::int64_t live_token() {
+    const Ids pages = live_pages();
+    if (pages.empty()) return c_.between(-1, s_.num_virtual() * ps_);
+    return c_.pick(pages) * ps_ + static_cast<std::int64_t>(c_.below(static_cast<std::uint64_t>(ps_)));
+  }
+  // n distinct live tokens (fewer when fewer exist).
+  Ids live_tokens(std::size_t n) {
+    std::set<std::int64_t> seen;
+    Ids out;
+    for (std::size_t tries = 0; out.size() < n && tries < 4 * n; ++tries) {
+      const std::int64_t t = live_token();
+      if (seen.insert(t).second) out.push_back(t);
+    }
+    return out;
+  }
+  // An id for a batch, reader or graph: existing ones first, a few more so that new ids appear.
+  template <class Map>
+  std::uint32_t id_from(const Map& existing, std::uint32_t spare) {
+    std::vector<std::uint32_t> ids;
+    for (const auto& [id, value] : existing) ids.push_back(id);
+    if (!ids.empty() && c_.chance(7, 8)) return c_.pick(ids);
+    return static_cast<std::uint32_t>(c_.below(spare));
+  }
+  std::uint32_t batch_id() { return id_from(s_.batches(), 8); }
+  // An id not in use (or any id, when all are taken).
+  template <class Map>
+  std::uint32_t fresh_id(const Map& existing, std::uint32_t spare) {
+    for (std::uint32_t tries = 0; tries < 8; ++tries) {
+      const auto id = static_cast<std::uint32_t>(c_.below(spare));
+      if (!existing.count(id)) return id;
+    }
+    return static_cast<std::uint32_t>(c_.below(spare));
+  }
+
+  // ------------------------------------------------------------ allocation
+
+  Op alloc() {
+    const auto ps = static_cast<std::uint64_t>(ps_);
+    if (invalid() && ps > 1) return Alloc{static_cast<std::uint64_t>(c_.between(0, 4)) * ps + static_cast<std::uint64_t>(c_.between(1, ps_ - 1))};
+    // Mostly a few pages; sometimes anything up to past the free ids, to reach "no room".
+    const std::uint64_t pages = c_.chance(1, 6) ? static_cast<std::uint64_t>(c_.between(0, static_cast<std::int64_t>(s_.free_queue().size()) + 2))
+                                                : static_cast<std::uint64_t>(c_.between(0, 6));
+    return Alloc{pages * ps};
+  }
+
+  Op alloc_many() {
+    const auto ps = static_cast<std::uint64_t>(ps_);
+    AllocMany op;
+    const std::size_t n = static_cast<std::size_t>(c_.between(1, 3));
+    for (std::size_t i = 0; i < n; ++i) op.tokens.push_back(static_cast<std::uint64_t>(c_.between(0, 3)) * ps);
+    if (invalid()) {
+      if (c_.chance(1, 2) || ps == 1)
+        op.tokens.clear();
+      else
+        op.tokens.back() += 1;
+    }
+    return op;
+  }
+
+  // Ids of pages as `unit` asks: pages as they are, or a token inside each (repeats allowed).
+  std::pair<IdUnit, Ids> ids_of(const Ids& pages) {
+    if (c_.chance(1, 2)) return {IdUnit::pages, pages};
+    Ids tokens;
+    for (std::int64_t v : pages) {
+      tokens.push_back(v * ps_ + static_cast<std::int64_t>(c_.below(static_cast<std::uint64_t>(ps_))));
+      if (c_.chance(1, 6)) tokens.push_back(v * ps_);
+    }
+    return {IdUnit::tokens, tokens};
+  }
+
+  // A wrong virtual page: free, the sink, past the table, or negative.
+  std::int64_t wrong_page() {
+    switch (c_.below(4)) {
+      case 0:
+        if (!s_.free_queue().empty()) return s_.free_queue()[c_.below(s_.free_queue().size())];
+        return 0;
+      case 1: return 0;
+      case 2: return s_.num_virtual() + static_cast<std::int64_t>(c_.below(3));
+      default: return -1 - static_cast<std::int64_t>(c_.below(3));
+    }
+  }
+
+  // Pages of one live allocation: all of it, or a subset.
+  Ids some_allocation_pages() {
+    const auto& groups = s_.allocations();
+    if (groups.empty()) return {};
+    const Ids& g = c_.pick(groups);
+    if (c_.chance(1, 2)) return g;
+    Ids out;
+    for (std::int64_t v : g)
+      if (c_.chance(1, 2)) out.push_back(v);
+    if (out.empty()) out.push_back(c_.pick(g));
+    return out;
+  }
+
+  Op free() {
+    Ids pages = some_allocation_pages();
+    if (pages.empty() || invalid()) pages.push_back(wrong_page());
+    auto [unit, ids] = ids_of(pages);
+    if (unit == IdUnit::tokens)
+      for (std::int64_t& t : ids)
+        if (t < 0) t = -1;
+    return Free{unit, ids};
+  }
+
+  Op free_swa() {
+    // Pages leave the window from an allocation's start: the first ones still in the window.
+    Ids pages;
+    if (s_.is_composite() && !s_.allocations().empty()) {
+      const Ids& g = c_.pick(s_.allocations());
+      const std::size_t take = static_cast<std::size_t>(c_.between(1, static_cast<std::int64_t>(g.size())));
+      for (std::int64_t v : g)
+        if (s_.sides()[1].v2p.count(v) && pages.size() < take) pages.push_back(v);
+    }
+    if (pages.empty() || invalid()) {
+      // A tombstone (already left the window) or a wrong page.
+      Ids tombstones;
+      if (s_.is_composite())
+        for (std::int64_t v : live_pages())
+          if (!s_.sides()[1].v2p.count(v)) tombstones.push_back(v);
+      pages.push_back(!tombstones.empty() && c_.chance(1, 2) ? c_.pick(tombstones) : wrong_page());
+    }
+    auto [unit, ids] = ids_of(pages);
+    for (std::int64_t& t : ids)
+      if (t < 0) t = -1;
+    return FreeSwa{unit, ids};
+  }
+
+  // ------------------------------------------------------------ moves and readers
+
+  std::size_t side_index() { return static_cast<std::size_t>(c_.below(s_.sides().size())); }
+
+  Op move_pages() {
+    const std::size_t si = side_index();
+    const ShadowSide& side = s_.sides()[si];
+    MovePages op;
+    op.sub_pool = side.name;
+    // Destinations: unbound pages whose bytes stay clear of the other side's band.
+    Ids free_pages;
+    for (std::int64_t p = side.min_page; p < side.num_pages; ++p) {
+      if (side.p2v.count(p)) continue;
+      if (s_.is_composite()) {
+        const ShadowSide& other = s_.sides()[1 - si];
+        const std::uint64_t b = static_cast<std::uint64_t>(p) * side.page_bytes, e = b + side.page_bytes;
+        if (b < static_cast<std::uint64_t>(other.band_end()) * other.page_bytes &&
+            static_cast<std::uint64_t>(other.band_begin()) * other.page_bytes < e)
+          continue;
+      }
+      free_pages.push_back(p);
+    }
+    const std::size_t n = static_cast<std::size_t>(c_.between(1, 2));
+    std::set<std::int64_t> used;
+    for (std::size_t i = 0; i < n && !free_pages.empty(); ++i) {
+      const std::int64_t dst = c_.pick(free_pages);
+      const std::int64_t src = c_.between(side.min_page, side.num_pages - 1);
+      if (used.count(dst) || used.count(src) || src == dst) continue;
+      used.insert(dst);
+      used.insert(src);
+      op.dst.push_back(dst);
+      op.src.push_back(src);
+    }
+    if (op.dst.empty() || invalid()) {
+      // A bound destination, a page past the sub-pool, or the sink.
+      op.dst.push_back(side.p2v.empty() || c_.chance(1, 2) ? c_.pick(Ids{0, side.num_pages}) : side.p2v.begin()->first);
+      op.src.push_back(c_.between(side.min_page, side.num_pages - 1));
+    }
+    return op;
+  }
+
+  Op begin_read() {
+    BeginRead op;
+    op.reader = fresh_id(s_.readers(), 6);
+    const std::size_t si = side_index();
+    const ShadowSide& side = s_.sides()[si];
+    op.sub_pool = side.name;
+    // Hold bound pages (so that later compactions may run into the reader), sometimes any page.
+    Ids bound;
+    for (const auto& [p, v] : side.p2v) bound.push_back(p);
+    const std::size_t n = static_cast<std::size_t>(c_.between(1, 3));
+    for (std::size_t i = 0; i < n; ++i)
+      op.pages.push_back(!bound.empty() && c_.chance(3, 4) ? c_.pick(bound) : c_.between(0, side.num_pages - 1));
+    if (invalid()) op.pages.push_back(c_.chance(1, 2) ? side.num_pages : -1);
+    return op;
+  }
+
+  Op end_read() { return EndRead{id_from(s_.readers(), 6)}; }
+
+  // ------------------------------------------------------------ batches and writes
+
+  Op batch() {
+    MakeBatch op;
+    op.batch = fresh_id(s_.batches(), 8);
+    op.tokens = live_tokens(static_cast<std::size_t>(c_.between(1, 6)));
+    if (c_.chance(1, 5)) op.tokens.push_back(-1);  // a padding lane
+    if (c_.chance(1, 4)) {
+      for (std::size_t i = 0; i < op.tokens.size(); ++i) op.encoder_tokens.push_back(live_token());
+      if (invalid()) op.encoder_tokens.pop_back();
+    }
+    return op;
+  }
+
+  std::size_t lanes_of(std::uint32_t id) const {
+    auto it = s_.batches().find(id);
+    return it == s_.batches().end() ? 0 : it->second.loc.size();
+  }
+
+  Op rebind() {
+    Rebind op;
+    op.batch = batch_id();
+    const std::size_t lanes = lanes_of(op.batch);
+    if (c_.chance(1, 3)) op.out_width = lanes + static_cast<std::uint64_t>(c_.between(0, 3));
+    if (invalid() && lanes > 0) op.out_width = static_cast<std::uint64_t>(c_.between(0, static_cast<std::int64_t>(lanes) - 1));
+    return op;
+  }
+
+  Op split() {
+    Split op;
+    op.batch = batch_id();
+    const std::size_t lanes = lanes_of(op.batch);
+    op.at = static_cast<std::uint64_t>(c_.between(0, static_cast<std::int64_t>(lanes) + (invalid() ? 2 : 0)));
+    op.left = fresh_id(s_.batches(), 8);
+    op.right = fresh_id(s_.batches(), 8);
+    if (op.right == op.left && !invalid()) op.right = (op.left + 1 + static_cast<std::uint32_t>(c_.below(7))) % 8;
+    return op;
+  }
+
+  std::uint32_t layer() {
+    const auto layers = static_cast<std::int64_t>(s_.derived().plan.layer_map.size());
+    return static_cast<std::uint32_t>(c_.between(0, layers - 1));
+  }
+
+  Op write() {
+    Write op;
+    op.layer = layer();
+    op.write_number = static_cast<std::uint64_t>(c_.between(1, 1000));
+    if (invalid()) op.layer = static_cast<std::uint32_t>(s_.derived().plan.layer_map.size());
+    if (!s_.batches().empty() && c_.chance(2, 3)) {
+      // Mostly a batch that was rebound (marked); sometimes any, which the door may refuse.
+      std::vector<std::uint32_t> marked;
+      for (const auto& [id, b] : s_.batches())
+        if (b.physical) marked.push_back(id);
+      op.batch = !marked.empty() && c_.chance(3, 4) ? c_.pick(marked) : batch_id();
+      return op;
+    }
+    // Explicit form: live tokens at their physical ids, marked.
+    op.tokens = live_tokens(static_cast<std::size_t>(c_.between(1, 5)));
+    for (std::int64_t t : op.tokens) op.loc.push_back(s_.translate(t));
+    op.physical = true;
+    if (invalid()) {
+      switch (c_.below(4)) {
+        case 0: op.physical = false; break;                                 // unmarked
+        case 1: op.loc.push_back(op.loc.front()); op.tokens.push_back(0); break;  // a duplicate (unless at the sink)
+        case 2: op.loc.back() = c_.chance(1, 2) ? -1 : 1 << 30; break;      // out of range
+        default: op.tokens.push_back(1); break;                             // lanes and tokens differ
+      }
+    }
+    return op;
+  }
+
+  Op read() {
+    Read op;
+    op.layer = layer();
+    const LayerPlacement& place = s_.derived().plan.layer_map[op.layer];
+    const DenseEntryLayout& layout = s_.derived().layouts[place.sub_pool];
+    op.part = layout.parts[c_.below(layout.parts.size())].name;
+    const std::size_t n = static_cast<std::size_t>(c_.between(1, 4));
+    const auto slots = static_cast<std::int64_t>(s_.derived().geometry.sub_pools[place.sub_pool].max_slots);
+    for (std::size_t i = 0; i < n; ++i) {
+      std::int64_t id = c_.between(0, slots - 1);
+      if (c_.chance(3, 4)) {
+        const std::int64_t full = s_.translate(live_token());
+        id = place.kind == LayerKind::swa ? s_.swa_of(full) : full;
+      }
+      op.ids.push_back(id);
+    }
+    if (invalid()) {
+      if (c_.chance(1, 2))
+        op.part = unknown_part();  // a name no layout has
+      else
+        op.ids.push_back(slots);
+    }
+    return op;
+  }
+
+  // ------------------------------------------------------------ translation
+
+  std::int64_t some_id() {
+    switch (c_.below(6)) {
+      case 4: return -1 - static_cast<std::int64_t>(c_.below(ps_ * 2));            // negative: the sink
+      case 5: return (s_.num_virtual() + static_cast<std::int64_t>(c_.below(3))) * ps_;  // past the table
+      default: return live_token();
+    }
+  }
+
+  Op translate() {
+    Translate op;
+    const std::size_t n = static_cast<std::size_t>(c_.between(0, 6));
+    for (std::size_t i = 0; i < n; ++i) op.ids.push_back(some_id());
+    op.shape = {static_cast<std::int64_t>(n)};
+    if (n >= 2 && n % 2 == 0 && c_.chance(1, 3)) op.shape = {2, static_cast<std::int64_t>(n / 2)};
+    const bool two = op.shape.size() == 2;
+    const std::int64_t cols = two ? op.shape[1] : 1;
+    op.index_dtype = c_.chance(1, 3) ? IndexDtype::int32 : IndexDtype::int64;
+    if (c_.chance(1, 3)) op.input_stride = cols + c_.between(0, 3);
+    switch (c_.below(3)) {
+      case 1: op.out = op.index_dtype == IndexDtype::int64 ? OutPlacement::alias : OutPlacement::fresh; break;
+      case 2: op.out = OutPlacement::strided; op.out_stride = c_.chance(1, 2) ? 0 : cols + c_.between(0, 3); break;
+      default: break;
+    }
+    if (!two && c_.chance(1, 3)) op.out_width = n + static_cast<std::uint64_t>(c_.between(0, 4));
+    if (invalid()) {
+      switch (c_.below(5)) {
+        case 0: op.out_dtype = IndexDtype::int32; break;
+        case 1: op.shape = {static_cast<std::int64_t>(n) + 1}; break;
+        case 2: op.index_dtype = IndexDtype::int32; op.out = OutPlacement::alias; break;
+        case 3: op.input_stride = -1; break;
+        default: op.out_width = n > 0 ? n - 1 : 0; if (n == 0) op.out_stride = 2; break;
+      }
+    }
+    return op;
+  }
+
+  Op swa_translate() {
+    SwaTranslate op;
+    const auto slots = static_cast<std::int64_t>(s_.derived().geometry.sub_pools[0].max_slots);
+    const std::size_t n = static_cast<std::size_t>(c_.between(1, 5));
+    for (std::size_t i = 0; i < n; ++i)
+      op.ids.push_back(c_.chance(3, 4) ? s_.translate(live_token()) : c_.between(-2, slots + 4));
+    return op;
+  }
+
+  // A request: the tokens of one live allocation's pages, in order, up to `max_tokens`.
+  Ids request_tokens(const Ids& group, std::int64_t max_tokens) {
+    Ids out;
+    for (std::int64_t v : group)
+      for (std::int64_t slot = 0; slot < ps_; ++slot) out.push_back(v * ps_ + slot);
+    const auto limit = std::min<std::int64_t>(static_cast<std::int64_t>(out.size()), max_tokens);
+    out.resize(static_cast<std::size_t>(c_.between(1, std::max<std::int64_t>(1, limit))));
+    return out;
+  }
+
+  Op page_table() {
+    PageTable op;
+    const auto& groups = s_.allocations();
+    const std::size_t slots = static_cast<std::size_t>(c_.between(1, 3));
+    for (std::size_t i = 0; i < slots; ++i)
+      op.req_to_token.push_back(groups.empty() ? Ids{live_token()} : request_tokens(c_.pick(groups), 6 * ps_));
+    const std::size_t bs = static_cast<std::size_t>(c_.between(0, 3));
+    for (std::size_t b = 0; b < bs; ++b) {
+      const auto slot = static_cast<std::int64_t>(c_.below(slots));
+      const auto& row = op.req_to_token[static_cast<std::size_t>(slot)];
+      const std::int64_t len = c_.between(0, static_cast<std::int64_t>(row.size()));
+      op.req.push_back(slot);
+      op.seq_len.push_back(len);
+      const std::uint64_t pages = ceil_div(static_cast<std::uint64_t>(len), static_cast<std::uint64_t>(ps_));
+      op.prior.push_back(Ids(pages + static_cast<std::uint64_t>(c_.between(0, 2)), 7));  // stale entries beyond
+    }
+    if (invalid() && bs > 0) {
+      switch (c_.below(3)) {
+        case 0: op.req.back() = static_cast<std::int64_t>(slots); break;
+        case 1: op.seq_len.back() = -1; break;
+        default: op.prior.back().clear(); op.seq_len.back() = std::max<std::int64_t>(op.seq_len.back(), 1); break;
+      }
+    }
+    return op;
+  }
+
+  Op remap_indices() {
+    RemapIndices op;
+    op.bs = static_cast<std::uint64_t>(c_.between(0, 3));
+    op.kv_indptr.push_back(0);
+    for (std::uint64_t b = 0; b < op.bs; ++b) op.kv_indptr.push_back(op.kv_indptr.back() + c_.between(0, 3));
+    op.kv_indptr.push_back(op.kv_indptr.back() + 5);  // a stale entry past bs
+    const std::int64_t live = op.kv_indptr[op.bs];
+    for (std::int64_t i = 0; i < live; ++i) op.kv_indices.push_back(live_token());
+    for (std::int64_t i = c_.between(0, 3); i > 0; --i) op.kv_indices.push_back(99999);  // the stale tail
+    if (invalid()) {
+      if (c_.chance(1, 2))
+        op.kv_indices.clear(), op.kv_indptr[op.bs] += 1;
+      else
+        op.bs = op.kv_indptr.size();
+    }
+    return op;
+  }
+
+  // ------------------------------------------------------------ the decode step
+
+  Op capture() {
+    Capture op;
+    op.graph = fresh_id(s_.graphs(), 4);
+    std::vector<std::uint32_t> layers;
+    const auto& map = s_.derived().plan.layer_map;
+    for (std::uint32_t l = 0; l < map.size(); ++l)
+      if (map[l].kind == LayerKind::full || map[l].kind == LayerKind::mla) layers.push_back(l);
+    op.layer = layers.empty() ? 0 : c_.pick(layers);
+    op.max_batch = static_cast<std::uint32_t>(c_.between(1, 4));
+    op.max_pages = static_cast<std::uint32_t>(c_.between(1, 4));
+    const std::uint32_t kv = s_.derived().plan.sub_pools[map[op.layer].sub_pool].heads_per_rank;
+    op.query_heads = kv * static_cast<std::uint32_t>(c_.between(1, 3));
+    if (invalid()) {
+      switch (c_.below(3)) {
+        case 0: op.query_heads += 1; if (kv == 1) op.query_heads = 0; break;
+        case 1: op.layer = static_cast<std::uint32_t>(map.size()); break;
+        default: op.max_pages = 0; break;
+      }
+    }
+    return op;
+  }
+
+  Op replay() {
+    Replay op;
+    op.graph = id_from(s_.graphs(), 4);
+    op.write_number = static_cast<std::uint64_t>(c_.between(1, 1000));
+    op.query_seed = c_.below(1 << 16);
+    auto it = s_.graphs().find(op.graph);
+    const std::uint32_t max_batch = it == s_.graphs().end() ? 2 : it->second.shape.max_batch;
+    const std::uint32_t max_pages = it == s_.graphs().end() ? 2 : it->second.shape.max_pages;
+    // Distinct allocations, one request each: the new token (last) differs between requests.
+    std::vector<std::size_t> order(s_.allocations().size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    const std::size_t bs = std::min<std::size_t>(order.size(), static_cast<std::size_t>(c_.between(1, max_batch)));
+    for (std::size_t b = 0; b < bs; ++b) {
+      const std::size_t pick = b + c_.below(order.size() - b);
+      std::swap(order[b], order[pick]);
+      op.requests.push_back(request_tokens(s_.allocations()[order[b]], std::int64_t{max_pages} * ps_));
+    }
+    if (invalid()) {
+      switch (c_.below(3)) {
+        case 0: op.requests.push_back(op.requests.empty() ? Ids{live_token()} : op.requests.front()); break;  // duplicate new token
+        case 1: op.requests.push_back(Ids{s_.num_virtual() * ps_}); break;  // not allocated
+        default: op.requests.push_back(Ids{}); break;
+      }
+    }
+    return op;
+  }
+
+  Choices& c_;
+  const PoolShadow& s_;
+  const OpGenOptions& o_;
+  std::int64_t ps_;
+};
+
+}  // namespace
+
+Op generate_op(Choices& choices, const PoolShadow& shadow, const SwarmWeights& weights, const OpGenOptions& options) {
+  std::vector<std::uint32_t> w(weights.weight.begin(), weights.weight.end());
+  if (std::all_of(w.begin(), w.end(), [](std::uint32_t x) { return x == 0; })) w[static_cast<std::size_t>(OpKind::alloc)] = 1;
+  OpKind kind = static_cast<OpKind>(choices.weighted(w));
+  // An operation with nothing to act on is mostly replaced by the one that makes its subject,
+  // so that runs spend their length on valid work; the rest stay, as invalid operations.
+  if (!choices.chance(1, 8)) {
+    const bool no_allocations = shadow.allocations().empty();
+    switch (kind) {
+      case OpKind::free:
+      case OpKind::page_table:
+        if (no_allocations) kind = OpKind::alloc;
+        break;
+      case OpKind::free_swa:
+        if (!shadow.is_composite()) kind = OpKind::free;
+        if (no_allocations) kind = OpKind::alloc;
+        break;
+      case OpKind::swa_translate:
+        if (!shadow.is_composite()) kind = OpKind::translate;
+        break;
+      case OpKind::rebind:
+      case OpKind::split:
+      case OpKind::drop_batch:
+        if (shadow.batches().empty()) kind = OpKind::batch;
+        break;
+      case OpKind::write:
+        // Batches exist but none is marked yet: rebind one first.
+        if (!shadow.batches().empty() &&
+            std::none_of(shadow.batches().begin(), shadow.batches().end(), [](const auto& b) { return b.second.physical; }))
+          kind = OpKind::rebind;
+        break;
+      case OpKind::end_read:
+        if (shadow.readers().empty()) kind = OpKind::begin_read;
+        break;
+      case OpKind::replay:
+        if (shadow.graphs().empty()) kind = OpKind::capture;
+        if (no_allocations) kind = OpKind::alloc;
+        break;
+      default:
+        break;
+    }
+  }
+  Generator g(choices, shadow, options);
+  return g.make(kind);
+}
+
+}  // namespace kvtwin::props

@@ -1,0 +1,65 @@
+// Swarm testing: each run switches some operations off and weights the rest differently, so
+// that runs differ in kind and not only in detail (a run without frees fills the pool; a run of
+// mostly frees and flushes compacts all the time). One SwarmWeights per run, drawn first from
+// the run's choices, so a seed fixes it and a shrinking RapidCheck case can switch operations
+// off on its way to a short counterexample.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "props/choices.h"
+
+namespace kvtwin::props {
+
+// The operations a generator emits (every Op but build). The order is the shrink order: the
+// simplest operations first.
+enum class OpKind : std::uint8_t {
+  alloc,
+  free,
+  alloc_many,
+  free_swa,
+  flush,
+  translate,
+  batch,
+  rebind,
+  write,
+  read,
+  split,
+  drop_batch,
+  begin_read,
+  end_read,
+  move_pages,
+  swa_translate,
+  page_table,
+  remap_indices,
+  capture,
+  replay,
+  checkpoint,
+};
+inline constexpr std::size_t kOpKinds = 21;
+
+std::string_view op_kind_name(OpKind kind);
+
+struct SwarmWeights {
+  std::array<std::uint32_t, kOpKinds> weight{};  // 0: switched off for the run
+
+  std::uint32_t of(OpKind kind) const { return weight[static_cast<std::size_t>(kind)]; }
+  bool enabled(OpKind kind) const { return of(kind) > 0; }
+  // "alloc:9 free:3 flush:off ..." in kind order.
+  std::string describe() const;
+
+  // Every operation on, with equal weight.
+  static SwarmWeights uniform();
+};
+
+// Draws a run's weights: alloc is always on (weight 1..16, without it a run has nothing to
+// work on); every other operation is off with probability 1/3, else weighted 1..16.
+SwarmWeights draw_swarm(Choices& choices);
+
+// The same from a seed (for drivers without RapidCheck).
+SwarmWeights swarm_from_seed(std::uint64_t seed);
+
+}  // namespace kvtwin::props
