@@ -119,7 +119,6 @@ struct RowCopyParams {
   std::int64_t lanes = 0;
   bool vector16 = false;                   // every address involved is 16-byte aligned
   bool int32_offsets = false;              // fault 18
-  std::uint32_t segments_per_block = 0;    // rows of how many segments one block walks (0: the default)
 };
 // Sink lanes (loc < first_slot: the sink page and any reserved page) write nothing and read as
 // zeros; a row that would fall outside the pool moves nothing (the doors range-check locs before

@@ -4,7 +4,8 @@
 // Geometry: Llama-3.1-8B's token-major pool (32 layers, 8 KV heads, head dim 128, bf16: rows of
 // 2 KiB, entries of 128 KiB), page size 16 (2 MiB page envelopes). Timed with CUDA events around
 // R back-to-back calls (launch gaps included, as a caller sees them), median of 7 trials, after
-// warm-up. Bytes moved count every byte read plus every byte written once.
+// warm-up; "@graph" rows replay the same back-to-back calls from a captured graph (without the
+// host's launch gaps). Bytes moved count every byte read plus every byte written once.
 //
 //   write   the write door: N tokens' K and V rows of every layer (one launch) from per-(layer,
 //           part) contiguous row buffers into the pool at N consecutive slots (a prefill's pages)
@@ -83,6 +84,24 @@ double time_us(const std::function<void()>& call, int reps) {
   KVTWIN_CUDA_CHECK(cudaEventDestroy(stop));
   std::sort(trials.begin(), trials.end());
   return trials[trials.size() / 2];
+}
+
+// The same, but the `reps` calls are captured once as a CUDA graph and the graph is replayed:
+// what the kernels take without the host's launch gaps (METHOD.md's recipe for small calls).
+double time_graph_us(const std::function<void(cudaStream_t)>& call, int reps) {
+  cudaStream_t stream;
+  KVTWIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  KVTWIN_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  for (int r = 0; r < reps; ++r) call(stream);
+  KVTWIN_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  KVTWIN_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  const double us = time_us([&] { KVTWIN_CUDA_CHECK(cudaGraphLaunch(exec, nullptr)); }, 1) / reps;
+  KVTWIN_CUDA_CHECK(cudaGraphExecDestroy(exec));
+  KVTWIN_CUDA_CHECK(cudaGraphDestroy(graph));
+  KVTWIN_CUDA_CHECK(cudaStreamDestroy(stream));
+  return us;
 }
 
 int reps_for(std::uint64_t bytes) { return bytes < (64u << 20) ? 200 : bytes < (1u << 30) ? 20 : 5; }
@@ -185,14 +204,13 @@ int main(int argc, char** argv) {
   for (bool scattered : {false, true}) {
     const std::string suffix = scattered ? "_scattered" : "";
     for (std::uint64_t n : token_sizes) {
-      kvtwin::gpu::RowCopyParams p = door(n, scattered);
+      const kvtwin::gpu::RowCopyParams p = door(n, scattered);
       const std::uint64_t bytes = 2 * n * kEntry;
       rows.push_back({"write" + suffix, n, bytes, time_us([&] { KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_scatter_rows(p, nullptr)); }, reps_for(bytes))});
       rows.push_back({"read" + suffix, n, bytes, time_us([&] { KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_gather_rows(p, nullptr)); }, reps_for(bytes))});
-      // The same with each block walking 8 segments (a tuning variant; no peer).
-      p.segments_per_block = 8;
-      rows.push_back({"write" + suffix + "@spb8", n, bytes, time_us([&] { KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_scatter_rows(p, nullptr)); }, reps_for(bytes))});
-      rows.push_back({"read" + suffix + "@spb8", n, bytes, time_us([&] { KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_gather_rows(p, nullptr)); }, reps_for(bytes))});
+      // The same calls replayed from a captured graph (launch gaps out; no peer).
+      rows.push_back({"write" + suffix + "@graph", n, bytes, time_graph_us([&](cudaStream_t st) { KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_scatter_rows(p, st)); }, reps_for(bytes))});
+      rows.push_back({"read" + suffix + "@graph", n, bytes, time_graph_us([&](cudaStream_t st) { KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_gather_rows(p, st)); }, reps_for(bytes))});
     }
   }
 
@@ -212,6 +230,7 @@ int main(int argc, char** argv) {
     p.pages = static_cast<std::int64_t>(m);
     const std::uint64_t bytes = 2 * m * kPageBytes;
     rows.push_back({"move", m, bytes, time_us([&] { KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_move_pages(p, nullptr)); }, reps_for(bytes))});
+    rows.push_back({"move@graph", m, bytes, time_graph_us([&](cudaStream_t st) { KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_move_pages(p, st)); }, reps_for(bytes))});
   }
 
   // ---- translate: N ids through a v2p of `pages` rows (a random permutation, some tombstones).
