@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -165,9 +166,16 @@ Result<ModelShape> shape_from_json(const nlohmann::json& j, std::string_view whe
   s.attention = attention == "mla" ? AttentionKind::mla : AttentionKind::mha;
   auto layers = read_u32(j, "num_layers", where, !j.contains("layer_types"), 0);
   if (!layers.ok()) return layers.error();
+  // Bound the layer count before anything is sized by it.
+  if (*layers > kMaxLayers)
+    return spec_error(where, "num_layers = " + std::to_string(*layers) + " is more than the " +
+                                 std::to_string(kMaxLayers) + " layers kvtwin supports");
   if (j.contains("layer_types")) {
     const nlohmann::json& lt = j.at("layer_types");
     if (!lt.is_array()) return spec_error(where, "field 'layer_types' must be an array of strings");
+    if (lt.size() > kMaxLayers)
+      return spec_error(where, "layer_types lists " + std::to_string(lt.size()) + " layers, more than the " +
+                                   std::to_string(kMaxLayers) + " kvtwin supports");
     for (std::size_t i = 0; i < lt.size(); ++i) {
       if (!lt[i].is_string())
         return spec_error(where, "layer_types[" + std::to_string(i) + "] must be a string (full, swa, cross, mla)");
@@ -224,13 +232,22 @@ nlohmann::json shape_to_json(const ModelShape& s) {
 }
 
 Result<ModelShape> load_shape_file(const std::string& path) {
-  std::ifstream in(path);
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    return make_error(ErrorKind::io, "spec file '" + path + "' is a directory; give the path of a JSON file");
+  std::ifstream in(path, std::ios::binary);
   if (!in) return make_error(ErrorKind::io, "cannot read spec file '" + path + "'; check the path and permissions");
   std::stringstream text;
   text << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded())
-    return make_error(ErrorKind::malformed, path + ": not valid JSON; a spec file is one JSON object (docs/spec-files.md)");
+  if (in.bad()) return make_error(ErrorKind::io, "cannot read spec file '" + path + "'; check the path and permissions");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::exception& e) {
+    // e.what() names the line and column; keep it, it is the fastest way to the typo.
+    return make_error(ErrorKind::malformed, path + ": not valid JSON (" + e.what() +
+                                                "); a spec file is one JSON object (docs/spec-files.md)");
+  }
   return shape_from_json(j, path);
 }
 

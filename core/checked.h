@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/ids.h"
 #include "core/result.h"
 
 namespace kvtwin {
@@ -56,5 +57,46 @@ constexpr std::uint64_t ceil_div(std::uint64_t a, std::uint64_t b) { return a / 
 
 // The largest value a signed 64-bit id may take (ids are int64 on the wire and in kernels).
 inline constexpr std::uint64_t kMaxSignedId = static_cast<std::uint64_t>(INT64_MAX);
+
+// An unsigned byte count or index as the int64 a kernel or a view stride holds; an error past 2^63-1.
+inline Result<std::int64_t> checked_to_i64(std::uint64_t v, std::string_view what) {
+  if (v > kMaxSignedId)
+    return make_error(ErrorKind::overflow, std::string(what) + ": " + std::to_string(v) +
+                                               " does not fit a signed 64-bit integer; use smaller sizes");
+  return static_cast<std::int64_t>(v);
+}
+
+// Byte counts (ids.h), checked the same way.
+inline Result<ByteCount> checked_add(ByteCount a, ByteCount b, std::string_view what) {
+  KVTWIN_TRY(std::uint64_t sum, checked_add(a.bytes, b.bytes, what));
+  return ByteCount{sum};
+}
+inline Result<ByteCount> checked_mul(ByteCount a, std::uint64_t count, std::string_view what) {
+  KVTWIN_TRY(std::uint64_t product, checked_mul(a.bytes, count, what));
+  return ByteCount{product};
+}
+
+// token = page * page_size + slot for either id space, checked: negative inputs, a slot outside
+// the page, or a product past 2^63-1 are errors (ids.h's token_at is for values known in range).
+template <class Tag>
+Result<std::int64_t> checked_token_value(StrongId<Tag> page, std::int64_t page_size, std::int64_t slot,
+                                         std::string_view what) {
+  if (page.value < 0 || page_size <= 0 || slot < 0 || slot >= page_size)
+    return make_error(ErrorKind::out_of_range, std::string(what) + ": page " + std::to_string(page.value) +
+                                                   ", slot " + std::to_string(slot) + " of a page of " +
+                                                   std::to_string(page_size) + " is not a token id");
+  KVTWIN_TRY(std::uint64_t token, checked_mul_add(static_cast<std::uint64_t>(page.value),
+                                                  static_cast<std::uint64_t>(page_size),
+                                                  static_cast<std::uint64_t>(slot), what));
+  return checked_to_i64(token, what);
+}
+inline Result<PhysicalTokenId> checked_token_at(PhysicalPageId page, std::int64_t page_size, std::int64_t slot) {
+  KVTWIN_TRY(std::int64_t v, checked_token_value(page, page_size, slot, "physical token id"));
+  return PhysicalTokenId{v};
+}
+inline Result<VirtualTokenId> checked_token_at(VirtualPageId page, std::int64_t page_size, std::int64_t slot) {
+  KVTWIN_TRY(std::int64_t v, checked_token_value(page, page_size, slot, "virtual token id"));
+  return VirtualTokenId{v};
+}
 
 }  // namespace kvtwin

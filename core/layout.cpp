@@ -20,8 +20,19 @@ Error layout_error(std::string message) { return make_error(ErrorKind::layout, s
 std::uint64_t DensePart::row_elements() const {
   if (row_shape.empty()) return 0;
   std::uint64_t n = 1;
-  for (std::uint32_t d : row_shape) n *= d;  // dims are uint32 and at most 3: no overflow in 64 bits
+  for (std::uint32_t d : row_shape) n *= d;  // validate() checks this product for overflow
   return n;
+}
+
+Result<std::uint64_t> DensePart::checked_row_bytes() const {
+  if (row_shape.empty()) return std::uint64_t{0};
+  std::uint64_t n = 1;
+  for (std::uint32_t d : row_shape) {
+    auto next = checked_mul(n, d, "row of part '" + name + "'");
+    if (!next.ok()) return next.error();
+    n = *next;
+  }
+  return checked_mul(n, dtype_size_bytes(dtype), "row of part '" + name + "'");
 }
 
 Result<const DensePart*> DenseEntryLayout::part(std::string_view name) const {
@@ -63,9 +74,14 @@ Status DenseEntryLayout::validate() const {
   for (std::size_t i = 0; i < parts.size(); ++i) {
     const DensePart& p = parts[i];
     if (p.layer_num == 0) return layout_error(where(*this, p) + " has 0 layers; a part needs at least one layer");
-    if (p.row_shape.empty() || p.row_elements() == 0)
+    if (p.layer_num > kMaxLayers)
+      return layout_error(where(*this, p) + " has " + std::to_string(p.layer_num) + " layers, more than the " +
+                          std::to_string(kMaxLayers) + " kvtwin supports; check the layer count");
+    auto checked_row = p.checked_row_bytes();
+    if (!checked_row.ok()) return checked_row.error().with_context(where(*this, p) + ": ");
+    if (*checked_row == 0)
       return layout_error(where(*this, p) + " has an empty row shape; give it (heads, head_dim) > 0");
-    const std::uint64_t row = p.row_bytes();
+    const std::uint64_t row = *checked_row;
     if (row % kRowAlignBytes != 0)
       return layout_error(where(*this, p) + ": row of " + std::to_string(row) + " bytes (" +
                           std::to_string(p.row_elements()) + " x " + std::to_string(dtype_size_bytes(p.dtype)) +
@@ -203,9 +219,17 @@ Result<std::uint64_t> view_element_byte(const ViewDescriptor& view, const std::v
 
 Result<PageMajorLaw> PageMajorLaw::from_layout(const DenseEntryLayout& layout, std::uint64_t page_size) {
   if (page_size == 0) return make_error(ErrorKind::invalid_argument, "page size is 0; use a page size of at least 1");
+  KVTWIN_TRY_STATUS(layout.validate());
+  // Block b = 2l + side (MHA: parts k, v in that order) or b = l (MLA: one part kv).
+  const bool is_mha = layout.parts.size() == 2 && layout.parts[0].name == "k" && layout.parts[1].name == "v";
+  const bool is_mla = layout.parts.size() == 1 && layout.parts[0].name == "kv";
+  if (!is_mha && !is_mla)
+    return make_error(ErrorKind::layout, "sub-pool '" + layout.sub_pool +
+                                             "': the page-major law knows MHA entries (parts k, v) and MLA entries "
+                                             "(part kv) only");
   PageMajorLaw law;
   law.page_size = page_size;
-  law.is_mla = layout.parts.size() == 1;
+  law.is_mla = is_mla;
   const DensePart& first = layout.parts.front();
   law.row_bytes = first.row_bytes();
   for (const DensePart& p : layout.parts) {
@@ -218,6 +242,10 @@ Result<PageMajorLaw> PageMajorLaw::from_layout(const DenseEntryLayout& layout, s
       return make_error(ErrorKind::layout, "sub-pool '" + layout.sub_pool + "': parts have different layer counts");
   }
   law.blocks_per_page = std::uint64_t{first.layer_num} * layout.parts.size();
+  KVTWIN_TRY(std::uint64_t block_bytes, checked_mul(page_size, law.row_bytes, "page-major block of '" + layout.sub_pool + "'"));
+  KVTWIN_TRY(std::uint64_t page_bytes,
+             checked_mul(block_bytes, law.blocks_per_page, "page-major page of '" + layout.sub_pool + "'"));
+  (void)page_bytes;  // page_bytes() recomputes it; checked here once so that it cannot wrap there
   return law;
 }
 
@@ -236,8 +264,12 @@ Result<std::uint64_t> PageMajorLaw::row_byte_address(PhysicalTokenId pt, std::si
                                                      std::uint32_t layer) const {
   // Layer l's view starts at byte b * ps * row and is indexed by the kernel id.
   KVTWIN_TRY(std::uint64_t kid, kernel_id(pt));
-  KVTWIN_TRY(std::uint64_t view_start,
-             checked_mul(block_index(part_index, layer), page_size * row_bytes, "page-major view start"));
+  if (part_index >= (is_mla ? 1u : 2u) || block_index(part_index, layer) >= blocks_per_page)
+    return make_error(ErrorKind::out_of_range, "part " + std::to_string(part_index) + " layer " + std::to_string(layer) +
+                                                   " is outside the page-major law's " +
+                                                   std::to_string(blocks_per_page) + " blocks");
+  KVTWIN_TRY(std::uint64_t block_bytes, checked_mul(page_size, row_bytes, "page-major block"));
+  KVTWIN_TRY(std::uint64_t view_start, checked_mul(block_index(part_index, layer), block_bytes, "page-major view start"));
   return checked_mul_add(kid, row_bytes, view_start, "page-major row address");
 }
 

@@ -24,6 +24,9 @@ namespace kvtwin {
 
 inline constexpr std::uint64_t kEntryAlignBytes = 32;
 inline constexpr std::uint64_t kRowAlignBytes = 16;
+// The most layers one part (and one model) may have. Real models have a few hundred at most; the
+// bound keeps validation linear in something small and turns absurd inputs into errors.
+inline constexpr std::uint32_t kMaxLayers = 4096;
 
 // One row family inside an entry: layer l sits at offset_bytes + l * layer_stride_bytes.
 struct DensePart {
@@ -34,8 +37,11 @@ struct DensePart {
   std::vector<std::uint32_t> row_shape;  // (heads, head_dim)
   DType dtype = DType::bf16;
 
+  // Unchecked products, safe on a part that validate() accepted (it checks them for overflow).
   std::uint64_t row_elements() const;
   std::uint64_t row_bytes() const { return row_elements() * dtype_size_bytes(dtype); }
+  // The same, checked: an overflow is an error naming the part.
+  Result<std::uint64_t> checked_row_bytes() const;
   std::uint32_t heads() const { return row_shape.empty() ? 0 : row_shape.front(); }
   std::uint32_t head_dim() const { return row_shape.empty() ? 0 : row_shape.back(); }
 };
@@ -47,8 +53,9 @@ struct DenseEntryLayout {
   std::uint64_t entry_bytes = 0;
 
   // SPEC.md section 2 validation: every row, offset and layer stride a multiple of 16; the entry
-  // a multiple of 32; no part outside the entry; no two parts overlapping. Errors name the
-  // sub-pool, the part, the numbers and the way out.
+  // a multiple of 32; no part outside the entry; no two parts overlapping; at most kMaxLayers
+  // layers a part; no byte count that overflows 64 bits. Errors name the sub-pool, the part, the
+  // numbers and the way out.
   Status validate() const;
 
   // The part called `name`; an unknown name is an error listing the known ones.
@@ -95,7 +102,8 @@ struct PageMajorLaw {
   std::uint64_t row_bytes = 0;        // every block's row size
   bool is_mla = false;
 
-  // From a token-major layout; an error when K and V rows differ.
+  // From a token-major layout; an error when K and V rows differ, when the layout is not an MHA
+  // (k, v) or MLA (kv) entry, or when the page would overflow 64 bits.
   static Result<PageMajorLaw> from_layout(const DenseEntryLayout& layout, std::uint64_t page_size);
 
   // The old kernel id: (pt // ps) * (ps * blocks_per_page) + pt % ps.
@@ -104,6 +112,7 @@ struct PageMajorLaw {
   std::uint64_t block_index(std::size_t part_index, std::uint32_t layer) const;
   // Byte address of (pt, part, layer) under this law.
   Result<std::uint64_t> row_byte_address(PhysicalTokenId pt, std::size_t part_index, std::uint32_t layer) const;
+  // page_size * blocks_per_page * row_bytes; from_layout checked that it fits 64 bits.
   std::uint64_t page_bytes() const { return page_size * blocks_per_page * row_bytes; }
 };
 

@@ -53,25 +53,34 @@ std::uint64_t SubPoolSpec::v_row_bytes() const {
 Result<DenseEntryLayout> SubPoolSpec::layout() const {
   DenseEntryLayout layout;
   layout.sub_pool = name;
+  const std::string where = "sub-pool '" + name + "'";
   if (layers == 0)
-    return make_error(ErrorKind::layout, "sub-pool '" + name + "' has 0 layers; a sub-pool needs at least one layer");
+    return make_error(ErrorKind::layout, where + " has 0 layers; a sub-pool needs at least one layer");
+  if (layers > kMaxLayers)
+    return make_error(ErrorKind::layout, where + " has " + std::to_string(layers) + " layers, more than the " +
+                                             std::to_string(kMaxLayers) + " kvtwin supports");
   if (heads_per_rank == 0 || k_head_dim == 0 || (kind != SubPoolKind::mla && v_head_dim == 0))
-    return make_error(ErrorKind::layout, "sub-pool '" + name + "' has a zero head count or head dim");
+    return make_error(ErrorKind::layout, where + " has " + std::to_string(heads_per_rank) + " heads per rank, K head dim " +
+                                             std::to_string(k_head_dim) + " and V head dim " +
+                                             std::to_string(v_head_dim) + "; every one must be at least 1");
+  // Rows are at most (2^32-1)^2 * 4 bytes: that can overflow 64 bits, so check it.
+  const std::uint64_t itemsize = dtype_size_bytes(dtype);
+  KVTWIN_TRY(std::uint64_t k_elems, checked_mul(heads_per_rank, k_head_dim, where + " K row"));
+  KVTWIN_TRY(std::uint64_t k_row, checked_mul(k_elems, itemsize, where + " K row"));
   if (kind == SubPoolKind::mla) {
-    // One latent row per layer; V is a prefix slice of it.
-    const std::uint64_t row = k_row_bytes();
-    layout.parts.push_back(DensePart{"kv", 0, row, layers, {1, k_head_dim}, dtype});
-    KVTWIN_TRY(std::uint64_t raw, checked_mul(std::uint64_t{layers}, row, "MLA entry"));
-    KVTWIN_TRY(layout.entry_bytes, checked_align_up(raw, kEntryAlignBytes, "MLA entry"));
+    // SPEC 2: one latent row per layer, part kv at offset 0, stride row; V is a prefix slice of it.
+    layout.parts.push_back(DensePart{"kv", 0, k_row, layers, {1, k_head_dim}, dtype});
+    KVTWIN_TRY(std::uint64_t raw, checked_mul(std::uint64_t{layers}, k_row, where + " MLA entry"));
+    KVTWIN_TRY(layout.entry_bytes, checked_align_up(raw, kEntryAlignBytes, where + " MLA entry"));
   } else {
-    // [K_0 | V_0 | K_1 | V_1 | ... | pad]
-    const std::uint64_t k_row = k_row_bytes();
-    const std::uint64_t v_row = v_row_bytes();
-    const std::uint64_t stride = k_row + v_row;
+    // SPEC 2: [K_0 | V_0 | K_1 | V_1 | ... | pad]; k at 0, v at k_row, both with stride k_row + v_row.
+    KVTWIN_TRY(std::uint64_t v_elems, checked_mul(heads_per_rank, v_head_dim, where + " V row"));
+    KVTWIN_TRY(std::uint64_t v_row, checked_mul(v_elems, itemsize, where + " V row"));
+    KVTWIN_TRY(std::uint64_t stride, checked_add(k_row, v_row, where + " layer stride"));
     layout.parts.push_back(DensePart{"k", 0, stride, layers, {heads_per_rank, k_head_dim}, dtype});
     layout.parts.push_back(DensePart{"v", k_row, stride, layers, {heads_per_rank, v_head_dim}, dtype});
-    KVTWIN_TRY(std::uint64_t raw, checked_mul(std::uint64_t{layers}, stride, "MHA entry"));
-    KVTWIN_TRY(layout.entry_bytes, checked_align_up(raw, kEntryAlignBytes, "MHA entry"));
+    KVTWIN_TRY(std::uint64_t raw, checked_mul(std::uint64_t{layers}, stride, where + " MHA entry"));
+    KVTWIN_TRY(layout.entry_bytes, checked_align_up(raw, kEntryAlignBytes, where + " MHA entry"));
   }
   KVTWIN_TRY_STATUS(layout.validate());
   return layout;
@@ -100,6 +109,10 @@ Result<std::uint32_t> kv_heads_per_rank(std::uint32_t kv_heads, std::uint32_t tp
 Status validate_shape(const ModelShape& shape) {
   const std::string m = "model '" + shape.name + "'";
   if (shape.layers.empty()) return make_error(ErrorKind::invalid_argument, m + " has 0 layers; give it at least one");
+  if (shape.layers.size() > kMaxLayers)
+    return make_error(ErrorKind::invalid_argument, m + " has " + std::to_string(shape.layers.size()) +
+                                                       " layers, more than the " + std::to_string(kMaxLayers) +
+                                                       " kvtwin supports");
   if (shape.attention == AttentionKind::mla) {
     for (LayerKind k : shape.layers)
       if (k != LayerKind::mla)
@@ -107,8 +120,23 @@ Status validate_shape(const ModelShape& shape) {
                                                            "' layer; every layer of an MLA model is 'mla'");
     if (shape.kv_lora_rank == 0)
       return make_error(ErrorKind::invalid_argument, m + ": kv_lora_rank is 0; an MLA model needs a latent rank");
+    // A field of the other attention kind is a mistake (a copied config), not something to ignore.
+    if (shape.num_kv_heads != 0 || shape.swa_num_kv_heads != 0 || shape.k_head_dim != 0 || shape.v_head_dim != 0 ||
+        shape.sliding_window_tokens != 0)
+      return make_error(ErrorKind::invalid_argument,
+                        m + " is MLA, but sets MHA fields (num_kv_heads, swa_num_kv_heads, head_dim, v_head_dim or "
+                            "sliding_window); an MLA model has one latent row of kv_lora_rank + qk_rope_head_dim: "
+                            "drop them, or set attention to 'mha'");
+    if (std::uint64_t{shape.kv_lora_rank} + shape.qk_rope_head_dim > 0xffffffffULL)
+      return make_error(ErrorKind::overflow, m + ": kv_lora_rank " + std::to_string(shape.kv_lora_rank) +
+                                                 " + qk_rope_head_dim " + std::to_string(shape.qk_rope_head_dim) +
+                                                 " does not fit 32 bits; use real dimensions");
     return ok_status();
   }
+  if (shape.kv_lora_rank != 0 || shape.qk_rope_head_dim != 0)
+    return make_error(ErrorKind::invalid_argument,
+                      m + " is MHA, but sets MLA fields (kv_lora_rank, qk_rope_head_dim); drop them, or set "
+                          "attention to 'mla'");
   bool has_swa = false, has_full = false;
   for (LayerKind k : shape.layers) {
     if (k == LayerKind::mla)
@@ -123,7 +151,12 @@ Status validate_shape(const ModelShape& shape) {
   if (shape.k_head_dim == 0 || shape.v_head_dim == 0)
     return make_error(ErrorKind::invalid_argument, m + " has a head dim of 0");
   if (has_swa && shape.sliding_window_tokens == 0)
-    return make_error(ErrorKind::invalid_argument, m + " has sliding-window layers but a window of 0 tokens");
+    return make_error(ErrorKind::invalid_argument,
+                      m + " has sliding-window layers but a window of 0 tokens; give sliding_window");
+  if (!has_swa && (shape.sliding_window_tokens != 0 || shape.swa_num_kv_heads != 0))
+    return make_error(ErrorKind::invalid_argument,
+                      m + " sets sliding_window or swa_num_kv_heads but has no 'swa' layer; list the sliding-window "
+                          "layers in layer_types, or drop those fields");
   return ok_status();
 }
 

@@ -425,7 +425,11 @@ json result_to_json(const OpResult& r) {
                  [&](const Done&) { j["ok"] = true; },
                  [&](const NoRoom&) { j["no_room"] = true; },
                  [&](const Allocated& o) { j["pages"] = o.pages; },
-                 [&](const AllocatedMany& o) { j["pages"] = o.pages; },
+                 [&](const AllocatedMany& o) {
+                   j["pages"] = o.pages;
+                   // An empty list would read back as Allocated{}: say which it is.
+                   if (o.pages.empty()) j["many"] = true;
+                 },
                  [&](const Compaction& o) {
                    json moves = json::array();
                    for (const PageMove& m : o.moves) moves.push_back(json::array({m.sub_pool, m.src, m.dst}));
@@ -465,9 +469,10 @@ Result<OpResult> result_from_json(const json& j, std::string_view where) {
     return OpResult(Outcome(NoRoom{}));
   }
   if (f.has("pages")) {
-    KVTWIN_TRY_STATUS(f.only({"pages"}));
+    KVTWIN_TRY_STATUS(f.only({"pages", "many"}));
+    KVTWIN_TRY(bool many, f.boolean("many", false));
     const json& p = j.at("pages");
-    if (p.is_array() && !p.empty() && p.front().is_array()) {
+    if (many || (p.is_array() && !p.empty() && p.front().is_array())) {
       KVTWIN_TRY(auto pages, f.i64_matrix("pages"));
       return OpResult(Outcome(AllocatedMany{std::move(pages)}));
     }
@@ -481,8 +486,11 @@ Result<OpResult> result_from_json(const json& j, std::string_view where) {
     Compaction c;
     for (std::size_t i = 0; i < m.size(); ++i) {
       const json& e = m[i];
-      if (!e.is_array() || e.size() != 3 || !e[0].is_string() || !e[1].is_number_integer() || !e[2].is_number_integer())
-        return f.error("moves[" + std::to_string(i) + "] must be [sub_pool, src, dst]");
+      const auto is_i64 = [](const json& v) {
+        return v.is_number_integer() && !(v.is_number_unsigned() && v.get<std::uint64_t>() > INT64_MAX);
+      };
+      if (!e.is_array() || e.size() != 3 || !e[0].is_string() || !is_i64(e[1]) || !is_i64(e[2]))
+        return f.error("moves[" + std::to_string(i) + "] must be [sub_pool, src, dst] with 64-bit page ids");
       c.moves.push_back(PageMove{e[0].get<std::string>(), e[1].get<std::int64_t>(), e[2].get<std::int64_t>()});
     }
     return OpResult(Outcome(std::move(c)));

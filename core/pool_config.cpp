@@ -44,7 +44,9 @@ Result<PoolConfig> pool_config_from_json(const nlohmann::json& j, std::string_vi
   if (!j.is_object() || !j.contains("model")) return f.error("missing field 'model' (a catalogue name or a shape object)");
   const nlohmann::json& m = j.at("model");
   if (m.is_string()) {
-    KVTWIN_TRY(c.shape, find_model(m.get<std::string>()));
+    auto shape = find_model(m.get<std::string>());
+    if (!shape.ok()) return shape.error().with_context(std::string(where) + ": ");
+    c.shape = std::move(shape).value();
   } else {
     KVTWIN_TRY(c.shape, shape_from_json(m, std::string(where) + " model"));
   }

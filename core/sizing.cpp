@@ -34,15 +34,20 @@ Result<PoolGeometry> size_pool(const std::vector<DenseEntryLayout>& layouts, std
     s.num_pages = s.max_slots / page_size;
     s.min_page_index = ceil_div(s.min_slot_index, page_size);
     s.page_bytes = page_size * l.entry_bytes;  // checked above
-    if (s.num_pages <= s.min_page_index)
+    // SPEC 3: num_pages <= min_page_index leaves no page above the sink's floor.
+    if (s.num_pages <= s.min_page_index) {
+      // The smallest total that gives this sub-pool one usable page: (min_page_index + 1) pages.
+      auto needed = checked_mul(s.min_page_index + 1, s.page_bytes, "smallest total_bytes");
+      const std::string needed_text = needed.ok() ? std::to_string(*needed) + " bytes" : "more than 2^64 bytes";
       return make_error(ErrorKind::sizing,
                         "sub-pool '" + s.name + "' fits " + std::to_string(s.max_slots) + " slots (" +
                             std::to_string(s.num_pages) + " pages of " + std::to_string(s.page_bytes) +
                             " bytes) in " + std::to_string(total_bytes) + " bytes, but its reserved floor of " +
-                            std::to_string(g.reserved_floor_bytes) + " bytes already takes pages 0.." +
-                            std::to_string(s.min_page_index == 0 ? 0 : s.min_page_index - 1) +
-                            ", leaving no usable page; increase total_bytes (at least " +
-                            std::to_string((s.min_page_index + 1) * s.page_bytes) + " bytes) or lower the page size");
+                            std::to_string(g.reserved_floor_bytes) + " bytes (first usable page " +
+                            std::to_string(s.min_page_index) +
+                            ") leaves no usable page; increase total_bytes (at least " + needed_text +
+                            ") or lower the page size");
+    }
     g.sub_pools.push_back(s);
   }
   return g;

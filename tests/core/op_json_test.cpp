@@ -1,0 +1,254 @@
+// Operations and outcomes in trace syntax (core/op.h): every op and every outcome survives
+// to_json -> from_json (and to_string -> parse), and a malformed field is an error that names it.
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/catalogue.h"
+#include "core/op.h"
+
+namespace kvtwin {
+namespace {
+
+using ::testing::HasSubstr;
+using nlohmann::json;
+
+// One instance of every op, each field set to something other than its default.
+std::vector<Op> every_op() {
+  PoolConfig config;
+  config.shape = *find_model("gpt-oss-20b");
+  config.tp = 2;
+  config.page_size = 16;
+  config.total_bytes = 1ULL << 33;
+  config.mode = CompactionMode::lazy;
+  config.tables_only = true;
+  config.seed = 0xfeedfacecafebeefULL;
+
+  PoolConfig custom;
+  custom.shape = *find_model("mimo-v2-flash");
+  custom.shape.name = "custom-mimo";
+  custom.shape.dtype = DType::fp8_e4m3;
+  custom.page_size = 1;
+  custom.total_bytes = 123456789;
+
+  Write batch_write;
+  batch_write.layer = 5;
+  batch_write.write_number = 9;
+  batch_write.batch = 3;
+  batch_write.checked = true;
+  Write explicit_write;
+  explicit_write.layer = 1;
+  explicit_write.write_number = 2;
+  explicit_write.loc = {64, 0, 65};
+  explicit_write.physical = true;
+  explicit_write.tokens = {128, -1, 129};
+
+  Translate translate;
+  translate.ids = {1, -2, 3, 4, 5, 6};
+  translate.shape = {2, 3};
+  translate.index_dtype = IndexDtype::int32;
+  translate.input_stride = 4;
+  translate.out = OutPlacement::strided;
+  translate.out_stride = 5;
+  translate.out_dtype = IndexDtype::int32;
+  translate.out_width = 8;
+  Translate alias;
+  alias.ids = {7};
+  alias.shape = {1};
+  alias.out = OutPlacement::alias;
+
+  return {
+      Op(BuildPool{config}),
+      Op(BuildPool{custom}),
+      Op(Alloc{128}),
+      Op(AllocMany{{64, 0, 128}}),
+      Op(Free{IdUnit::pages, {5, 6, 5}}),
+      Op(Free{IdUnit::tokens, {320, 321}}),
+      Op(FreeSwa{IdUnit::tokens, {64}}),
+      Op(FreeSwa{IdUnit::pages, {2}}),
+      Op(Flush{}),
+      Op(MovePages{"swa", {9, 10}, {3, 4}}),
+      Op(BeginRead{7, "full", {1, 2, 3}}),
+      Op(EndRead{7}),
+      Op(MakeBatch{4, {64, 65, -1}, {}}),
+      Op(MakeBatch{5, {64}, {200}}),
+      Op(Rebind{4, 16}),
+      Op(Split{4, 2, 8, 9}),
+      Op(DropBatch{9}),
+      Op(batch_write),
+      Op(explicit_write),
+      Op(Read{3, "v", {64, 65}}),
+      Op(translate),
+      Op(alias),
+      Op(SwaTranslate{{64, 0, 130}}),
+      Op(PageTable{{{64, 65, 66}, {128, 129, 130}}, {1, 0}, {3, 2}, {{0, 0}, {7, 7}}}),
+      Op(RemapIndices{{0, 2, 3}, {64, 65, 128, 999}, 2}),
+      Op(Capture{1, 8, 4, 3, 16}),
+      Op(Replay{1, {{64, 65}, {128}}, 11, 77}),
+      Op(Checkpoint{}),
+  };
+}
+
+TEST(OpJson, EveryOpKindIsCovered) {
+  std::vector<bool> seen(std::variant_size_v<Op>, false);
+  for (const Op& op : every_op()) seen[op.index()] = true;
+  for (std::size_t i = 0; i < seen.size(); ++i) EXPECT_TRUE(seen[i]) << "op alternative " << i << " untested";
+}
+
+TEST(OpJson, EveryOpRoundTrips) {
+  for (const Op& op : every_op()) {
+    const json j = op_to_json(op);
+    SCOPED_TRACE(j.dump());
+    EXPECT_EQ(j.at("op").get<std::string>(), op_name(op));
+    auto back = op_from_json(j, "test");
+    ASSERT_TRUE(back.ok()) << back.error().message;
+    EXPECT_EQ(back->index(), op.index());
+    EXPECT_TRUE(*back == op);
+    // The one-line trace syntax parses back to the same op.
+    auto reparsed = op_from_json(json::parse(to_string(op)), "test");
+    ASSERT_TRUE(reparsed.ok());
+    EXPECT_TRUE(*reparsed == op);
+  }
+}
+
+// One instance of every outcome and a few errors.
+std::vector<OpResult> every_result() {
+  std::vector<std::uint8_t> data(100);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<std::uint8_t>(i * 7 + 1);
+  return {
+      OpResult(Outcome(Done{})),
+      OpResult(Outcome(NoRoom{})),
+      OpResult(Outcome(Allocated{{5, 6, 7}})),
+      OpResult(Outcome(Allocated{{}})),
+      OpResult(Outcome(AllocatedMany{{{5}, {}, {6, 7}}})),
+      OpResult(Outcome(AllocatedMany{{}})),
+      OpResult(Outcome(Compaction{{PageMove{"swa", 9, 3}, PageMove{"full", 12, 4}}})),
+      OpResult(Outcome(Compaction{{}})),
+      OpResult(Outcome(Ids{{0, 64, -1}})),
+      OpResult(Outcome(Table{{{1, 2}, {0, 0}}})),
+      OpResult(Outcome(Bytes::of(data))),
+      OpResult(Outcome(Marks{true, false})),
+      OpResult(Outcome(Decode{{64, 0}, {{1, 2}, {0, 0}}, Bytes::of(data)})),
+      OpResult(Error{ErrorKind::double_free, "double free of page 5"}),
+      OpResult(Error{ErrorKind::unmarked_loc, "the loc is not marked physical"}),
+  };
+}
+
+TEST(ResultJson, EveryOutcomeKindIsCovered) {
+  std::vector<bool> seen(std::variant_size_v<Outcome>, false);
+  for (const OpResult& r : every_result())
+    if (r.ok()) seen[r.value().index()] = true;
+  for (std::size_t i = 0; i < seen.size(); ++i) EXPECT_TRUE(seen[i]) << "outcome alternative " << i << " untested";
+}
+
+TEST(ResultJson, EveryOutcomeRoundTrips) {
+  for (const OpResult& r : every_result()) {
+    const json j = result_to_json(r);
+    SCOPED_TRACE(j.dump());
+    auto back = result_from_json(j, "test");
+    ASSERT_TRUE(back.ok()) << back.error().message;
+    ASSERT_EQ(back->ok(), r.ok());
+    if (r.ok()) {
+      EXPECT_EQ(back->value().index(), r.value().index());
+      EXPECT_TRUE(back->value() == r.value());
+    } else {
+      EXPECT_EQ(back->error().kind, r.error().kind);
+      EXPECT_EQ(back->error().message, r.error().message);
+    }
+    EXPECT_TRUE(same_result(*back, r));
+  }
+}
+
+TEST(ResultJson, BytesCompareBySizeAndDigest) {
+  std::vector<std::uint8_t> a(32, 1), b(32, 1);
+  b[31] = 2;
+  EXPECT_FALSE(Bytes::of(a) == Bytes::of(b));
+  EXPECT_TRUE(Bytes::of(a) == Bytes::of(a));
+  // Errors compare by kind only.
+  EXPECT_TRUE(same_result(OpResult(Error{ErrorKind::double_free, "x"}), OpResult(Error{ErrorKind::double_free, "y"})));
+  EXPECT_FALSE(same_result(OpResult(Error{ErrorKind::double_free, "x"}), OpResult(Error{ErrorKind::out_of_range, "x"})));
+  EXPECT_FALSE(same_result(OpResult(Outcome(Done{})), OpResult(Error{ErrorKind::internal, ""})));
+}
+
+struct BadOp {
+  std::string text;
+  std::vector<std::string> must_mention;
+};
+
+TEST(OpJson, MalformedFieldsAreErrorsNamingTheField) {
+  const std::vector<BadOp> cases = {
+      {R"({"tokens": 64})", {"missing string field 'op'"}},
+      {R"({"op": "allocate", "tokens": 64})", {"unknown operation 'allocate'", "alloc"}},
+      {R"({"op": "alloc"})", {"missing field 'tokens'"}},
+      {R"({"op": "alloc", "tokens": -64})", {"'tokens'", "negative"}},
+      {R"({"op": "alloc", "tokens": "64"})", {"'tokens'"}},
+      {R"({"op": "alloc", "tokens": 64, "pages": 1})", {"unknown field 'pages'"}},
+      {R"({"op": "alloc_many", "tokens": [64, -1]})", {"'tokens[1]'"}},
+      {R"({"op": "free", "pages": [1], "tokens": [64]})", {"exactly one of 'tokens' or 'pages'"}},
+      {R"({"op": "free", "pages": [1.5]})", {"'pages[0]'"}},
+      {R"({"op": "free_swa", "tokens": 64})", {"'tokens'", "array"}},
+      {R"({"op": "move_pages", "dst": [1], "src": [2]})", {"missing field 'sub_pool'"}},
+      {R"({"op": "begin_read", "reader": 4294967296, "sub_pool": "full", "pages": []})", {"'reader'", "too big"}},
+      {R"({"op": "end_read"})", {"missing field 'reader'"}},
+      {R"({"op": "batch", "batch": 0, "tokens": [1], "encoder_tokens": ["a"]})", {"'encoder_tokens[0]'"}},
+      {R"({"op": "rebind", "batch": 0, "out_width": -3})", {"'out_width'"}},
+      {R"({"op": "split", "batch": 0, "at": 1, "into": [1]})", {"'into'", "two batch ids"}},
+      {R"({"op": "drop_batch", "batch": true})", {"'batch'"}},
+      {R"({"op": "write", "layer": 0, "write_number": 1, "batch": 0, "loc": [1]})", {"either 'batch' or an explicit 'loc'"}},
+      {R"({"op": "write", "layer": 0, "write_number": 1, "loc": [1], "tokens": [1], "physical": "yes"})",
+       {"'physical'", "true or false"}},
+      {R"({"op": "read", "layer": 0, "ids": [1]})", {"missing field 'part'"}},
+      {R"({"op": "translate", "ids": [1], "out": "elsewhere"})", {"'out'", "fresh"}},
+      {R"({"op": "translate", "ids": [1], "index_dtype": "int16"})", {"'index_dtype'", "int32"}},
+      {R"({"op": "translate", "ids": [99999999999999999999]})", {"'ids[0]'", "too big"}},
+      {R"({"op": "swa_translate", "ids": {}})", {"'ids'"}},
+      {R"({"op": "page_table", "req_to_token": [[1], 2], "req": [0], "seq_len": [1], "prior": [[0]]})",
+       {"'req_to_token[1]'"}},
+      {R"({"op": "remap_indices", "kv_indptr": [0, 1], "kv_indices": [5]})", {"missing field 'bs'"}},
+      {R"({"op": "capture", "graph": 0, "max_batch": 8, "max_pages": 4, "layer": 0})", {"missing field 'query_heads'"}},
+      {R"({"op": "replay", "graph": 0, "requests": [[1]], "write_number": "x"})", {"'write_number'"}},
+      {R"({"op": "checkpoint", "now": true})", {"unknown field 'now'"}},
+      {R"({"op": "build", "config": {"model": "llama-3.1-8b", "page_size": 64}})", {"missing field 'total_bytes'"}},
+      {R"({"op": "build", "config": {"model": "llama-3.1-8b", "page_size": 64, "total_bytes": 1, "tp": 0}})",
+       {"'tp'", "out of range"}},
+      {R"({"op": "build", "config": {"model": "llama-9", "page_size": 64, "total_bytes": 1}})", {"unknown model 'llama-9'"}},
+      {R"({"op": "build", "config": {"model": {"name": "x", "num_layers": 1}, "page_size": 1, "total_bytes": 1}})",
+       {"missing field 'num_kv_heads'"}},
+  };
+  for (const BadOp& c : cases) {
+    SCOPED_TRACE(c.text);
+    auto op = op_from_json(json::parse(c.text), "trace.jsonl:7");
+    ASSERT_FALSE(op.ok());
+    EXPECT_THAT(op.error().message, HasSubstr("trace.jsonl:7"));
+    for (const std::string& word : c.must_mention) EXPECT_THAT(op.error().message, HasSubstr(word));
+  }
+}
+
+TEST(ResultJson, MalformedResultsAreErrors) {
+  const std::vector<BadOp> cases = {
+      {R"([1])", {"must be a JSON object"}},
+      {R"({"error": "no_such_kind"})", {"unknown error kind 'no_such_kind'"}},
+      {R"({"pages": [1, "x"]})", {"'pages[1]'"}},
+      {R"({"moves": [["full", 1]]})", {"moves[0]", "[sub_pool, src, dst]"}},
+      {R"({"moves": [["full", 18446744073709551615, 1]]})", {"moves[0]", "64-bit page ids"}},
+      {R"({"pages": [], "many": "yes"})", {"'many'"}},
+      {R"({"marks": [true]})", {"'marks'"}},
+      {R"({"bytes": 4, "digest": "xyz"})", {"'digest'", "hex"}},
+      {R"({"loc": [0], "table": [[0]]})", {"missing field 'attention'"}},
+      {R"({"surprise": 1})", {"unrecognized result"}},
+  };
+  for (const BadOp& c : cases) {
+    SCOPED_TRACE(c.text);
+    auto r = result_from_json(json::parse(c.text), "expect");
+    ASSERT_FALSE(r.ok());
+    for (const std::string& word : c.must_mention) EXPECT_THAT(r.error().message, HasSubstr(word));
+  }
+}
+
+}  // namespace
+}  // namespace kvtwin
