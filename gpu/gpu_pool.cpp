@@ -958,8 +958,9 @@ Result<BufferShape> buffer_shape(bool two_dim, std::uint64_t lanes, std::uint64_
   if (b.stride < contiguous)
     return invalid(std::string(field) + " = " + std::to_string(stride) + " is smaller than a row of " +
                    std::to_string(cols) + " elements, so rows would overlap; use at least " + std::to_string(cols));
-  KVTWIN_TRY(std::uint64_t span, checked_mul(lanes == 0 ? 0 : lanes - 1, b.stride, "translate buffer"));
-  if (span > kMaxTranslateStorageElements || b.storage() > kMaxTranslateStorageElements)
+  // The stride is bounded first, so the storage size below cannot wrap (docs/decisions.md: every
+  // refusal of translate is invalid_argument).
+  if (b.stride > kMaxTranslateStorageElements || b.storage() > kMaxTranslateStorageElements)
     return invalid(std::string(field) + " = " + std::to_string(stride) + " makes a buffer of more than " +
                    std::to_string(kMaxTranslateStorageElements) + " elements; use a smaller stride");
   return b;
@@ -976,7 +977,10 @@ OpResult GpuPool::translate(const Translate& op) {
   const bool two_dim = op.shape.size() == 2;
   const std::uint64_t lanes = static_cast<std::uint64_t>(op.shape[0]);
   const std::uint64_t cols = two_dim ? static_cast<std::uint64_t>(op.shape[1]) : 1;
-  KVTWIN_TRY(std::uint64_t count, checked_mul(lanes, cols, "translate shape"));
+  std::uint64_t count = 0;
+  if (__builtin_mul_overflow(lanes, cols, &count))
+    return invalid("translate shape [" + std::to_string(lanes) + ", " + std::to_string(cols) +
+                   "] holds more ids than 64 bits count; make the shape match the ids");
   if (count != op.ids.size())
     return invalid("translate shape holds " + std::to_string(count) + " ids but " + std::to_string(op.ids.size()) +
                    " were given; make the shape match the ids");
