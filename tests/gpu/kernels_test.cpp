@@ -322,25 +322,43 @@ struct DoorSetup {
   std::uint64_t lane_stride = 0;
 };
 
-DoorSetup door_setup() {
+// Three row families inside an entry, disjoint: [0,64) [64,160) [224,256) times `scale`; the
+// third is indexed by a second loc array. Scale 1: rows of a few 16-byte units; scale 48: rows of
+// 1.5-4.5 KiB, longer than one pass of a thread group (the groups walk them in several chunks).
+DoorSetup door_setup(std::uint64_t scale) {
   DoorSetup s;
-  // Three row families inside a 256-byte entry, disjoint: [0,64) [64,160) [224,256); the third
-  // is indexed by a second loc array.
+  s.entry = 256 * scale;
   const std::uint64_t offsets[] = {0, 64, 224}, rows[] = {64, 96, 32};
   std::uint64_t staging = 0;
   for (int i = 0; i < 3; ++i) {
     RowSegment seg;
-    seg.pool_offset_bytes = offsets[i];
+    seg.pool_offset_bytes = offsets[i] * scale;
     seg.entry_bytes = s.entry;
     seg.staging_offset_bytes = staging;
-    seg.row_bytes = static_cast<std::uint32_t>(rows[i]);
+    seg.row_bytes = static_cast<std::uint32_t>(rows[i] * scale);
     seg.loc_set = i == 2 ? 1 : 0;
     seg.first_slot = s.first_slot;
     s.segments.push_back(seg);
-    staging += rows[i];
+    staging += rows[i] * scale;
   }
   s.lane_stride = staging;
   return s;
+}
+
+// Every launch shape the copy kernels offer: each must move exactly the same bytes. max_blocks 3
+// makes every thread group loop over many rows (and chunks), whatever the device.
+std::vector<RowCopyShape> every_row_shape() {
+  std::vector<RowCopyShape> shapes;
+  for (std::uint32_t blocks_per_sm : {0u, 64u})
+    for (std::uint32_t rows : {1u, 2u, 4u})
+      for (CacheHint hint : {CacheHint::none, CacheHint::nc_load_cs_store, CacheHint::cs_load_cs_store})
+        for (std::uint32_t max_blocks : {0u, 3u}) shapes.push_back({blocks_per_sm, rows, hint, max_blocks});
+  return shapes;
+}
+
+std::string describe(const RowCopyShape& s) {
+  return "blocks_per_sm " + std::to_string(s.blocks_per_sm) + ", rows_in_flight " + std::to_string(s.rows_in_flight) +
+         ", hint " + std::to_string(static_cast<int>(s.hint)) + ", max_blocks " + std::to_string(s.max_blocks);
 }
 
 std::vector<std::int64_t> distinct_locs(Rng& rng, std::int64_t lanes, std::int64_t first, std::int64_t slots) {
@@ -356,66 +374,74 @@ std::vector<std::int64_t> distinct_locs(Rng& rng, std::int64_t lanes, std::int64
 TEST(DoorKernels, ScatterThenGatherMatchesTheByteLaw) {
   KVTWIN_REQUIRE_CUDA();
   Rng rng(test_seed(15));
-  const DoorSetup s = door_setup();
-  for (bool vector16 : {true, false}) {
-    SCOPED_TRACE(vector16 ? "16-byte path" : "byte path");
-    const std::int64_t lanes = 200;
-    const std::vector<std::int64_t> loc0 = distinct_locs(rng, lanes, s.first_slot, s.slots);
-    const std::vector<std::int64_t> loc1 = distinct_locs(rng, lanes, s.first_slot, s.slots);
-    const std::vector<std::uint8_t> pool_before = random_bytes(rng, s.entry * static_cast<std::uint64_t>(s.slots));
-    const std::vector<std::uint8_t> staging = random_bytes(rng, s.lane_stride * lanes);
-    DeviceBuffer<std::uint8_t> pool = to_device(pool_before), staging_dev = to_device(staging);
-    DeviceBuffer<RowSegment> segments = to_device(s.segments);
-    DeviceBuffer<std::int64_t> l0 = to_device(loc0), l1 = to_device(loc1);
-    RowCopyParams p;
-    p.pool = pool.get();
-    p.pool_bytes = pool_before.size();
-    p.staging = staging_dev.get();
-    p.staging_lane_stride_bytes = s.lane_stride;
-    p.segments = segments.get();
-    p.num_segments = 3;
-    p.max_row_bytes = 96;
-    p.locs[0] = l0.get();
-    p.locs[1] = l1.get();
-    p.lanes = lanes;
-    p.vector16 = vector16 && rows_vector16(p.pool, p.staging, s.lane_stride, s.segments.data(), 3);
-    ASSERT_EQ(p.vector16, vector16);
-    ASSERT_EQ(launch_scatter_rows(p, nullptr), cudaSuccess);
-    // byte(loc, part, layer) = loc * E + offset; sink lanes write nothing.
-    std::vector<std::uint8_t> expected = pool_before;
-    for (std::int64_t lane = 0; lane < lanes; ++lane)
-      for (const RowSegment& seg : s.segments) {
-        const std::int64_t t = (seg.loc_set == 0 ? loc0 : loc1)[static_cast<std::size_t>(lane)];
-        if (t < s.first_slot) continue;
-        std::memcpy(expected.data() + static_cast<std::uint64_t>(t) * s.entry + seg.pool_offset_bytes,
-                    staging.data() + seg.staging_offset_bytes + static_cast<std::uint64_t>(lane) * s.lane_stride,
-                    seg.row_bytes);
-      }
-    const std::vector<std::uint8_t> after = to_host(pool, expected.size());
-    ASSERT_EQ(after, expected);
+  for (std::uint64_t scale : {1u, 48u})
+    for (bool vector16 : {true, false}) {
+      SCOPED_TRACE((vector16 ? "16-byte path, scale " : "byte path, scale ") + std::to_string(scale));
+      const DoorSetup s = door_setup(scale);
+      const std::int64_t lanes = 200;
+      const std::vector<std::int64_t> loc0 = distinct_locs(rng, lanes, s.first_slot, s.slots);
+      const std::vector<std::int64_t> loc1 = distinct_locs(rng, lanes, s.first_slot, s.slots);
+      const std::vector<std::uint8_t> pool_before = random_bytes(rng, s.entry * static_cast<std::uint64_t>(s.slots));
+      const std::vector<std::uint8_t> staging = random_bytes(rng, s.lane_stride * lanes);
+      // byte(loc, part, layer) = loc * E + offset; sink lanes write nothing.
+      std::vector<std::uint8_t> expected = pool_before;
+      for (std::int64_t lane = 0; lane < lanes; ++lane)
+        for (const RowSegment& seg : s.segments) {
+          const std::int64_t t = (seg.loc_set == 0 ? loc0 : loc1)[static_cast<std::size_t>(lane)];
+          if (t < s.first_slot) continue;
+          std::memcpy(expected.data() + static_cast<std::uint64_t>(t) * s.entry + seg.pool_offset_bytes,
+                      staging.data() + seg.staging_offset_bytes + static_cast<std::uint64_t>(lane) * s.lane_stride,
+                      seg.row_bytes);
+        }
+      // The read door: the same rows back, sink lanes as zeros (into a poisoned staging).
+      std::vector<std::uint8_t> want(staging.size(), 0xa5);
+      for (std::int64_t lane = 0; lane < lanes; ++lane)
+        for (const RowSegment& seg : s.segments) {
+          const std::int64_t t = (seg.loc_set == 0 ? loc0 : loc1)[static_cast<std::size_t>(lane)];
+          std::uint8_t* to = want.data() + seg.staging_offset_bytes + static_cast<std::uint64_t>(lane) * s.lane_stride;
+          if (t < s.first_slot)
+            std::memset(to, 0, seg.row_bytes);
+          else
+            std::memcpy(to, expected.data() + static_cast<std::uint64_t>(t) * s.entry + seg.pool_offset_bytes, seg.row_bytes);
+        }
+      DeviceBuffer<std::uint8_t> staging_dev = to_device(staging);
+      DeviceBuffer<RowSegment> segments = to_device(s.segments);
+      DeviceBuffer<std::int64_t> l0 = to_device(loc0), l1 = to_device(loc1);
+      std::uint32_t max_row_bytes = 0;
+      for (const RowSegment& seg : s.segments) max_row_bytes = std::max(max_row_bytes, seg.row_bytes);
+      for (const RowCopyShape& shape : every_row_shape()) {
+        SCOPED_TRACE(describe(shape));
+        DeviceBuffer<std::uint8_t> pool = to_device(pool_before);
+        RowCopyParams p;
+        p.pool = pool.get();
+        p.pool_bytes = pool_before.size();
+        p.staging = staging_dev.get();
+        p.staging_lane_stride_bytes = s.lane_stride;
+        p.segments = segments.get();
+        p.num_segments = 3;
+        p.max_row_bytes = max_row_bytes;
+        p.locs[0] = l0.get();
+        p.locs[1] = l1.get();
+        p.lanes = lanes;
+        p.vector16 = vector16 && rows_vector16(p.pool, p.staging, s.lane_stride, s.segments.data(), 3);
+        ASSERT_EQ(p.vector16, vector16);
+        ASSERT_EQ(launch_scatter_rows(p, nullptr, shape), cudaSuccess);
+        ASSERT_EQ(to_host(pool, expected.size()), expected);
 
-    // The read door: the same rows back, sink lanes as zeros; poisoned staging first.
-    DeviceBuffer<std::uint8_t> gathered = to_device(std::vector<std::uint8_t>(staging.size(), 0xa5));
-    p.staging = gathered.get();
-    ASSERT_EQ(launch_gather_rows(p, nullptr), cudaSuccess);
-    std::vector<std::uint8_t> want(staging.size(), 0xa5);
-    for (std::int64_t lane = 0; lane < lanes; ++lane)
-      for (const RowSegment& seg : s.segments) {
-        const std::int64_t t = (seg.loc_set == 0 ? loc0 : loc1)[static_cast<std::size_t>(lane)];
-        std::uint8_t* to = want.data() + seg.staging_offset_bytes + static_cast<std::uint64_t>(lane) * s.lane_stride;
-        if (t < s.first_slot)
-          std::memset(to, 0, seg.row_bytes);
-        else
-          std::memcpy(to, expected.data() + static_cast<std::uint64_t>(t) * s.entry + seg.pool_offset_bytes, seg.row_bytes);
+        DeviceBuffer<std::uint8_t> gathered = to_device(std::vector<std::uint8_t>(staging.size(), 0xa5));
+        p.staging = gathered.get();
+        ASSERT_EQ(launch_gather_rows(p, nullptr, shape), cudaSuccess);
+        ASSERT_EQ(to_host(gathered, want.size()), want);
       }
-    ASSERT_EQ(to_host(gathered, want.size()), want);
-  }
+    }
 }
 
 TEST(MovePagesKernel, CopiesWholeEnvelopes) {
   KVTWIN_REQUIRE_CUDA();
   Rng rng(test_seed(16));
-  for (std::uint64_t page_bytes : {4096u, 4096u + 32u, 100u}) {  // the 16-byte path and the byte path
+  // The 16-byte path (40016: three 16 KiB chunks, the last ragged) and the byte path (3000: three
+  // 1 KiB chunks).
+  for (std::uint64_t page_bytes : {4096u, 4096u + 32u, 40016u, 100u, 3000u}) {
     const std::int64_t pages = 64;
     const std::vector<std::uint8_t> before = random_bytes(rng, page_bytes * pages);
     std::vector<std::int64_t> order(static_cast<std::size_t>(pages));
@@ -431,12 +457,21 @@ TEST(MovePagesKernel, CopiesWholeEnvelopes) {
     p.src = s.get();
     p.dst = d.get();
     p.pages = 20;
-    ASSERT_EQ(launch_move_pages(p, nullptr), cudaSuccess);
     std::vector<std::uint8_t> expected = before;
     for (std::size_t i = 0; i < src.size(); ++i)
       std::memcpy(expected.data() + static_cast<std::uint64_t>(dst[i]) * page_bytes,
                   before.data() + static_cast<std::uint64_t>(src[i]) * page_bytes, page_bytes);
-    ASSERT_EQ(to_host(pool, expected.size()), expected) << "page bytes " << page_bytes;
+    // Every launch shape moves the same bytes; max_blocks 3 makes the blocks loop over chunks.
+    for (std::uint32_t blocks_per_sm : {0u, 64u})
+      for (CacheHint hint : {CacheHint::none, CacheHint::nc_load_cs_store, CacheHint::cs_load_cs_store})
+        for (std::uint32_t max_blocks : {0u, 3u}) {
+          const MoveShape shape{blocks_per_sm, hint, max_blocks};
+          ASSERT_EQ(cudaMemcpy(pool.get(), before.data(), before.size(), cudaMemcpyHostToDevice), cudaSuccess);
+          ASSERT_EQ(launch_move_pages(p, nullptr, shape), cudaSuccess);
+          ASSERT_EQ(to_host(pool, expected.size()), expected)
+              << "page bytes " << page_bytes << ", blocks_per_sm " << blocks_per_sm << ", hint "
+              << static_cast<int>(hint) << ", max_blocks " << max_blocks;
+        }
   }
 }
 
