@@ -15,6 +15,11 @@
 //   translate  N virtual ids -> physical through v2p (one launch)
 //   decode  the captured bookkeeping of a decode step at batch B: translate B new tokens, write
 //           their rows into every layer, rebuild B page-table rows (one graph replay)
+//   memcpy  the size-matched copy reference: one cudaMemcpyAsync D2D of half the bytes a door or
+//           move row moves (so the same bytes read plus written), timed the same two ways
+//   sweep:SHAPE:OP  the doors and the move at 64 and 128 MiB under each launch shape of
+//           kernels.cuh (RowCopyShape, MoveShape), each checked byte for byte first; "@cold" rows
+//           rotate over four disjoint buffer sets so that no call finds its bytes in L2
 //
 // Usage: gpu_bench OUT.json [--quick]. Prints a table; writes one JSON object per measurement.
 // tools/bench/gpu/torch_peer.py measures the PyTorch formulation of the same operations; report.py
@@ -88,13 +93,14 @@ double time_us(const std::function<void()>& call, int reps) {
 
 // The same, but the `reps` calls are captured once as a CUDA graph and the graph is replayed:
 // what the kernels take without the host's launch gaps (METHOD.md's recipe for small calls).
-double time_graph_us(const std::function<void(cudaStream_t)>& call, int reps) {
+// `call` gets the call's index too (the cold rows rotate buffer sets by it).
+double time_graph_us(const std::function<void(cudaStream_t, int)>& call, int reps) {
   cudaStream_t stream;
   KVTWIN_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   cudaGraph_t graph;
   cudaGraphExec_t exec;
   KVTWIN_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  for (int r = 0; r < reps; ++r) call(stream);
+  for (int r = 0; r < reps; ++r) call(stream, r);
   KVTWIN_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
   KVTWIN_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
   const double us = time_us([&] { KVTWIN_CUDA_CHECK(cudaGraphLaunch(exec, nullptr)); }, 1) / reps;
@@ -102,6 +108,9 @@ double time_graph_us(const std::function<void(cudaStream_t)>& call, int reps) {
   KVTWIN_CUDA_CHECK(cudaGraphDestroy(graph));
   KVTWIN_CUDA_CHECK(cudaStreamDestroy(stream));
   return us;
+}
+double time_graph_us(const std::function<void(cudaStream_t)>& call, int reps) {
+  return time_graph_us([&](cudaStream_t st, int) { call(st); }, reps);
 }
 
 int reps_for(std::uint64_t bytes) { return bytes < (64u << 20) ? 200 : bytes < (1u << 30) ? 20 : 5; }
@@ -199,6 +208,8 @@ int main(int argc, char** argv) {
     p.vector16 = kvtwin::gpu::rows_vector16(p.pool, p.staging, kRow, segs.data(), kSegments);
     return p;
   };
+  const std::vector<std::uint64_t> move_sizes =
+      quick ? std::vector<std::uint64_t>{1, 8, 16, 64} : std::vector<std::uint64_t>{1, 8, 16, 32, 128, 512, 2048};
   const std::vector<std::uint64_t> token_sizes =
       quick ? std::vector<std::uint64_t>{1, 64, 512, 4096} : std::vector<std::uint64_t>{1, 16, 64, 256, 512, 4096, 16384, 65536};
   for (bool scattered : {false, true}) {
@@ -214,10 +225,29 @@ int main(int argc, char** argv) {
     }
   }
 
+  // ---- the size-matched copy reference: for every size a door or a move row moves, one
+  // cudaMemcpyAsync D2D of half those bytes (staging -> pool), timed the same two ways.
+  {
+    std::vector<std::uint64_t> moved;
+    for (std::uint64_t n : token_sizes) moved.push_back(2 * n * kEntry);
+    for (std::uint64_t m : move_sizes) moved.push_back(2 * m * kPageBytes);
+    std::sort(moved.begin(), moved.end());
+    moved.erase(std::unique(moved.begin(), moved.end()), moved.end());
+    for (std::uint64_t bytes : moved) {
+      const std::uint64_t copied = bytes / 2;
+      KVTWIN_CHECK(copied <= staging.bytes() && copied <= pool_bytes, "memcpy reference larger than its buffers");
+      auto copy = [&](cudaStream_t st) {
+        KVTWIN_CUDA_CHECK(cudaMemcpyAsync(pool.get(), staging.get(), copied, cudaMemcpyDeviceToDevice, st));
+      };
+      rows.push_back({"memcpy", copied, bytes, time_us([&] { copy(nullptr); }, reps_for(bytes))});
+      rows.push_back({"memcpy@graph", copied, bytes, time_graph_us(copy, reps_for(bytes))});
+    }
+  }
+
   // ---- page moves: M envelopes to M other pages, all distinct.
   const std::uint64_t pages = pool_bytes / kPageBytes;
   DeviceBuffer<std::int64_t> src = device<std::int64_t>(pages), dst = device<std::int64_t>(pages);
-  for (std::uint64_t m : quick ? std::vector<std::uint64_t>{1, 8, 64} : std::vector<std::uint64_t>{1, 8, 32, 128, 512, 2048}) {
+  for (std::uint64_t m : move_sizes) {
     const std::vector<std::int64_t> picked = distinct_random(rng, 2 * m, 1, pages);
     upload(src, std::vector<std::int64_t>(picked.begin(), picked.begin() + static_cast<std::ptrdiff_t>(m)));
     upload(dst, std::vector<std::int64_t>(picked.begin() + static_cast<std::ptrdiff_t>(m), picked.end()));
@@ -327,6 +357,205 @@ int main(int argc, char** argv) {
     KVTWIN_CUDA_CHECK(cudaGraphExecDestroy(exec));
     KVTWIN_CUDA_CHECK(cudaGraphDestroy(graph));
     KVTWIN_CUDA_CHECK(cudaStreamDestroy(stream));
+  }
+
+  // ---- the launch shapes (kernels.cuh) at 64 and 128 MiB moved: each shape first moves random
+  // bytes once into poisoned memory and is checked byte for byte against a host reference, then
+  // timed eagerly, from a graph, and from a graph rotating over four disjoint buffer sets (@cold:
+  // 4 x 64 MiB or more, so that no call finds its bytes in L2, which holds about 50 MiB).
+  if (!quick) {
+    using kvtwin::gpu::CacheHint;
+    using kvtwin::gpu::MoveShape;
+    using kvtwin::gpu::RowCopyShape;
+    constexpr int kSets = 4;
+    constexpr std::uint64_t kSetBytes = 64u << 20;  // staging per set: 512 tokens' rows
+    const std::uint64_t verify_tokens = 256;
+    struct NamedRowShape {
+      const char* name;
+      RowCopyShape shape;
+    };
+    const std::vector<NamedRowShape> row_shapes = {
+        {"default", {}},
+        {"rows2", {0, 2, CacheHint::none, 0}},
+        {"nc_cs", {0, 1, CacheHint::nc_load_cs_store, 0}},
+        {"cs_cs", {0, 1, CacheHint::cs_load_cs_store, 0}},
+        {"persistent", {64, 1, CacheHint::none, 0}},
+        {"persistent_rows2", {64, 2, CacheHint::none, 0}},
+        {"persistent_rows4", {64, 4, CacheHint::none, 0}},
+        {"persistent_2_per_sm", {2, 1, CacheHint::none, 0}},
+        {"persistent_nc_cs", {64, 1, CacheHint::nc_load_cs_store, 0}},
+        {"persistent_rows2_nc_cs", {64, 2, CacheHint::nc_load_cs_store, 0}},
+    };
+    // Door parameters of set k at n tokens: staging at k * 64 MiB, consecutive slots from page
+    // 1 + 64 k (scattered: random distinct slots).
+    std::vector<DeviceBuffer<kvtwin::gpu::RowSegment>> seg_bufs;
+    std::vector<DeviceBuffer<std::int64_t>> loc_bufs;
+    auto door_set = [&](std::uint64_t n, int k, bool scattered) {
+      std::vector<kvtwin::gpu::RowSegment> segs;
+      for (std::uint64_t sg = 0; sg < kSegments; ++sg) {
+        kvtwin::gpu::RowSegment seg;
+        seg.pool_offset_bytes = sg * kRow;  // K_l at l*4 KiB, V_l after it
+        seg.entry_bytes = kEntry;
+        seg.staging_offset_bytes = sg * n * kRow;
+        seg.row_bytes = kRow;
+        seg.first_slot = 1;
+        segs.push_back(seg);
+      }
+      seg_bufs.push_back(device<kvtwin::gpu::RowSegment>(kSegments));
+      upload(seg_bufs.back(), segs);
+      std::vector<std::int64_t> l(n);
+      if (scattered)
+        l = distinct_random(rng, n, 1, slots);
+      else
+        std::iota(l.begin(), l.end(), static_cast<std::int64_t>((1 + 64 * static_cast<std::uint64_t>(k)) * kPageSize));
+      loc_bufs.push_back(device<std::int64_t>(n));
+      upload(loc_bufs.back(), l);
+      kvtwin::gpu::RowCopyParams p;
+      p.pool = pool.get();
+      p.pool_bytes = pool_bytes;
+      p.staging = staging.get() + static_cast<std::uint64_t>(k) * kSetBytes;
+      p.staging_lane_stride_bytes = kRow;
+      p.segments = seg_bufs.back().get();
+      p.num_segments = kSegments;
+      p.max_row_bytes = kRow;
+      p.locs[0] = loc_bufs.back().get();
+      p.lanes = static_cast<std::int64_t>(n);
+      p.vector16 = kvtwin::gpu::rows_vector16(p.pool, p.staging, kRow, segs.data(), kSegments);
+      KVTWIN_CHECK(p.vector16, "the sweep's doors take the 16-byte path");
+      return p;
+    };
+    std::vector<kvtwin::gpu::RowCopyParams> sets256, sets512;
+    for (int k = 0; k < kSets; ++k) {
+      sets256.push_back(door_set(256, k, false));
+      sets512.push_back(door_set(512, k, false));
+    }
+    const kvtwin::gpu::RowCopyParams scattered256 = door_set(256, 0, true);
+
+    // Random source rows for the check (set 0 at 256 tokens), and where the read door's check lands.
+    const std::uint64_t verify_bytes = verify_tokens * kEntry;  // 32 MiB
+    std::vector<std::uint8_t> random_rows(verify_bytes);
+    for (std::size_t i = 0; i < random_rows.size(); i += 8) {
+      const std::uint64_t word = rng.next_u64();
+      std::memcpy(random_rows.data() + i, &word, 8);
+    }
+    KVTWIN_CUDA_CHECK(cudaMemcpy(sets256[0].staging, random_rows.data(), verify_bytes, cudaMemcpyHostToDevice));
+    std::uint8_t* const verify_out = staging.get() + kSets * kSetBytes;
+    std::uint8_t* const verify_pool = pool.get() + kPageSize * kEntry;  // page 1: set 0's slots
+    // The write door's law: slot (first + i), segment s holds staging row s * n + i.
+    std::vector<std::uint8_t> want_pool(verify_bytes);
+    for (std::uint64_t i = 0; i < verify_tokens; ++i)
+      for (std::uint64_t sg = 0; sg < kSegments; ++sg)
+        std::memcpy(want_pool.data() + i * kEntry + sg * kRow, random_rows.data() + (sg * verify_tokens + i) * kRow, kRow);
+    std::vector<std::uint8_t> got(verify_bytes);
+    auto check = [&](const std::uint8_t* device_bytes, const std::vector<std::uint8_t>& want, const std::string& what) {
+      KVTWIN_CUDA_CHECK(cudaDeviceSynchronize());
+      KVTWIN_CUDA_CHECK(cudaMemcpy(got.data(), device_bytes, want.size(), cudaMemcpyDeviceToHost));
+      if (got != want) {
+        std::fprintf(stderr, "gpu_bench: %s moved different bytes (seed %llu; rerun: gpu_bench OUT.json)\n", what.c_str(),
+                     static_cast<unsigned long long>(seed));
+        std::exit(1);
+      }
+    };
+
+    const int reps256 = reps_for(2 * 256 * kEntry), reps512 = reps_for(2 * 512 * kEntry);
+    const std::uint64_t bytes256 = 2 * 256 * kEntry, bytes512 = 2 * 512 * kEntry;
+    for (const NamedRowShape& ns : row_shapes) {
+      const RowCopyShape shape = ns.shape;
+      const std::string tag = std::string("sweep:") + ns.name + ":";
+      KVTWIN_CUDA_CHECK(cudaMemset(verify_pool, 0xee, verify_bytes));
+      KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_scatter_rows(sets256[0], nullptr, shape));
+      check(verify_pool, want_pool, tag + "write");
+      kvtwin::gpu::RowCopyParams back = sets256[0];
+      back.staging = verify_out;
+      KVTWIN_CUDA_CHECK(cudaMemset(verify_out, 0xee, verify_bytes));
+      KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_gather_rows(back, nullptr, shape));
+      check(verify_out, random_rows, tag + "read");
+      for (bool scatter : {true, false}) {
+        const std::string op = scatter ? "write" : "read";
+        auto launch = [&](const kvtwin::gpu::RowCopyParams& p, cudaStream_t st) {
+          KVTWIN_CUDA_CHECK(scatter ? kvtwin::gpu::launch_scatter_rows(p, st, shape)
+                                    : kvtwin::gpu::launch_gather_rows(p, st, shape));
+        };
+        rows.push_back({tag + op, 256, bytes256, time_us([&] { launch(sets256[0], nullptr); }, reps256)});
+        rows.push_back({tag + op + "@graph", 256, bytes256, time_graph_us([&](cudaStream_t st) { launch(sets256[0], st); }, reps256)});
+        rows.push_back({tag + op + "@cold", 256, bytes256,
+                        time_graph_us([&](cudaStream_t st, int r) { launch(sets256[static_cast<std::size_t>(r % kSets)], st); }, reps256)});
+        rows.push_back({tag + op + "_scattered@graph", 256, bytes256, time_graph_us([&](cudaStream_t st) { launch(scattered256, st); }, reps256)});
+        rows.push_back({tag + op, 512, bytes512, time_us([&] { launch(sets512[0], nullptr); }, reps512)});
+        rows.push_back({tag + op + "@graph", 512, bytes512, time_graph_us([&](cudaStream_t st) { launch(sets512[0], st); }, reps512)});
+        rows.push_back({tag + op + "@cold", 512, bytes512,
+                        time_graph_us([&](cudaStream_t st, int r) { launch(sets512[static_cast<std::size_t>(r % kSets)], st); }, reps512)});
+      }
+    }
+
+    // The copy reference rotated the same way (eager and graph rows are the memcpy rows above).
+    for (std::uint64_t n : {256u, 512u}) {
+      const std::uint64_t copied = n * kEntry;
+      rows.push_back({"sweep:memcpy:copy@cold", copied, 2 * copied,
+                      time_graph_us(
+                          [&](cudaStream_t st, int r) {
+                            const std::uint64_t k = static_cast<std::uint64_t>(r % kSets);
+                            KVTWIN_CUDA_CHECK(cudaMemcpyAsync(pool.get() + (1 + 64 * k) * kPageBytes, staging.get() + k * kSetBytes,
+                                                              copied, cudaMemcpyDeviceToDevice, st));
+                          },
+                          reps_for(2 * copied))});
+    }
+
+    // Page moves of 16 and 32 pages: set k moves pages 1000 + 64 k + i to 3000 + 64 k + i.
+    struct NamedMoveShape {
+      const char* name;
+      MoveShape shape;
+    };
+    const std::vector<NamedMoveShape> move_shapes = {
+        {"default", {}},
+        {"nc_cs", {0, CacheHint::nc_load_cs_store, 0}},
+        {"cs_cs", {0, CacheHint::cs_load_cs_store, 0}},
+        {"persistent", {64, CacheHint::none, 0}},
+        {"persistent_nc_cs", {64, CacheHint::nc_load_cs_store, 0}},
+    };
+    std::vector<DeviceBuffer<std::int64_t>> page_bufs;
+    auto move_set = [&](std::uint64_t m, int k) {
+      std::vector<std::int64_t> from(m), to(m);
+      std::iota(from.begin(), from.end(), static_cast<std::int64_t>(1000 + 64 * k));
+      std::iota(to.begin(), to.end(), static_cast<std::int64_t>(3000 + 64 * k));
+      page_bufs.push_back(device<std::int64_t>(m));
+      upload(page_bufs.back(), from);
+      page_bufs.push_back(device<std::int64_t>(m));
+      upload(page_bufs.back(), to);
+      kvtwin::gpu::PageMoveParams p;
+      p.pool = pool.get();
+      p.pool_bytes = pool_bytes;
+      p.page_bytes = kPageBytes;
+      p.src = page_bufs[page_bufs.size() - 2].get();
+      p.dst = page_bufs.back().get();
+      p.pages = static_cast<std::int64_t>(m);
+      return p;
+    };
+    KVTWIN_CHECK(pages > 3000 + 64 * kSets, "the sweep's page moves need 3256 pages");
+    std::vector<kvtwin::gpu::PageMoveParams> moves16, moves32;
+    for (int k = 0; k < kSets; ++k) {
+      moves16.push_back(move_set(16, k));
+      moves32.push_back(move_set(32, k));
+    }
+    // Random bytes in the 16 source pages of set 0 (the 32 MiB of random rows again).
+    KVTWIN_CUDA_CHECK(cudaMemcpy(pool.get() + 1000 * kPageBytes, random_rows.data(), verify_bytes, cudaMemcpyHostToDevice));
+    for (const NamedMoveShape& ns : move_shapes) {
+      const MoveShape shape = ns.shape;
+      const std::string tag = std::string("sweep:") + ns.name + ":move";
+      KVTWIN_CUDA_CHECK(cudaMemset(pool.get() + 3000 * kPageBytes, 0xee, 16 * kPageBytes));
+      KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_move_pages(moves16[0], nullptr, shape));
+      check(pool.get() + 3000 * kPageBytes, random_rows, tag);
+      auto launch = [&](const kvtwin::gpu::PageMoveParams& p, cudaStream_t st) {
+        KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_move_pages(p, st, shape));
+      };
+      for (auto* sets : {&moves16, &moves32}) {
+        const std::uint64_t m = static_cast<std::uint64_t>((*sets)[0].pages), bytes = 2 * m * kPageBytes;
+        rows.push_back({tag, m, bytes, time_us([&] { launch((*sets)[0], nullptr); }, reps_for(bytes))});
+        rows.push_back({tag + "@graph", m, bytes, time_graph_us([&](cudaStream_t st) { launch((*sets)[0], st); }, reps_for(bytes))});
+        rows.push_back({tag + "@cold", m, bytes,
+                        time_graph_us([&](cudaStream_t st, int r) { launch((*sets)[static_cast<std::size_t>(r % kSets)], st); }, reps_for(bytes))});
+      }
+    }
   }
 
   std::FILE* f = std::fopen(argv[1], "w");
