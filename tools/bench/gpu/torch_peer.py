@@ -100,7 +100,7 @@ def main():
 
     pages = slots * ENTRY // PAGE_BYTES
     env = pool_u8.view(pages, PAGE_BYTES)
-    for m in ([1, 8, 64] if quick else [1, 8, 32, 128, 512, 2048]):
+    for m in ([1, 8, 16, 64] if quick else [1, 8, 16, 32, 128, 512, 2048]):
         picked = torch.randperm(pages - 1, generator=gen, device=dev)[: 2 * m] + 1
         src, dst = picked[:m].clone(), picked[m:].clone()
 
