@@ -136,215 +136,105 @@ __device__ __forceinline__ std::int64_t row_offset(std::int64_t t, const RowSegm
   return off;
 }
 
-// Loads and stores of the copy kernels with the cache hint a shape asks for (16-byte units only;
-// the byte path is plain). nc: the read-only data path; cs: "streaming", evict first.
-template <CacheHint kHint, class Unit>
-__device__ __forceinline__ Unit load_unit(const Unit* at) {
-  if constexpr (std::is_same_v<Unit, uint4> && kHint == CacheHint::nc_load_cs_store) return __ldg(at);
-  else if constexpr (std::is_same_v<Unit, uint4> && kHint == CacheHint::cs_load_cs_store) return __ldcs(at);
-  else return *at;
-}
-template <CacheHint kHint, class Unit>
-__device__ __forceinline__ void store_unit(Unit* at, const Unit& value) {
-  if constexpr (std::is_same_v<Unit, uint4> && kHint != CacheHint::none) __stcs(at, value);
-  else *at = value;
-}
-
-// One group of `group` threads per row at a time; a row is one (lane, segment) pair, rows numbered
-// segment-major (row = segment * lanes + lane), so consecutive groups take consecutive lanes of
-// one segment. The group walks its row in units of 16 bytes (or bytes), kIlp units per thread, and
-// kRows rows at once: every load of the kRows rows is issued before the first store. The groups
-// loop over the rows (grid-stride), so any grid size moves every row: a grid as large as the rows
-// (each group one pass) or a persistent one (SMs x resident blocks, each group several passes).
-template <bool kVector, bool kScatter, int kRows, CacheHint kHint>
+// One group of `group` threads per row (lane, segment): the group walks the row in units of
+// 16 bytes (or bytes), kIlp units in flight per thread, so a warp moves whole rows with
+// coalesced accesses and no per-element division. blockIdx.y picks the segment. A row's units
+// are counted in 32 bits and the loc is loaded per segment: 40 registers instead of 48, so six
+// blocks fit on a multiprocessor instead of five (measured on the H200: the read door 1-1.5% faster
+// at 64 MiB, the rest unchanged).
+template <bool kVector, bool kScatter>
 __global__ void __launch_bounds__(kThreads) copy_rows_kernel(const RowCopyParams p, unsigned group) {
   using Unit = std::conditional_t<kVector, uint4, std::uint8_t>;
-  constexpr std::uint64_t kUnit = sizeof(Unit);
-  const unsigned groups_per_block = blockDim.x / group;
+  constexpr std::size_t kUnit = sizeof(Unit);
+  const unsigned rows_per_block = blockDim.x / group;
   const unsigned in_group = threadIdx.x % group;
-  const std::uint64_t lanes = static_cast<std::uint64_t>(p.lanes);
-  const std::uint64_t rows = lanes * p.num_segments;
-  const std::uint64_t groups = static_cast<std::uint64_t>(gridDim.x) * groups_per_block;
-  const std::uint64_t chunk_units = static_cast<std::uint64_t>(group) * kIlp;
-  for (std::uint64_t first_row = static_cast<std::uint64_t>(blockIdx.x) * groups_per_block + threadIdx.x / group;
-       first_row < rows; first_row += groups * kRows) {
-    // Where each of the kRows rows comes from and goes to; from == nullptr: zeros (a read-door
-    // sink lane); units == 0: nothing to move (past the end, or a write-door sink lane).
-    const Unit* from[kRows];
-    Unit* to[kRows];
-    std::uint64_t units[kRows];
-    std::uint64_t most_units = 0;
+  const std::int64_t lane = static_cast<std::int64_t>(blockIdx.x) * rows_per_block + threadIdx.x / group;
+  if (lane >= p.lanes) return;
+  for (std::uint32_t s = blockIdx.y; s < p.num_segments; s += gridDim.y) {
+    const RowSegment seg = p.segments[s];
+    const std::uint32_t units = seg.row_bytes / static_cast<std::uint32_t>(kUnit);
+    // The loc set is picked by a branch: indexing the by-value parameter array at run time
+    // would copy the parameters to local memory (measured: about a third of the bandwidth).
+    const std::int64_t* locs = seg.loc_set != 0 && p.locs[1] != nullptr ? p.locs[1] : p.locs[0];
+    const std::int64_t t = locs[lane];
+    Unit* staging = reinterpret_cast<Unit*>(p.staging + seg.staging_offset_bytes +
+                                            static_cast<std::uint64_t>(lane) * p.staging_lane_stride_bytes);
+    // A sink lane: the write door discards it (SPEC 6), the read door reads zeros.
+    const std::int64_t off = t < seg.first_slot ? -1 : row_offset(t, seg, p.pool_bytes, p.int32_offsets);
+    if (off < 0) {
+      if (!kScatter)
+        for (std::uint32_t u = in_group; u < units; u += group) staging[u] = Unit{};
+      continue;
+    }
+    Unit* pool = reinterpret_cast<Unit*>(p.pool + off);
+    Unit* from = kScatter ? staging : pool;
+    Unit* to = kScatter ? pool : staging;
+    for (std::uint32_t first = in_group; first < units; first += group * kIlp) {
+      Unit value[kIlp];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      from[r] = nullptr;
-      to[r] = nullptr;
-      units[r] = 0;
-      const std::uint64_t row = first_row + static_cast<std::uint64_t>(r) * groups;
-      if (row >= rows) continue;
-      const std::uint64_t s = row / lanes;
-      const std::uint64_t lane = row - s * lanes;
-      const RowSegment seg = p.segments[s];
-      // The loc set is picked by a branch: indexing the by-value parameter array at run time
-      // would copy the parameters to local memory (measured: about a third of the bandwidth).
-      const std::int64_t* locs = seg.loc_set != 0 && p.locs[1] != nullptr ? p.locs[1] : p.locs[0];
-      const std::int64_t t = locs[lane];
-      Unit* staging = reinterpret_cast<Unit*>(p.staging + seg.staging_offset_bytes + lane * p.staging_lane_stride_bytes);
-      // A sink lane: the write door discards it (SPEC 6), the read door reads zeros.
-      const std::int64_t off = t < seg.first_slot ? -1 : row_offset(t, seg, p.pool_bytes, p.int32_offsets);
-      if (off < 0) {
-        if (kScatter) continue;
-        to[r] = staging;
-      } else {
-        Unit* pool = reinterpret_cast<Unit*>(p.pool + off);
-        from[r] = kScatter ? staging : pool;
-        to[r] = kScatter ? pool : staging;
+      for (int k = 0; k < kIlp; ++k) {
+        const std::uint32_t u = first + static_cast<std::uint32_t>(k) * group;
+        if (u < units) value[k] = from[u];
       }
-      units[r] = seg.row_bytes / kUnit;
-      most_units = max(most_units, units[r]);
+#pragma unroll
+      for (int k = 0; k < kIlp; ++k) {
+        const std::uint32_t u = first + static_cast<std::uint32_t>(k) * group;
+        if (u < units) to[u] = value[k];
+      }
     }
-    for (std::uint64_t first = in_group; first < most_units; first += chunk_units) {
-      Unit value[kRows][kIlp];
-#pragma unroll
-      for (int r = 0; r < kRows; ++r)
-#pragma unroll
-        for (int k = 0; k < kIlp; ++k) {
-          const std::uint64_t u = first + static_cast<std::uint64_t>(k) * group;
-          if (u < units[r]) value[r][k] = from[r] != nullptr ? load_unit<kHint>(from[r] + u) : Unit{};
-        }
-#pragma unroll
-      for (int r = 0; r < kRows; ++r)
-#pragma unroll
-        for (int k = 0; k < kIlp; ++k) {
-          const std::uint64_t u = first + static_cast<std::uint64_t>(k) * group;
-          if (u < units[r]) store_unit<kHint>(to[r] + u, value[r][k]);
-        }
-    }
-  }
-}
-
-// Blocks of a launch: enough for every item (`items_per_block` each) or, for a persistent shape,
-// at most the multiprocessors times the resident blocks (occupancy of `kernel`, capped by
-// blocks_per_sm); never more than max_blocks when set, nor than a grid can hold.
-template <class Kernel>
-cudaError_t grid_blocks(Kernel kernel, std::uint64_t items, std::uint64_t items_per_block, std::uint32_t blocks_per_sm,
-                        std::uint32_t max_blocks, unsigned& blocks) {
-  std::uint64_t b = (items + items_per_block - 1) / items_per_block;
-  if (blocks_per_sm > 0) {
-    int device = 0, sms = 0, resident = 0;
-    if (const cudaError_t e = cudaGetDevice(&device); e != cudaSuccess) return e;
-    if (const cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); e != cudaSuccess) return e;
-    if (const cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kThreads, 0); e != cudaSuccess)
-      return e;
-    const std::uint64_t per_sm = std::min<std::uint64_t>(blocks_per_sm, std::max(resident, 1));
-    b = std::min<std::uint64_t>(b, per_sm * static_cast<std::uint64_t>(std::max(sms, 1)));
-  }
-  if (max_blocks > 0) b = std::min<std::uint64_t>(b, max_blocks);
-  blocks = static_cast<unsigned>(std::clamp<std::uint64_t>(b, 1, 0x7fffffffULL));  // the loops cover the rest
-  return cudaSuccess;
-}
-
-template <bool kVector, bool kScatter, int kRows, CacheHint kHint>
-cudaError_t launch_copy_rows_as(const RowCopyParams& p, const RowCopyShape& shape, unsigned group, cudaStream_t stream) {
-  const auto kernel = copy_rows_kernel<kVector, kScatter, kRows, kHint>;
-  const std::uint64_t rows = static_cast<std::uint64_t>(p.lanes) * p.num_segments;
-  unsigned blocks = 0;
-  if (const cudaError_t e = grid_blocks(kernel, rows, (kThreads / group) * static_cast<std::uint64_t>(kRows),
-                                        shape.blocks_per_sm, shape.max_blocks, blocks);
-      e != cudaSuccess)
-    return e;
-  kernel<<<blocks, kThreads, 0, stream>>>(p, group);
-  return cudaGetLastError();
-}
-
-template <bool kVector, bool kScatter, int kRows>
-cudaError_t launch_copy_rows_hint(const RowCopyParams& p, const RowCopyShape& shape, unsigned group, cudaStream_t stream) {
-  switch (shape.hint) {
-    case CacheHint::none:
-      return launch_copy_rows_as<kVector, kScatter, kRows, CacheHint::none>(p, shape, group, stream);
-    case CacheHint::nc_load_cs_store:
-      return launch_copy_rows_as<kVector, kScatter, kRows, CacheHint::nc_load_cs_store>(p, shape, group, stream);
-    case CacheHint::cs_load_cs_store:
-      return launch_copy_rows_as<kVector, kScatter, kRows, CacheHint::cs_load_cs_store>(p, shape, group, stream);
-  }
-  return cudaErrorInvalidValue;
-}
-
-template <bool kVector, bool kScatter>
-cudaError_t launch_copy_rows_rows(const RowCopyParams& p, const RowCopyShape& shape, unsigned group, cudaStream_t stream) {
-  switch (shape.rows_in_flight) {
-    case 1: return launch_copy_rows_hint<kVector, kScatter, 1>(p, shape, group, stream);
-    case 2: return launch_copy_rows_hint<kVector, kScatter, 2>(p, shape, group, stream);
-    case 4: return launch_copy_rows_hint<kVector, kScatter, 4>(p, shape, group, stream);
-    default: return cudaErrorInvalidValue;
   }
 }
 
 template <bool kScatter>
-cudaError_t launch_copy_rows(const RowCopyParams& p, const RowCopyShape& shape, cudaStream_t stream) {
+cudaError_t launch_copy_rows(const RowCopyParams& p, cudaStream_t stream) {
   if (p.lanes <= 0 || p.num_segments == 0 || p.max_row_bytes == 0) return cudaSuccess;
+  if (p.max_row_bytes > (1u << 31)) return cudaErrorInvalidValue;  // the kernel counts a row's units in 32 bits
   const std::uint64_t units = p.max_row_bytes / (p.vector16 ? 16 : 1);
   // Threads per row: a power of two, at most a warp, each with about kIlp units of the row.
-  // (8 units per thread measured no faster on the H200.)
+  // (Measured no faster on the H200: 8 units per thread; a block walking several segments; a
+  // persistent grid of SMs x resident blocks looping over the rows; 2 or 4 rows in flight per
+  // group; ld.global.nc / ld.global.cs loads with st.global.cs stores, which only gained where
+  // back-to-back calls reuse L2 and lost on cold buffers. tools/bench/gpu/results/h200.md.)
   unsigned group = 1;
   while (group < 32 && group * static_cast<std::uint64_t>(kIlp) < units) group *= 2;
-  return p.vector16 ? launch_copy_rows_rows<true, kScatter>(p, shape, group, stream)
-                    : launch_copy_rows_rows<false, kScatter>(p, shape, group, stream);
-}
-
-// Page moves in chunks of kThreads * kIlp units: chunk c of page i is item i * chunks + c; the
-// blocks loop over the items (grid-stride), so a persistent grid moves every chunk too.
-template <bool kVector, CacheHint kHint>
-__global__ void __launch_bounds__(kThreads) move_pages_kernel(const PageMoveParams p) {
-  using Unit = std::conditional_t<kVector, uint4, std::uint8_t>;
-  constexpr std::uint64_t kUnit = sizeof(Unit);
-  const std::uint64_t units = p.page_bytes / kUnit;
-  constexpr std::uint64_t kChunkUnits = static_cast<std::uint64_t>(kThreads) * kIlp;
-  const std::uint64_t chunks = (units + kChunkUnits - 1) / kChunkUnits;
-  const std::uint64_t items = static_cast<std::uint64_t>(p.pages) * chunks;
-  const std::uint64_t limit = p.pool_bytes / p.page_bytes;  // pages wholly inside the pool
-  for (std::uint64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const std::uint64_t page = item / chunks;
-    const std::int64_t src = p.src[page], dst = p.dst[page];
-    if (src < 0 || dst < 0 || static_cast<std::uint64_t>(src) >= limit || static_cast<std::uint64_t>(dst) >= limit)
-      continue;  // validated on the host; a last guard
-    const Unit* from = reinterpret_cast<const Unit*>(p.pool + static_cast<std::uint64_t>(src) * p.page_bytes);
-    Unit* to = reinterpret_cast<Unit*>(p.pool + static_cast<std::uint64_t>(dst) * p.page_bytes);
-    const std::uint64_t first = (item - page * chunks) * kChunkUnits + threadIdx.x;
-    Unit value[kIlp];
-#pragma unroll
-    for (int k = 0; k < kIlp; ++k) {
-      const std::uint64_t i = first + static_cast<std::uint64_t>(k) * kThreads;
-      if (i < units) value[k] = load_unit<kHint>(from + i);
-    }
-#pragma unroll
-    for (int k = 0; k < kIlp; ++k) {
-      const std::uint64_t i = first + static_cast<std::uint64_t>(k) * kThreads;
-      if (i < units) store_unit<kHint>(to + i, value[k]);
-    }
-  }
-}
-
-template <bool kVector, CacheHint kHint>
-cudaError_t launch_move_pages_as(const PageMoveParams& p, const MoveShape& shape, cudaStream_t stream) {
-  const auto kernel = move_pages_kernel<kVector, kHint>;
-  const std::uint64_t units = p.page_bytes / (kVector ? 16 : 1);
-  const std::uint64_t chunk_units = static_cast<std::uint64_t>(kThreads) * kIlp;
-  const std::uint64_t items = static_cast<std::uint64_t>(p.pages) * ((units + chunk_units - 1) / chunk_units);
-  unsigned blocks = 0;
-  if (const cudaError_t e = grid_blocks(kernel, items, 1, shape.blocks_per_sm, shape.max_blocks, blocks); e != cudaSuccess)
-    return e;
-  kernel<<<blocks, kThreads, 0, stream>>>(p);
+  const unsigned rows_per_block = kThreads / group;
+  const std::uint64_t blocks = (static_cast<std::uint64_t>(p.lanes) + rows_per_block - 1) / rows_per_block;
+  if (blocks > 0x7fffffffULL) return cudaErrorInvalidConfiguration;
+  const dim3 grid(static_cast<unsigned>(blocks), std::min<unsigned>(p.num_segments, kMaxGridY));
+  if (p.vector16)
+    copy_rows_kernel<true, kScatter><<<grid, kThreads, 0, stream>>>(p, group);
+  else
+    copy_rows_kernel<false, kScatter><<<grid, kThreads, 0, stream>>>(p, group);
   return cudaGetLastError();
 }
 
 template <bool kVector>
-cudaError_t launch_move_pages_vector(const PageMoveParams& p, const MoveShape& shape, cudaStream_t stream) {
-  switch (shape.hint) {
-    case CacheHint::none: return launch_move_pages_as<kVector, CacheHint::none>(p, shape, stream);
-    case CacheHint::nc_load_cs_store: return launch_move_pages_as<kVector, CacheHint::nc_load_cs_store>(p, shape, stream);
-    case CacheHint::cs_load_cs_store: return launch_move_pages_as<kVector, CacheHint::cs_load_cs_store>(p, shape, stream);
+__global__ void __launch_bounds__(kThreads) move_pages_kernel(const PageMoveParams p) {
+  using Unit = std::conditional_t<kVector, uint4, std::uint8_t>;
+  constexpr std::uint64_t kUnit = sizeof(Unit);
+  const std::uint64_t units = p.page_bytes / kUnit;
+  const std::uint64_t stride = grid_threads();
+  for (std::int64_t page = blockIdx.y; page < p.pages; page += gridDim.y) {
+    const std::int64_t src = p.src[page], dst = p.dst[page];
+    const std::uint64_t limit = p.pool_bytes / p.page_bytes;  // pages wholly inside the pool
+    if (src < 0 || dst < 0 || static_cast<std::uint64_t>(src) >= limit || static_cast<std::uint64_t>(dst) >= limit)
+      continue;  // validated on the host; a last guard
+    const Unit* from = reinterpret_cast<const Unit*>(p.pool + static_cast<std::uint64_t>(src) * p.page_bytes);
+    Unit* to = reinterpret_cast<Unit*>(p.pool + static_cast<std::uint64_t>(dst) * p.page_bytes);
+    for (std::uint64_t first = global_thread(); first < units; first += stride * kIlp) {
+      Unit value[kIlp];
+#pragma unroll
+      for (int k = 0; k < kIlp; ++k) {
+        const std::uint64_t i = first + static_cast<std::uint64_t>(k) * stride;
+        if (i < units) value[k] = from[i];
+      }
+#pragma unroll
+      for (int k = 0; k < kIlp; ++k) {
+        const std::uint64_t i = first + static_cast<std::uint64_t>(k) * stride;
+        if (i < units) to[i] = value[k];
+      }
+    }
   }
-  return cudaErrorInvalidValue;
 }
 
 // ---------------------------------------------------------------- reference decode attention
@@ -458,12 +348,8 @@ cudaError_t launch_remap_indices(const RemapParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-cudaError_t launch_scatter_rows(const RowCopyParams& p, cudaStream_t stream, const RowCopyShape& shape) {
-  return launch_copy_rows<true>(p, shape, stream);
-}
-cudaError_t launch_gather_rows(const RowCopyParams& p, cudaStream_t stream, const RowCopyShape& shape) {
-  return launch_copy_rows<false>(p, shape, stream);
-}
+cudaError_t launch_scatter_rows(const RowCopyParams& p, cudaStream_t stream) { return launch_copy_rows<true>(p, stream); }
+cudaError_t launch_gather_rows(const RowCopyParams& p, cudaStream_t stream) { return launch_copy_rows<false>(p, stream); }
 
 bool rows_vector16(const void* pool, const void* staging, std::uint64_t staging_lane_stride_bytes,
                    const RowSegment* host_segments, std::uint32_t num_segments) {
@@ -476,10 +362,17 @@ bool rows_vector16(const void* pool, const void* staging, std::uint64_t staging_
   return bits % 16 == 0;
 }
 
-cudaError_t launch_move_pages(const PageMoveParams& p, cudaStream_t stream, const MoveShape& shape) {
+cudaError_t launch_move_pages(const PageMoveParams& p, cudaStream_t stream) {
   if (p.pages <= 0 || p.page_bytes == 0) return cudaSuccess;
   const bool vector = (reinterpret_cast<std::uintptr_t>(p.pool) | p.page_bytes) % 16 == 0;
-  return vector ? launch_move_pages_vector<true>(p, shape, stream) : launch_move_pages_vector<false>(p, shape, stream);
+  const std::uint64_t units = p.page_bytes / (vector ? 16 : 1);
+  const dim3 grid(blocks_for(units, kThreads * kIlp),
+                  static_cast<unsigned>(std::min<std::int64_t>(p.pages, kMaxGridY)));
+  if (vector)
+    move_pages_kernel<true><<<grid, kThreads, 0, stream>>>(p);
+  else
+    move_pages_kernel<false><<<grid, kThreads, 0, stream>>>(p);
+  return cudaGetLastError();
 }
 
 cudaError_t launch_decode_attention(const AttentionParams& p, cudaStream_t stream) {

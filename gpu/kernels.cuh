@@ -123,27 +123,8 @@ struct RowCopyParams {
 // Sink lanes (loc < first_slot: the sink page and any reserved page) write nothing and read as
 // zeros; a row that would fall outside the pool moves nothing (the doors range-check locs before
 // launching; this is a last guard).
-//
-// A shape says how a copy launch spreads its work; every shape moves the same bytes (the tests
-// run each one), only the speed differs (tools/bench/gpu measures them). The doors and the decode
-// step use the default.
-enum class CacheHint : std::uint8_t {
-  none,              // plain loads and stores
-  nc_load_cs_store,  // loads through the read-only path (ld.global.nc), stores evict-first (st.global.cs)
-  cs_load_cs_store,  // loads and stores evict-first (ld.global.cs, st.global.cs)
-};
-struct RowCopyShape {
-  std::uint32_t blocks_per_sm = 0;   // 0: a grid with a thread group for every row (rows_in_flight
-                                     // rows each); n > 0: at most n resident blocks per
-                                     // multiprocessor (capped by occupancy), looping over the rows
-  std::uint32_t rows_in_flight = 1;  // rows a thread group loads before its first store: 1, 2 or 4
-  CacheHint hint = CacheHint::none;  // (the byte path is always plain)
-  std::uint32_t max_blocks = 0;      // 0: no cap; else at most this many blocks (tests make groups loop)
-};
-cudaError_t launch_scatter_rows(const RowCopyParams& p, cudaStream_t stream,
-                                const RowCopyShape& shape = {});  // staging -> pool
-cudaError_t launch_gather_rows(const RowCopyParams& p, cudaStream_t stream,
-                               const RowCopyShape& shape = {});   // pool -> staging
+cudaError_t launch_scatter_rows(const RowCopyParams& p, cudaStream_t stream);  // staging -> pool
+cudaError_t launch_gather_rows(const RowCopyParams& p, cudaStream_t stream);   // pool -> staging
 
 // True when base addresses, offsets, strides and row sizes are all multiples of 16 bytes.
 bool rows_vector16(const void* pool, const void* staging, std::uint64_t staging_lane_stride_bytes,
@@ -157,14 +138,8 @@ struct PageMoveParams {
   const std::int64_t* dst = nullptr;
   std::int64_t pages = 0;
 };
-// How a page-move launch spreads its work (as RowCopyShape; blocks copy 16 KiB chunks).
-struct MoveShape {
-  std::uint32_t blocks_per_sm = 0;   // 0: a block for every chunk; n > 0: persistent, as RowCopyShape
-  CacheHint hint = CacheHint::none;
-  std::uint32_t max_blocks = 0;      // 0: no cap
-};
 // dst and src must be disjoint: the copies of one launch run in any order.
-cudaError_t launch_move_pages(const PageMoveParams& p, cudaStream_t stream, const MoveShape& shape = {});
+cudaError_t launch_move_pages(const PageMoveParams& p, cudaStream_t stream);
 
 // ---------------------------------------------------------------- reference decode attention
 

@@ -345,22 +345,6 @@ DoorSetup door_setup(std::uint64_t scale) {
   return s;
 }
 
-// Every launch shape the copy kernels offer: each must move exactly the same bytes. max_blocks 3
-// makes every thread group loop over many rows (and chunks), whatever the device.
-std::vector<RowCopyShape> every_row_shape() {
-  std::vector<RowCopyShape> shapes;
-  for (std::uint32_t blocks_per_sm : {0u, 64u})
-    for (std::uint32_t rows : {1u, 2u, 4u})
-      for (CacheHint hint : {CacheHint::none, CacheHint::nc_load_cs_store, CacheHint::cs_load_cs_store})
-        for (std::uint32_t max_blocks : {0u, 3u}) shapes.push_back({blocks_per_sm, rows, hint, max_blocks});
-  return shapes;
-}
-
-std::string describe(const RowCopyShape& s) {
-  return "blocks_per_sm " + std::to_string(s.blocks_per_sm) + ", rows_in_flight " + std::to_string(s.rows_in_flight) +
-         ", hint " + std::to_string(static_cast<int>(s.hint)) + ", max_blocks " + std::to_string(s.max_blocks);
-}
-
 std::vector<std::int64_t> distinct_locs(Rng& rng, std::int64_t lanes, std::int64_t first, std::int64_t slots) {
   std::vector<std::int64_t> all(static_cast<std::size_t>(slots - first));
   std::iota(all.begin(), all.end(), first);
@@ -409,8 +393,7 @@ TEST(DoorKernels, ScatterThenGatherMatchesTheByteLaw) {
       DeviceBuffer<std::int64_t> l0 = to_device(loc0), l1 = to_device(loc1);
       std::uint32_t max_row_bytes = 0;
       for (const RowSegment& seg : s.segments) max_row_bytes = std::max(max_row_bytes, seg.row_bytes);
-      for (const RowCopyShape& shape : every_row_shape()) {
-        SCOPED_TRACE(describe(shape));
+      {
         DeviceBuffer<std::uint8_t> pool = to_device(pool_before);
         RowCopyParams p;
         p.pool = pool.get();
@@ -425,12 +408,12 @@ TEST(DoorKernels, ScatterThenGatherMatchesTheByteLaw) {
         p.lanes = lanes;
         p.vector16 = vector16 && rows_vector16(p.pool, p.staging, s.lane_stride, s.segments.data(), 3);
         ASSERT_EQ(p.vector16, vector16);
-        ASSERT_EQ(launch_scatter_rows(p, nullptr, shape), cudaSuccess);
+        ASSERT_EQ(launch_scatter_rows(p, nullptr), cudaSuccess);
         ASSERT_EQ(to_host(pool, expected.size()), expected);
 
         DeviceBuffer<std::uint8_t> gathered = to_device(std::vector<std::uint8_t>(staging.size(), 0xa5));
         p.staging = gathered.get();
-        ASSERT_EQ(launch_gather_rows(p, nullptr, shape), cudaSuccess);
+        ASSERT_EQ(launch_gather_rows(p, nullptr), cudaSuccess);
         ASSERT_EQ(to_host(gathered, want.size()), want);
       }
     }
@@ -439,8 +422,8 @@ TEST(DoorKernels, ScatterThenGatherMatchesTheByteLaw) {
 TEST(MovePagesKernel, CopiesWholeEnvelopes) {
   KVTWIN_REQUIRE_CUDA();
   Rng rng(test_seed(16));
-  // The 16-byte path (40016: three 16 KiB chunks, the last ragged) and the byte path (3000: three
-  // 1 KiB chunks).
+  // The 16-byte path (40016: three blocks' worth of 16 KiB, the last ragged) and the byte path
+  // (3000: three blocks' worth of 1 KiB).
   for (std::uint64_t page_bytes : {4096u, 4096u + 32u, 40016u, 100u, 3000u}) {
     const std::int64_t pages = 64;
     const std::vector<std::uint8_t> before = random_bytes(rng, page_bytes * pages);
@@ -461,17 +444,8 @@ TEST(MovePagesKernel, CopiesWholeEnvelopes) {
     for (std::size_t i = 0; i < src.size(); ++i)
       std::memcpy(expected.data() + static_cast<std::uint64_t>(dst[i]) * page_bytes,
                   before.data() + static_cast<std::uint64_t>(src[i]) * page_bytes, page_bytes);
-    // Every launch shape moves the same bytes; max_blocks 3 makes the blocks loop over chunks.
-    for (std::uint32_t blocks_per_sm : {0u, 64u})
-      for (CacheHint hint : {CacheHint::none, CacheHint::nc_load_cs_store, CacheHint::cs_load_cs_store})
-        for (std::uint32_t max_blocks : {0u, 3u}) {
-          const MoveShape shape{blocks_per_sm, hint, max_blocks};
-          ASSERT_EQ(cudaMemcpy(pool.get(), before.data(), before.size(), cudaMemcpyHostToDevice), cudaSuccess);
-          ASSERT_EQ(launch_move_pages(p, nullptr, shape), cudaSuccess);
-          ASSERT_EQ(to_host(pool, expected.size()), expected)
-              << "page bytes " << page_bytes << ", blocks_per_sm " << blocks_per_sm << ", hint "
-              << static_cast<int>(hint) << ", max_blocks " << max_blocks;
-        }
+    ASSERT_EQ(launch_move_pages(p, nullptr), cudaSuccess);
+    ASSERT_EQ(to_host(pool, expected.size()), expected) << "page bytes " << page_bytes;
   }
 }
 
