@@ -17,9 +17,9 @@
 //           their rows into every layer, rebuild B page-table rows (one graph replay)
 //   memcpy  the size-matched copy reference: one cudaMemcpyAsync D2D of half the bytes a door or
 //           move row moves (so the same bytes read plus written), timed the same two ways
-//   sweep:SHAPE:OP  the doors and the move at 64 and 128 MiB under each launch shape of
-//           kernels.cuh (RowCopyShape, MoveShape), each checked byte for byte first; "@cold" rows
-//           rotate over four disjoint buffer sets so that no call finds its bytes in L2
+//   @cold   the doors and the move at 64 and 128 MiB and their memcpy reference, replayed from a
+//           graph rotating over four disjoint buffer sets, so that no call finds its bytes in L2
+//           (the doors' rows are random bytes, checked byte for byte once first)
 //
 // Usage: gpu_bench OUT.json [--quick]. Prints a table; writes one JSON object per measurement.
 // tools/bench/gpu/torch_peer.py measures the PyTorch formulation of the same operations; report.py
@@ -359,38 +359,19 @@ int main(int argc, char** argv) {
     KVTWIN_CUDA_CHECK(cudaStreamDestroy(stream));
   }
 
-  // ---- the launch shapes (kernels.cuh) at 64 and 128 MiB moved: each shape first moves random
-  // bytes once into poisoned memory and is checked byte for byte against a host reference, then
-  // timed eagerly, from a graph, and from a graph rotating over four disjoint buffer sets (@cold:
-  // 4 x 64 MiB or more, so that no call finds its bytes in L2, which holds about 50 MiB).
+  // ---- cold rows at 64 and 128 MiB: the doors (256 and 512 tokens), the move (16 and 32 pages)
+  // and the memcpy reference, replayed from a graph rotating over four disjoint buffer sets
+  // (4 x 64 MiB and more), so that no call finds its bytes in L2 (about 50 MiB). The doors first
+  // move random rows once into poisoned memory, checked byte for byte against the door's law.
   if (!quick) {
-    using kvtwin::gpu::CacheHint;
-    using kvtwin::gpu::MoveShape;
-    using kvtwin::gpu::RowCopyShape;
     constexpr int kSets = 4;
     constexpr std::uint64_t kSetBytes = 64u << 20;  // staging per set: 512 tokens' rows
-    const std::uint64_t verify_tokens = 256;
-    struct NamedRowShape {
-      const char* name;
-      RowCopyShape shape;
-    };
-    const std::vector<NamedRowShape> row_shapes = {
-        {"default", {}},
-        {"rows2", {0, 2, CacheHint::none, 0}},
-        {"nc_cs", {0, 1, CacheHint::nc_load_cs_store, 0}},
-        {"cs_cs", {0, 1, CacheHint::cs_load_cs_store, 0}},
-        {"persistent", {64, 1, CacheHint::none, 0}},
-        {"persistent_rows2", {64, 2, CacheHint::none, 0}},
-        {"persistent_rows4", {64, 4, CacheHint::none, 0}},
-        {"persistent_2_per_sm", {2, 1, CacheHint::none, 0}},
-        {"persistent_nc_cs", {64, 1, CacheHint::nc_load_cs_store, 0}},
-        {"persistent_rows2_nc_cs", {64, 2, CacheHint::nc_load_cs_store, 0}},
-    };
+    const std::uint64_t check_tokens = 256;
     // Door parameters of set k at n tokens: staging at k * 64 MiB, consecutive slots from page
-    // 1 + 64 k (scattered: random distinct slots).
+    // 1 + 64 k.
     std::vector<DeviceBuffer<kvtwin::gpu::RowSegment>> seg_bufs;
     std::vector<DeviceBuffer<std::int64_t>> loc_bufs;
-    auto door_set = [&](std::uint64_t n, int k, bool scattered) {
+    auto door_set = [&](std::uint64_t n, int k) {
       std::vector<kvtwin::gpu::RowSegment> segs;
       for (std::uint64_t sg = 0; sg < kSegments; ++sg) {
         kvtwin::gpu::RowSegment seg;
@@ -404,10 +385,7 @@ int main(int argc, char** argv) {
       seg_bufs.push_back(device<kvtwin::gpu::RowSegment>(kSegments));
       upload(seg_bufs.back(), segs);
       std::vector<std::int64_t> l(n);
-      if (scattered)
-        l = distinct_random(rng, n, 1, slots);
-      else
-        std::iota(l.begin(), l.end(), static_cast<std::int64_t>((1 + 64 * static_cast<std::uint64_t>(k)) * kPageSize));
+      std::iota(l.begin(), l.end(), static_cast<std::int64_t>((1 + 64 * static_cast<std::uint64_t>(k)) * kPageSize));
       loc_bufs.push_back(device<std::int64_t>(n));
       upload(loc_bufs.back(), l);
       kvtwin::gpu::RowCopyParams p;
@@ -421,98 +399,61 @@ int main(int argc, char** argv) {
       p.locs[0] = loc_bufs.back().get();
       p.lanes = static_cast<std::int64_t>(n);
       p.vector16 = kvtwin::gpu::rows_vector16(p.pool, p.staging, kRow, segs.data(), kSegments);
-      KVTWIN_CHECK(p.vector16, "the sweep's doors take the 16-byte path");
+      KVTWIN_CHECK(p.vector16, "the cold doors take the 16-byte path");
       return p;
     };
     std::vector<kvtwin::gpu::RowCopyParams> sets256, sets512;
     for (int k = 0; k < kSets; ++k) {
-      sets256.push_back(door_set(256, k, false));
-      sets512.push_back(door_set(512, k, false));
+      sets256.push_back(door_set(256, k));
+      sets512.push_back(door_set(512, k));
     }
-    const kvtwin::gpu::RowCopyParams scattered256 = door_set(256, 0, true);
 
-    // Random source rows for the check (set 0 at 256 tokens), and where the read door's check lands.
-    const std::uint64_t verify_bytes = verify_tokens * kEntry;  // 32 MiB
-    std::vector<std::uint8_t> random_rows(verify_bytes);
+    // The check: random rows into set 0's staging, the write door into poisoned pool pages, the
+    // read door back into a poisoned staging region.
+    const std::uint64_t check_bytes = check_tokens * kEntry;  // 32 MiB
+    std::vector<std::uint8_t> random_rows(check_bytes);
     for (std::size_t i = 0; i < random_rows.size(); i += 8) {
       const std::uint64_t word = rng.next_u64();
       std::memcpy(random_rows.data() + i, &word, 8);
     }
-    KVTWIN_CUDA_CHECK(cudaMemcpy(sets256[0].staging, random_rows.data(), verify_bytes, cudaMemcpyHostToDevice));
-    std::uint8_t* const verify_out = staging.get() + kSets * kSetBytes;
-    std::uint8_t* const verify_pool = pool.get() + kPageSize * kEntry;  // page 1: set 0's slots
+    KVTWIN_CUDA_CHECK(cudaMemcpy(sets256[0].staging, random_rows.data(), check_bytes, cudaMemcpyHostToDevice));
+    std::uint8_t* const check_pool = pool.get() + kPageSize * kEntry;  // page 1: set 0's slots
+    std::uint8_t* const check_out = staging.get() + kSets * kSetBytes;
     // The write door's law: slot (first + i), segment s holds staging row s * n + i.
-    std::vector<std::uint8_t> want_pool(verify_bytes);
-    for (std::uint64_t i = 0; i < verify_tokens; ++i)
+    std::vector<std::uint8_t> want_pool(check_bytes);
+    for (std::uint64_t i = 0; i < check_tokens; ++i)
       for (std::uint64_t sg = 0; sg < kSegments; ++sg)
-        std::memcpy(want_pool.data() + i * kEntry + sg * kRow, random_rows.data() + (sg * verify_tokens + i) * kRow, kRow);
-    std::vector<std::uint8_t> got(verify_bytes);
-    auto check = [&](const std::uint8_t* device_bytes, const std::vector<std::uint8_t>& want, const std::string& what) {
+        std::memcpy(want_pool.data() + i * kEntry + sg * kRow, random_rows.data() + (sg * check_tokens + i) * kRow, kRow);
+    auto check = [&](const std::uint8_t* device_bytes, const std::vector<std::uint8_t>& want, const char* what) {
+      std::vector<std::uint8_t> got(want.size());
       KVTWIN_CUDA_CHECK(cudaDeviceSynchronize());
       KVTWIN_CUDA_CHECK(cudaMemcpy(got.data(), device_bytes, want.size(), cudaMemcpyDeviceToHost));
       if (got != want) {
-        std::fprintf(stderr, "gpu_bench: %s moved different bytes (seed %llu; rerun: gpu_bench OUT.json)\n", what.c_str(),
+        std::fprintf(stderr, "gpu_bench: the %s moved different bytes (seed %llu; rerun: gpu_bench OUT.json)\n", what,
                      static_cast<unsigned long long>(seed));
         std::exit(1);
       }
     };
+    KVTWIN_CUDA_CHECK(cudaMemset(check_pool, 0xee, check_bytes));
+    KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_scatter_rows(sets256[0], nullptr));
+    check(check_pool, want_pool, "write door");
+    kvtwin::gpu::RowCopyParams back = sets256[0];
+    back.staging = check_out;
+    KVTWIN_CUDA_CHECK(cudaMemset(check_out, 0xee, check_bytes));
+    KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_gather_rows(back, nullptr));
+    check(check_out, random_rows, "read door");
 
-    const int reps256 = reps_for(2 * 256 * kEntry), reps512 = reps_for(2 * 512 * kEntry);
-    const std::uint64_t bytes256 = 2 * 256 * kEntry, bytes512 = 2 * 512 * kEntry;
-    for (const NamedRowShape& ns : row_shapes) {
-      const RowCopyShape shape = ns.shape;
-      const std::string tag = std::string("sweep:") + ns.name + ":";
-      KVTWIN_CUDA_CHECK(cudaMemset(verify_pool, 0xee, verify_bytes));
-      KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_scatter_rows(sets256[0], nullptr, shape));
-      check(verify_pool, want_pool, tag + "write");
-      kvtwin::gpu::RowCopyParams back = sets256[0];
-      back.staging = verify_out;
-      KVTWIN_CUDA_CHECK(cudaMemset(verify_out, 0xee, verify_bytes));
-      KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_gather_rows(back, nullptr, shape));
-      check(verify_out, random_rows, tag + "read");
-      for (bool scatter : {true, false}) {
-        const std::string op = scatter ? "write" : "read";
-        auto launch = [&](const kvtwin::gpu::RowCopyParams& p, cudaStream_t st) {
-          KVTWIN_CUDA_CHECK(scatter ? kvtwin::gpu::launch_scatter_rows(p, st, shape)
-                                    : kvtwin::gpu::launch_gather_rows(p, st, shape));
-        };
-        rows.push_back({tag + op, 256, bytes256, time_us([&] { launch(sets256[0], nullptr); }, reps256)});
-        rows.push_back({tag + op + "@graph", 256, bytes256, time_graph_us([&](cudaStream_t st) { launch(sets256[0], st); }, reps256)});
-        rows.push_back({tag + op + "@cold", 256, bytes256,
-                        time_graph_us([&](cudaStream_t st, int r) { launch(sets256[static_cast<std::size_t>(r % kSets)], st); }, reps256)});
-        rows.push_back({tag + op + "_scattered@graph", 256, bytes256, time_graph_us([&](cudaStream_t st) { launch(scattered256, st); }, reps256)});
-        rows.push_back({tag + op, 512, bytes512, time_us([&] { launch(sets512[0], nullptr); }, reps512)});
-        rows.push_back({tag + op + "@graph", 512, bytes512, time_graph_us([&](cudaStream_t st) { launch(sets512[0], st); }, reps512)});
-        rows.push_back({tag + op + "@cold", 512, bytes512,
-                        time_graph_us([&](cudaStream_t st, int r) { launch(sets512[static_cast<std::size_t>(r % kSets)], st); }, reps512)});
-      }
+    for (const auto* sets : {&sets256, &sets512}) {
+      const std::uint64_t n = static_cast<std::uint64_t>((*sets)[0].lanes), bytes = 2 * n * kEntry;
+      auto at = [&](int r) -> const kvtwin::gpu::RowCopyParams& { return (*sets)[static_cast<std::size_t>(r % kSets)]; };
+      rows.push_back({"write@cold", n, bytes,
+                      time_graph_us([&](cudaStream_t st, int r) { KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_scatter_rows(at(r), st)); }, reps_for(bytes))});
+      rows.push_back({"read@cold", n, bytes,
+                      time_graph_us([&](cudaStream_t st, int r) { KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_gather_rows(at(r), st)); }, reps_for(bytes))});
     }
 
-    // The copy reference rotated the same way (eager and graph rows are the memcpy rows above).
-    for (std::uint64_t n : {256u, 512u}) {
-      const std::uint64_t copied = n * kEntry;
-      rows.push_back({"sweep:memcpy:copy@cold", copied, 2 * copied,
-                      time_graph_us(
-                          [&](cudaStream_t st, int r) {
-                            const std::uint64_t k = static_cast<std::uint64_t>(r % kSets);
-                            KVTWIN_CUDA_CHECK(cudaMemcpyAsync(pool.get() + (1 + 64 * k) * kPageBytes, staging.get() + k * kSetBytes,
-                                                              copied, cudaMemcpyDeviceToDevice, st));
-                          },
-                          reps_for(2 * copied))});
-    }
-
-    // Page moves of 16 and 32 pages: set k moves pages 1000 + 64 k + i to 3000 + 64 k + i.
-    struct NamedMoveShape {
-      const char* name;
-      MoveShape shape;
-    };
-    const std::vector<NamedMoveShape> move_shapes = {
-        {"default", {}},
-        {"nc_cs", {0, CacheHint::nc_load_cs_store, 0}},
-        {"cs_cs", {0, CacheHint::cs_load_cs_store, 0}},
-        {"persistent", {64, CacheHint::none, 0}},
-        {"persistent_nc_cs", {64, CacheHint::nc_load_cs_store, 0}},
-    };
+    // Page moves: set k moves pages 1000 + 64 k + i to 3000 + 64 k + i.
+    KVTWIN_CHECK(pages > 3000 + 64 * kSets, "the cold page moves need 3256 pages");
     std::vector<DeviceBuffer<std::int64_t>> page_bufs;
     auto move_set = [&](std::uint64_t m, int k) {
       std::vector<std::int64_t> from(m), to(m);
@@ -531,30 +472,29 @@ int main(int argc, char** argv) {
       p.pages = static_cast<std::int64_t>(m);
       return p;
     };
-    KVTWIN_CHECK(pages > 3000 + 64 * kSets, "the sweep's page moves need 3256 pages");
-    std::vector<kvtwin::gpu::PageMoveParams> moves16, moves32;
-    for (int k = 0; k < kSets; ++k) {
-      moves16.push_back(move_set(16, k));
-      moves32.push_back(move_set(32, k));
+    for (std::uint64_t m : {16u, 32u}) {
+      std::vector<kvtwin::gpu::PageMoveParams> sets;
+      for (int k = 0; k < kSets; ++k) sets.push_back(move_set(m, k));
+      const std::uint64_t bytes = 2 * m * kPageBytes;
+      rows.push_back({"move@cold", m, bytes,
+                      time_graph_us(
+                          [&](cudaStream_t st, int r) {
+                            KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_move_pages(sets[static_cast<std::size_t>(r % kSets)], st));
+                          },
+                          reps_for(bytes))});
     }
-    // Random bytes in the 16 source pages of set 0 (the 32 MiB of random rows again).
-    KVTWIN_CUDA_CHECK(cudaMemcpy(pool.get() + 1000 * kPageBytes, random_rows.data(), verify_bytes, cudaMemcpyHostToDevice));
-    for (const NamedMoveShape& ns : move_shapes) {
-      const MoveShape shape = ns.shape;
-      const std::string tag = std::string("sweep:") + ns.name + ":move";
-      KVTWIN_CUDA_CHECK(cudaMemset(pool.get() + 3000 * kPageBytes, 0xee, 16 * kPageBytes));
-      KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_move_pages(moves16[0], nullptr, shape));
-      check(pool.get() + 3000 * kPageBytes, random_rows, tag);
-      auto launch = [&](const kvtwin::gpu::PageMoveParams& p, cudaStream_t st) {
-        KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_move_pages(p, st, shape));
-      };
-      for (auto* sets : {&moves16, &moves32}) {
-        const std::uint64_t m = static_cast<std::uint64_t>((*sets)[0].pages), bytes = 2 * m * kPageBytes;
-        rows.push_back({tag, m, bytes, time_us([&] { launch((*sets)[0], nullptr); }, reps_for(bytes))});
-        rows.push_back({tag + "@graph", m, bytes, time_graph_us([&](cudaStream_t st) { launch((*sets)[0], st); }, reps_for(bytes))});
-        rows.push_back({tag + "@cold", m, bytes,
-                        time_graph_us([&](cudaStream_t st, int r) { launch((*sets)[static_cast<std::size_t>(r % kSets)], st); }, reps_for(bytes))});
-      }
+
+    // The copy reference rotated the same way: set k copies its staging to its pool pages.
+    for (std::uint64_t n : {256u, 512u}) {
+      const std::uint64_t copied = n * kEntry;
+      rows.push_back({"memcpy@cold", copied, 2 * copied,
+                      time_graph_us(
+                          [&](cudaStream_t st, int r) {
+                            const std::uint64_t k = static_cast<std::uint64_t>(r % kSets);
+                            KVTWIN_CUDA_CHECK(cudaMemcpyAsync(pool.get() + (1 + 64 * k) * kPageBytes, staging.get() + k * kSetBytes,
+                                                              copied, cudaMemcpyDeviceToDevice, st));
+                          },
+                          reps_for(2 * copied))});
     }
   }
 
