@@ -1,8 +1,10 @@
-// Random pool configurations. See config_gen.h.
+// Random pool configurations. See config_gen.h. Half are catalogue models scaled down, half
+// synthetic shapes (any mix of layer kinds, heads and dims within the same bounds).
 #include "props/config_gen.h"
 
 #include <algorithm>
 
+#include "core/catalogue.h"
 #include "core/checked.h"
 
 namespace kvtwin::props {
@@ -13,7 +15,36 @@ const std::vector<std::uint64_t> kPageSizes = {1, 2, 4, 8, 16, 32, 64};
 
 enum Family : std::uint64_t { kFullOnly = 0, kComposite = 1, kMla = 2 };
 
-ModelShape generate_shape(Choices& c) {
+// A catalogue model scaled down: a window of up to 8 of its layers (its full / SWA pattern
+// kept), at most 4 KV heads, head dims divided by 4 and the latent rank by 8 (at least 16),
+// the same attention kind.
+ModelShape scaled_catalogue_shape(Choices& c) {
+  const ModelShape& real = c.pick(model_catalogue());
+  ModelShape s;
+  s.name = real.name + "-scaled";
+  s.attention = real.attention;
+  const std::size_t n = std::min<std::size_t>(real.layers.size(), static_cast<std::size_t>(c.between(1, 8)));
+  const std::size_t start = c.below(real.layers.size());
+  for (std::size_t i = 0; i < n; ++i) s.layers.push_back(real.layers[(start + i) % real.layers.size()]);
+  auto scale_dim = [](std::uint32_t d) { return std::max<std::uint32_t>(16, d / 4 / 16 * 16); };
+  if (s.attention == AttentionKind::mla) {
+    s.kv_lora_rank = std::max<std::uint32_t>(16, real.kv_lora_rank / 8 / 16 * 16);  // 512 -> 64
+    s.qk_rope_head_dim = real.qk_rope_head_dim == 0 ? 0 : scale_dim(real.qk_rope_head_dim);
+    return s;
+  }
+  // The full side owns the ids: a window of SWA layers only gets its first layer made full.
+  if (std::none_of(s.layers.begin(), s.layers.end(), [](LayerKind k) { return k != LayerKind::swa; }))
+    s.layers.front() = LayerKind::full;
+  const bool has_swa = std::any_of(s.layers.begin(), s.layers.end(), [](LayerKind k) { return k == LayerKind::swa; });
+  s.num_kv_heads = std::min<std::uint32_t>(real.num_kv_heads, 4);
+  if (has_swa && real.swa_num_kv_heads != 0) s.swa_num_kv_heads = std::min<std::uint32_t>(real.swa_num_kv_heads, 4);
+  if (has_swa) s.sliding_window_tokens = 8;
+  s.k_head_dim = scale_dim(real.k_head_dim);
+  s.v_head_dim = scale_dim(real.v_head_dim);
+  return s;
+}
+
+ModelShape synthetic_shape(Choices& c) {
   ModelShape s;
   const auto family = static_cast<Family>(c.below(3));
   if (family == kMla) {
@@ -48,6 +79,11 @@ ModelShape generate_shape(Choices& c) {
     s.k_head_dim = c.pick(kHeadDims);
     s.v_head_dim = c.chance(1, 4) ? c.pick(kHeadDims) : s.k_head_dim;
   }
+  return s;
+}
+
+ModelShape generate_shape(Choices& c) {
+  ModelShape s = c.chance(1, 2) ? scaled_catalogue_shape(c) : synthetic_shape(c);
   s.source = "generated (props/config_gen)";
   const std::uint64_t d = c.below(8);  // mostly bf16
   s.dtype = d < 5 ? DType::bf16 : d == 5 ? DType::fp16 : d == 6 ? DType::fp8_e4m3 : DType::fp32;
@@ -76,22 +112,24 @@ PoolConfig generate_config(Choices& c, const ConfigLimits& limits) {
     KVTWIN_CHECK(d.ok(), d.ok() ? std::string() : "generated shape does not derive: " + d.error().message);
     return *d;
   };
-  PoolDerived d = entries(config.page_size);
-  auto owner_page_bytes = [&] { return d.geometry.sub_pools[0].page_bytes; };
-  auto owner_min_page = [&] { return ceil_div(d.geometry.reserved_floor_bytes, owner_page_bytes()); };
-  // Lower the page size until a pool of a few usable pages fits the byte budget.
-  while (config.page_size > 1 && (owner_min_page() + 4) * owner_page_bytes() > limits.max_total_bytes) {
-    config.page_size = std::max<std::uint64_t>(1, config.page_size / 2);
-    d = entries(config.page_size);
-  }
-  const std::uint64_t fit = limits.max_total_bytes / owner_page_bytes();
-  std::uint64_t usable = static_cast<std::uint64_t>(usable_wanted);
-  // Leave one page of the budget for the ragged tail below.
-  if (owner_min_page() + usable + 1 > fit && fit > owner_min_page() + 3) usable = fit - owner_min_page() - 1;
-  // A ragged tail past the last whole page: views end at the last slot, not at a page.
-  for (int attempt = 0; attempt < 16; ++attempt, usable += 2) {
-    config.total_bytes = (owner_min_page() + usable) * owner_page_bytes() + tail_draw % owner_page_bytes();
-    if (derive_pool(config).ok()) return config;
+  // Size the owner side to the wanted usable pages (within the budget, one page left for a
+  // ragged tail past the last whole page: views end at the last slot, not at a page), grow it
+  // until every side builds, and halve the page size while that does not fit the budget.
+  for (;;) {
+    const PoolDerived d = entries(config.page_size);
+    const std::uint64_t page_bytes = d.geometry.sub_pools[0].page_bytes;
+    const std::uint64_t min_page = ceil_div(d.geometry.reserved_floor_bytes, page_bytes);
+    const std::uint64_t fit = limits.max_total_bytes / page_bytes;
+    std::uint64_t usable = static_cast<std::uint64_t>(usable_wanted);
+    if (min_page + usable + 1 > fit && fit > min_page + 3) usable = fit - min_page - 1;
+    for (int attempt = 0; attempt < 16; ++attempt, usable += 2) {
+      config.total_bytes = (min_page + usable) * page_bytes + tail_draw % page_bytes;
+      if (!derive_pool(config).ok()) continue;
+      if (config.total_bytes <= limits.max_total_bytes || config.page_size == 1) return config;
+      break;
+    }
+    if (config.page_size == 1) break;
+    config.page_size /= 2;
   }
   KVTWIN_CHECK(false, "generate_config found no size that builds");
   return config;

@@ -1,5 +1,6 @@
-// Random pool configurations for properties and fuzzing: catalogue-like shapes scaled down so
-// that a pool is a few hundred KiB at most and holds tens of pages: MHA full-only, full + SWA
+// Random pool configurations for properties and fuzzing: catalogue shapes scaled down (and
+// synthetic ones within the same bounds) so that a pool is a few hundred KiB at most and holds
+// tens of pages: MHA full-only, full + SWA
 // composites (sometimes with unequal SWA heads), MLA; occasionally a cross-attention layer;
 // 1-8 layers, 1-4 heads, head dims 16-64, every dtype, page sizes 1-64, eager and lazy, with
 // and without bytes. Every configuration it returns builds (derive_pool succeeds).

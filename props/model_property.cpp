@@ -1,6 +1,7 @@
 // The stateful property of the reference model. See model_property.h.
 #include "props/model_property.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <unordered_map>
@@ -169,8 +170,10 @@ void model_matches_shadow(const ModelFactory& make_model) {
     return draw_swarm(choices);
   });
   // The distribution RapidCheck prints on success: which kinds of pool the cases ran on.
-  RC_TAG(config.shape.name, config.mode == CompactionMode::lazy ? "lazy" : "eager",
-         config.tables_only ? "tables-only" : "bytes");
+  const bool composite = std::count(config.shape.layers.begin(), config.shape.layers.end(), LayerKind::swa) > 0;
+  RC_TAG(config.shape.attention == AttentionKind::mla ? "mla" : composite ? "full+swa" : "full",
+         config.shape.name.find("-scaled") != std::string::npos ? "catalogue" : "synthetic",
+         config.mode == CompactionMode::lazy ? "lazy" : "eager", config.tables_only ? "tables-only" : "bytes");
   std::unique_ptr<sim::Model> model = make_model();
   const OpResult built = model->apply(BuildPool{config});
   if (!built.ok()) RC_FAIL("the generated configuration does not build: " + built.error().message);

@@ -43,9 +43,9 @@ Result<BufferShape> buffer_shape(bool two_dim, std::uint64_t lanes, std::uint64_
   if (b.stride < contiguous)
     return bad(std::string(field) + " = " + num(stride) + " is smaller than a row of " + num(cols) +
                " elements, so rows would overlap; use at least " + num(cols));
-  // lanes and cols are bounded by the ids given (or a capped width); the product is checked.
-  KVTWIN_TRY(std::uint64_t span, checked_mul(lanes == 0 ? 0 : lanes - 1, b.stride, "translate buffer"));
-  if (span > kMaxTranslateStorageElements || b.storage() > kMaxTranslateStorageElements)
+  // The stride is bounded first, so the storage size below cannot wrap: lanes and cols are at
+  // most the ids given, or a width already bounded by the same limit.
+  if (b.stride > kMaxTranslateStorageElements || b.storage() > kMaxTranslateStorageElements)
     return bad(std::string(field) + " = " + num(stride) + " makes a buffer of more than " +
                num(kMaxTranslateStorageElements) + " elements; use a smaller stride");
   return b;
@@ -88,7 +88,10 @@ Result<std::vector<std::int64_t>> run_translate(const Translate& op, const std::
   const bool two_dim = op.shape.size() == 2;
   const auto lanes = static_cast<std::uint64_t>(op.shape[0]);
   const auto cols = two_dim ? static_cast<std::uint64_t>(op.shape[1]) : std::uint64_t{1};
-  KVTWIN_TRY(std::uint64_t count, checked_mul(lanes, cols, "translate shape"));
+  std::uint64_t count = 0;
+  if (__builtin_mul_overflow(lanes, cols, &count))
+    return bad("translate shape [" + num(lanes) + ", " + num(cols) + "] holds more ids than 64 bits count; make the "
+               "shape match the ids");
   if (count != op.ids.size())
     return bad("translate shape holds " + num(count) + " ids but " + num(std::uint64_t{op.ids.size()}) +
                " were given; make the shape match the ids");

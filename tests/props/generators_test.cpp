@@ -26,12 +26,16 @@ TEST(ConfigGen, EveryConfigurationBuildsAndStaysSmall) {
     EXPECT_LE(config.page_size, 64u);
     EXPECT_LE(config.shape.layers.size(), 8u);
     families[config.shape.name]++;
+    if (config.shape.name.find("-scaled") != std::string::npos) families["scaled"]++;
+    if (d->is_composite()) families["composite"]++;
     if (std::find(config.shape.layers.begin(), config.shape.layers.end(), LayerKind::cross) != config.shape.layers.end())
       families["cross"]++;
     families[config.mode == CompactionMode::lazy ? "lazy" : "eager"]++;
     if (config.tables_only) families["tables_only"]++;
   }
-  for (const char* family : {"prop-mha", "prop-composite", "prop-mla", "cross", "lazy", "eager", "tables_only"})
+  for (const char* family : {"prop-mha", "prop-composite", "prop-mla", "scaled", "gpt-oss-20b-scaled",
+                             "deepseek-v3-scaled", "mimo-v2-flash-scaled", "composite", "cross", "lazy", "eager",
+                             "tables_only"})
     EXPECT_GT(families[family], 0) << family << " never generated";
 }
 

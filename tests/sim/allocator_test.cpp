@@ -377,5 +377,24 @@ TEST(Allocator, LazyCompositeFreeLeavesHolesOnBothSides) {
   EXPECT_TRUE(must_as<Compaction>(m, Flush{}).moves.empty());
 }
 
+// docs/decisions.md, lazy composite pre-check: pages each side takes from its holes need no
+// gap; only the rest, times that side's page bytes, must fit between the frontiers.
+TEST(Allocator, LazyCompositeRoomCountsEachSidesHoles) {
+  Model m;
+  must(m, BuildPool{composite(12, CompactionMode::lazy)});
+  must(m, Alloc{5 * 4});  // full 1..5 (wm 6); SWA 7..11 (wm 6): gap = 7 * 256 - 6 * 256 = 256
+  EXPECT_TRUE(std::holds_alternative<NoRoom>(must(m, Alloc{4})));  // 1 page needs 256 + 256 bytes
+  must(m, Free{IdUnit::pages, {2, 4}});  // holes: full 2, 4; SWA 8, 10
+  const Allocated a = must_as<Allocated>(m, Alloc{2 * 4});  // both from holes, no gap needed
+  const PoolTables t = *m.tables();
+  EXPECT_EQ(t.sides[0].v2p[a.pages[0]], 2);
+  EXPECT_EQ(t.sides[0].v2p[a.pages[1]], 4);
+  EXPECT_EQ(t.sides[1].v2p[a.pages[0]], 8);
+  EXPECT_EQ(t.sides[1].v2p[a.pages[1]], 10);
+  EXPECT_EQ(t.sides[0].watermark, 6);
+  EXPECT_EQ(t.sides[1].watermark, 6);
+  EXPECT_TRUE(std::holds_alternative<NoRoom>(must(m, Alloc{4})));  // the gap is still 256 bytes
+}
+
 }  // namespace
 }  // namespace kvtwin::sim

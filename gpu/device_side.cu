@@ -1,0 +1,354 @@
+// The allocator's device work (device_side.h).
+#include "gpu/device_side.h"
+
+#include <algorithm>
+
+#include <cub/device/device_radix_sort.cuh>
+#include <cub/device/device_select.cuh>
+#include <thrust/iterator/counting_iterator.h>
+
+namespace kvtwin::gpu {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(std::int64_t n) {
+  return static_cast<unsigned>(std::clamp<std::int64_t>((n + kThreads - 1) / kThreads, 1, 1 << 20));
+}
+
+#define KVTWIN_FOR_EACH(i, n)                                                                       \
+  for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+
+struct PageSelector {
+  PagePredicate pred;
+  __device__ bool operator()(std::int64_t p) const {
+    if (pred.bound_unflagged) return pred.p2v[p] >= 0 && !(pred.flags != nullptr && pred.flags[p] != 0);
+    return pred.flags[p] != 0;
+  }
+};
+
+struct Positive {
+  __device__ bool operator()(std::int64_t v) const { return v > 0; }
+};
+
+__global__ void iota_kernel(std::int64_t* out, std::int64_t n, std::int64_t first) {
+  KVTWIN_FOR_EACH(i, n) out[i] = first + i;
+}
+
+__global__ void fill_kernel(std::int64_t* out, std::int64_t n, std::int64_t value) {
+  KVTWIN_FOR_EACH(i, n) out[i] = value;
+}
+
+__global__ void queue_take_kernel(const std::int64_t* queue, std::int64_t capacity, std::int64_t head, std::int64_t k,
+                                  std::int64_t* out) {
+  KVTWIN_FOR_EACH(i, k) out[i] = queue[(head + i) % capacity];
+}
+
+__global__ void queue_put_kernel(std::int64_t* queue, std::int64_t capacity, std::int64_t tail, const std::int64_t* in,
+                                 std::int64_t n) {
+  KVTWIN_FOR_EACH(i, n) queue[(tail + i) % capacity] = in[i];
+}
+
+__global__ void bind_kernel(std::int64_t* v2p, std::int64_t* p2v, std::uint8_t* hole_flags, const std::int64_t* vpages,
+                            const std::int64_t* holes, std::int64_t h, std::int64_t band_start, std::int64_t k) {
+  KVTWIN_FOR_EACH(i, k) {
+    const std::int64_t v = vpages[i];
+    const std::int64_t p = i < h ? holes[i] : band_start + (i - h);
+    v2p[v] = p;
+    p2v[p] = v;
+    if (i < h) hole_flags[p] = 0;
+  }
+}
+
+__global__ void unbind_kernel(std::int64_t* v2p, std::int64_t* p2v, const std::int64_t* vpages, std::int64_t n,
+                              bool only_positive) {
+  KVTWIN_FOR_EACH(i, n) {
+    const std::int64_t v = vpages[i];
+    const std::int64_t p = v2p[v];
+    if (only_positive && p <= 0) continue;  // SPEC 4.3: -1 is a tombstone, 0 the sink
+    if (p >= 0) p2v[p] = -1;
+    v2p[v] = -1;
+  }
+}
+
+__global__ void apply_moves_kernel(std::int64_t* v2p, std::int64_t* p2v, const std::int64_t* src,
+                                   const std::int64_t* dst, std::int64_t n) {
+  // Sources (survivors) and destinations (holes) are disjoint: the moves are independent.
+  KVTWIN_FOR_EACH(i, n) {
+    const std::int64_t v = p2v[src[i]];
+    v2p[v] = dst[i];
+    p2v[dst[i]] = v;
+    p2v[src[i]] = -1;
+  }
+}
+
+__global__ void gather_kernel(const std::int64_t* table, const std::int64_t* index, std::int64_t n, std::int64_t* out) {
+  KVTWIN_FOR_EACH(i, n) out[i] = table[index[i]];
+}
+
+__global__ void set_flags_kernel(std::uint8_t* flags, const std::int64_t* pages, std::int64_t n, std::uint8_t value) {
+  KVTWIN_FOR_EACH(i, n) flags[pages[i]] = value;
+}
+
+__global__ void flag_outside_kernel(const std::int64_t* values, std::int64_t n, std::int64_t lower, std::int64_t upper,
+                                    std::uint32_t* status) {
+  KVTWIN_FOR_EACH(i, n) {
+    if (values[i] < lower || values[i] >= upper) atomicOr(status, 1u);
+  }
+}
+
+__global__ void adjacent_duplicate_kernel(const std::int64_t* sorted, std::int64_t n, std::uint32_t* status) {
+  KVTWIN_FOR_EACH(i, n - 1) {
+    if (sorted[i] != 0 && sorted[i] == sorted[i + 1]) atomicOr(status, 1u);
+  }
+}
+
+__global__ void reverse_kernel(std::int64_t* values, std::int64_t n) {
+  KVTWIN_FOR_EACH(i, n / 2) {
+    const std::int64_t a = values[i];
+    values[i] = values[n - 1 - i];
+    values[n - 1 - i] = a;
+  }
+}
+
+__global__ void sink_to_zero_kernel(const std::int64_t* values, std::int64_t n, std::int64_t sink_end, std::int64_t* out) {
+  KVTWIN_FOR_EACH(i, n) out[i] = values[i] < sink_end ? 0 : values[i];
+}
+
+__global__ void flag_unallocated_kernel(const std::int64_t* tokens, std::int64_t row_stride, const std::int64_t* lens,
+                                        std::int64_t rows, const std::int64_t* v2p, std::int64_t v2p_len,
+                                        std::int64_t page_size, std::uint32_t* flags) {
+  // One block per row, its threads over the row's tokens.
+  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    for (std::int64_t j = threadIdx.x; j < lens[r]; j += blockDim.x) {
+      const std::int64_t t = tokens[r * row_stride + j];
+      const std::int64_t v = t >= 0 ? t / page_size : -1;
+      if (v < 1 || v >= v2p_len - 1 || v2p[v] < 0) atomicOr(&flags[r], 1u);
+    }
+  }
+}
+
+Result<std::int64_t> read_count(const SelectScratch& scratch, cudaStream_t stream) {
+  std::int64_t count = 0;
+  KVTWIN_CUDA_TRY(cudaMemcpyAsync(&count, scratch.count.get(), sizeof count, cudaMemcpyDeviceToHost, stream));
+  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
+  return count;
+}
+
+}  // namespace
+
+Status SelectScratch::reserve(std::int64_t max_items, cudaStream_t stream) {
+  if (count.size() == 0) KVTWIN_TRY_STATUS(count.allocate(1));
+  std::size_t a = 0, b = 0;
+  const int n = static_cast<int>(std::max<std::int64_t>(max_items, 1));
+  KVTWIN_CUDA_TRY(cub::DeviceSelect::If(nullptr, a, thrust::counting_iterator<std::int64_t>(0),
+                                        static_cast<std::int64_t*>(nullptr), count.get(), n, PageSelector{}, stream));
+  KVTWIN_CUDA_TRY(cub::DeviceSelect::If(nullptr, b, static_cast<const std::int64_t*>(nullptr),
+                                        static_cast<std::int64_t*>(nullptr), count.get(), n, Positive{}, stream));
+  return temp.reserve(std::max(a, b));
+}
+
+Result<std::int64_t> select_pages(const PagePredicate& pred, std::int64_t lo, std::int64_t hi, std::int64_t* out,
+                                  SelectScratch& scratch, cudaStream_t stream) {
+  if (hi <= lo) return std::int64_t{0};
+  std::size_t bytes = scratch.temp.bytes();
+  KVTWIN_CUDA_TRY(cub::DeviceSelect::If(scratch.temp.get(), bytes, thrust::counting_iterator<std::int64_t>(lo), out,
+                                        scratch.count.get(), static_cast<int>(hi - lo), PageSelector{pred}, stream));
+  return read_count(scratch, stream);
+}
+
+Result<std::int64_t> select_positive(const std::int64_t* values, std::int64_t n, std::int64_t* out,
+                                     SelectScratch& scratch, cudaStream_t stream) {
+  if (n <= 0) return std::int64_t{0};
+  std::size_t bytes = scratch.temp.bytes();
+  KVTWIN_CUDA_TRY(cub::DeviceSelect::If(scratch.temp.get(), bytes, values, out, scratch.count.get(), static_cast<int>(n),
+                                        Positive{}, stream));
+  return read_count(scratch, stream);
+}
+
+Result<bool> has_nonzero_duplicate(const std::int64_t* values, std::int64_t n, std::int64_t* sorted,
+                                   DeviceBuffer<std::uint8_t>& temp, std::uint32_t* status, cudaStream_t stream) {
+  if (n < 2) return false;
+  std::size_t bytes = 0;
+  KVTWIN_CUDA_TRY(cub::DeviceRadixSort::SortKeys(nullptr, bytes, values, sorted, static_cast<int>(n), 0, 64, stream));
+  KVTWIN_TRY_STATUS(temp.reserve(bytes));
+  bytes = temp.bytes();
+  KVTWIN_CUDA_TRY(cub::DeviceRadixSort::SortKeys(temp.get(), bytes, values, sorted, static_cast<int>(n), 0, 64, stream));
+  KVTWIN_CUDA_TRY(cudaMemsetAsync(status, 0, sizeof(std::uint32_t), stream));
+  adjacent_duplicate_kernel<<<blocks_for(n), kThreads, 0, stream>>>(sorted, n, status);
+  KVTWIN_CUDA_LAUNCHED();
+  std::uint32_t host = 0;
+  KVTWIN_CUDA_TRY(cudaMemcpyAsync(&host, status, sizeof host, cudaMemcpyDeviceToHost, stream));
+  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
+  return host != 0;
+}
+
+Status DeviceSide::init(const SubPoolGeometry& geometry, std::int64_t num_virtual, bool owner, cudaStream_t stream) {
+  geometry_ = geometry;
+  owner_ = owner;
+  num_virtual_ = num_virtual;
+  const std::int64_t pages = num_pages();
+  KVTWIN_TRY_STATUS(v2p_.allocate(static_cast<std::size_t>(num_virtual + 1)));
+  KVTWIN_TRY_STATUS(p2v_.allocate(static_cast<std::size_t>(pages + 1)));
+  KVTWIN_TRY_STATUS(hole_flags_.allocate(static_cast<std::size_t>(pages + 1)));
+  KVTWIN_TRY_STATUS(marks_.allocate(static_cast<std::size_t>(pages + 1)));
+  // SPEC 4: all -1, except v2p[0] = p2v[0] = 0 (the sink); the last row is the -1 sentinel.
+  fill_kernel<<<blocks_for(num_virtual + 1), kThreads, 0, stream>>>(v2p_.get(), num_virtual + 1, -1);
+  KVTWIN_CUDA_LAUNCHED();
+  fill_kernel<<<blocks_for(pages + 1), kThreads, 0, stream>>>(p2v_.get(), pages + 1, -1);
+  KVTWIN_CUDA_LAUNCHED();
+  KVTWIN_CUDA_TRY(cudaMemsetAsync(v2p_.get(), 0, sizeof(std::int64_t), stream));
+  KVTWIN_CUDA_TRY(cudaMemsetAsync(p2v_.get(), 0, sizeof(std::int64_t), stream));
+  KVTWIN_CUDA_TRY(cudaMemsetAsync(hole_flags_.get(), 0, hole_flags_.bytes(), stream));
+  KVTWIN_CUDA_TRY(cudaMemsetAsync(marks_.get(), 0, marks_.bytes(), stream));
+  watermark = grows_up() ? min_page() : pages - 1;
+  allocated = 0;
+  holes = 0;
+  queue_head = 0;
+  queue_count = 0;
+  if (owner) {
+    KVTWIN_TRY_STATUS(queue_.allocate(static_cast<std::size_t>(std::max<std::int64_t>(num_virtual, 1))));
+    KVTWIN_CUDA_TRY(cudaMemsetAsync(queue_.get(), 0, queue_.bytes(), stream));  // no unwritten slot is ever read
+    queue_count = std::max<std::int64_t>(num_virtual - min_page(), 0);
+    if (queue_count > 0) {
+      iota_kernel<<<blocks_for(queue_count), kThreads, 0, stream>>>(queue_.get(), queue_count, min_page());
+      KVTWIN_CUDA_LAUNCHED();
+    }
+  }
+  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
+  return ok_status();
+}
+
+Status DeviceSide::take_virtual(std::int64_t k, std::int64_t* out, cudaStream_t stream) {
+  KVTWIN_CHECK(owner_ && k <= queue_count, "take_virtual beyond the free queue");
+  if (k == 0) return ok_status();
+  const std::int64_t capacity = static_cast<std::int64_t>(queue_.size());
+  queue_take_kernel<<<blocks_for(k), kThreads, 0, stream>>>(queue_.get(), capacity, queue_head, k, out);
+  KVTWIN_CUDA_LAUNCHED();
+  queue_head = (queue_head + k) % capacity;
+  queue_count -= k;
+  return ok_status();
+}
+
+Status DeviceSide::put_virtual(const std::int64_t* pages, std::int64_t n, cudaStream_t stream) {
+  const std::int64_t capacity = static_cast<std::int64_t>(queue_.size());
+  KVTWIN_CHECK(owner_ && queue_count + n <= capacity, "free queue overflow");
+  if (n == 0) return ok_status();
+  queue_put_kernel<<<blocks_for(n), kThreads, 0, stream>>>(queue_.get(), capacity, (queue_head + queue_count) % capacity,
+                                                           pages, n);
+  KVTWIN_CUDA_LAUNCHED();
+  queue_count += n;
+  return ok_status();
+}
+
+Status DeviceSide::bind(const std::int64_t* vpages, std::int64_t k, SelectScratch& scratch, std::int64_t* hole_scratch,
+                        cudaStream_t stream) {
+  if (k == 0) return ok_status();
+  const std::int64_t h = std::min(k, holes);
+  if (h > 0) {
+    // Holes lie inside the band: up [min_page, wm), down (wm, num_pages).
+    const std::int64_t lo = grows_up() ? min_page() : watermark + 1;
+    const std::int64_t hi = grows_up() ? watermark : num_pages();
+    KVTWIN_TRY(std::int64_t found, select_pages({nullptr, hole_flags_.get(), false}, lo, hi, hole_scratch, scratch, stream));
+    KVTWIN_CHECK(found == holes, "hole flags and the hole count disagree");
+  }
+  const std::int64_t band = k - h;
+  const std::int64_t band_start = grows_up() ? watermark : watermark - band + 1;
+  bind_kernel<<<blocks_for(k), kThreads, 0, stream>>>(v2p_.get(), p2v_.get(), hole_flags_.get(), vpages, hole_scratch, h,
+                                                      band_start, k);
+  KVTWIN_CUDA_LAUNCHED();
+  watermark = grows_up() ? watermark + band : watermark - band;
+  holes -= h;
+  allocated += k;
+  return ok_status();
+}
+
+Status DeviceSide::unbind(const std::int64_t* vpages, std::int64_t n, bool only_positive, cudaStream_t stream) {
+  if (n == 0) return ok_status();
+  unbind_kernel<<<blocks_for(n), kThreads, 0, stream>>>(v2p_.get(), p2v_.get(), vpages, n, only_positive);
+  KVTWIN_CUDA_LAUNCHED();
+  return ok_status();
+}
+
+Status DeviceSide::apply_moves(const std::int64_t* src, const std::int64_t* dst, std::int64_t n, cudaStream_t stream) {
+  if (n == 0) return ok_status();
+  apply_moves_kernel<<<blocks_for(n), kThreads, 0, stream>>>(v2p_.get(), p2v_.get(), src, dst, n);
+  KVTWIN_CUDA_LAUNCHED();
+  return ok_status();
+}
+
+Result<std::vector<std::int64_t>> DeviceSide::queue_contents(cudaStream_t stream) const {
+  std::vector<std::int64_t> out;
+  if (!owner_ || queue_count == 0) return out;
+  std::vector<std::int64_t> ring(queue_.size());
+  KVTWIN_CUDA_TRY(cudaMemcpyAsync(ring.data(), queue_.get(), queue_.bytes(), cudaMemcpyDeviceToHost, stream));
+  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
+  out.reserve(static_cast<std::size_t>(queue_count));
+  for (std::int64_t i = 0; i < queue_count; ++i)
+    out.push_back(ring[static_cast<std::size_t>((queue_head + i) % static_cast<std::int64_t>(ring.size()))]);
+  return out;
+}
+
+Result<std::vector<std::int64_t>> DeviceSide::hole_list(SelectScratch& scratch, std::int64_t* out,
+                                                        cudaStream_t stream) const {
+  std::vector<std::int64_t> list;
+  if (holes == 0) return list;
+  KVTWIN_TRY(std::int64_t found, select_pages({nullptr, hole_flags_.get(), false}, 0, num_pages() + 1, out, scratch, stream));
+  list.resize(static_cast<std::size_t>(found));
+  KVTWIN_CUDA_TRY(cudaMemcpyAsync(list.data(), out, static_cast<std::size_t>(found) * sizeof(std::int64_t),
+                                  cudaMemcpyDeviceToHost, stream));
+  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
+  return list;
+}
+
+Status gather_values(const std::int64_t* table, const std::int64_t* index, std::int64_t n, std::int64_t* out,
+                     cudaStream_t stream) {
+  if (n == 0) return ok_status();
+  gather_kernel<<<blocks_for(n), kThreads, 0, stream>>>(table, index, n, out);
+  KVTWIN_CUDA_LAUNCHED();
+  return ok_status();
+}
+
+Status set_flags(std::uint8_t* flags, const std::int64_t* pages, std::int64_t n, std::uint8_t value, cudaStream_t stream) {
+  if (n == 0) return ok_status();
+  set_flags_kernel<<<blocks_for(n), kThreads, 0, stream>>>(flags, pages, n, value);
+  KVTWIN_CUDA_LAUNCHED();
+  return ok_status();
+}
+
+Status flag_outside(const std::int64_t* values, std::int64_t n, std::int64_t lower, std::int64_t upper,
+                    std::uint32_t* status, cudaStream_t stream) {
+  if (n == 0) return ok_status();
+  flag_outside_kernel<<<blocks_for(n), kThreads, 0, stream>>>(values, n, lower, upper, status);
+  KVTWIN_CUDA_LAUNCHED();
+  return ok_status();
+}
+
+Status reverse_in_place(std::int64_t* values, std::int64_t n, cudaStream_t stream) {
+  if (n < 2) return ok_status();
+  reverse_kernel<<<blocks_for(n / 2), kThreads, 0, stream>>>(values, n);
+  KVTWIN_CUDA_LAUNCHED();
+  return ok_status();
+}
+
+Status sink_to_zero(const std::int64_t* values, std::int64_t n, std::int64_t sink_end, std::int64_t* out,
+                    cudaStream_t stream) {
+  if (n == 0) return ok_status();
+  sink_to_zero_kernel<<<blocks_for(n), kThreads, 0, stream>>>(values, n, sink_end, out);
+  KVTWIN_CUDA_LAUNCHED();
+  return ok_status();
+}
+
+Status flag_unallocated_rows(const std::int64_t* tokens, std::int64_t row_stride, const std::int64_t* lens,
+                             std::int64_t rows, const std::int64_t* v2p, std::int64_t v2p_len, std::int64_t page_size,
+                             std::uint32_t* flags, cudaStream_t stream) {
+  if (rows == 0) return ok_status();
+  KVTWIN_CUDA_TRY(cudaMemsetAsync(flags, 0, static_cast<std::size_t>(rows) * sizeof(std::uint32_t), stream));
+  flag_unallocated_kernel<<<static_cast<unsigned>(std::min<std::int64_t>(rows, 65535)), kThreads, 0, stream>>>(
+      tokens, row_stride, lens, rows, v2p, v2p_len, page_size, flags);
+  KVTWIN_CUDA_LAUNCHED();
+  return ok_status();
+}
+
+}  // namespace kvtwin::gpu

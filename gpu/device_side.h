@@ -1,0 +1,122 @@
+// One sub-pool's allocator on the device (SPEC.md section 4): its tables v2p, p2v, the owner's
+// free queue (a ring) and the lazy-mode hole flags live in device memory, as they would in a
+// server; the host keeps only scalar counters (watermark, counts, the queue's head).
+//
+// The device work here: binding pages (alloc), unbinding them (free), planning a compaction
+// (the survivors and the holes, each selected in ascending order with CUB and paired by
+// position) and applying the planned moves to the tables. The page bytes themselves move with
+// launch_move_pages (kernels.cuh). GpuPool (gpu_pool.cu) orders these steps so that a failed
+// operation changes nothing: plan and check first, commit after.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "core/sizing.h"
+#include "gpu/device_buffer.h"
+
+namespace kvtwin::gpu {
+
+// Which pages a selection keeps: bound pages not flagged, or flagged pages.
+struct PagePredicate {
+  const std::int64_t* p2v = nullptr;
+  const std::uint8_t* flags = nullptr;
+  bool bound_unflagged = true;  // true: p2v[p] >= 0 && !(flags && flags[p]); false: flags[p] != 0
+};
+
+// Scratch shared by every selection of a pool: CUB's temporary storage and a device counter.
+struct SelectScratch {
+  DeviceBuffer<std::uint8_t> temp;
+  DeviceBuffer<std::int64_t> count;
+  Status reserve(std::int64_t max_items, cudaStream_t stream);
+};
+
+// Pages p in [lo, hi) with pred(p), ascending, into out; returns how many (synchronously).
+Result<std::int64_t> select_pages(const PagePredicate& pred, std::int64_t lo, std::int64_t hi, std::int64_t* out,
+                                  SelectScratch& scratch, cudaStream_t stream);
+// Values v[i] > 0, in order, into out; returns how many (synchronously).
+Result<std::int64_t> select_positive(const std::int64_t* values, std::int64_t n, std::int64_t* out,
+                                     SelectScratch& scratch, cudaStream_t stream);
+// True when two of the n values are equal and non-zero (sorts a copy in `sorted`, n long).
+Result<bool> has_nonzero_duplicate(const std::int64_t* values, std::int64_t n, std::int64_t* sorted,
+                                   DeviceBuffer<std::uint8_t>& temp, std::uint32_t* status, cudaStream_t stream);
+
+class DeviceSide {
+ public:
+  // Tables for `geometry`, with v2p of num_virtual + 1 rows; `owner` sides also keep the free
+  // queue, initially min_page_index .. num_virtual - 1 (SPEC 4).
+  Status init(const SubPoolGeometry& geometry, std::int64_t num_virtual, bool owner, cudaStream_t stream);
+
+  const SubPoolGeometry& geometry() const { return geometry_; }
+  bool grows_up() const { return geometry_.direction == GrowDirection::up; }
+  bool owner() const { return owner_; }
+  std::int64_t num_pages() const { return static_cast<std::int64_t>(geometry_.num_pages); }
+  std::int64_t min_page() const { return static_cast<std::int64_t>(geometry_.min_page_index); }
+  std::int64_t v2p_len() const { return num_virtual_ + 1; }
+  std::int64_t p2v_len() const { return num_pages() + 1; }
+
+  std::int64_t* v2p() const { return v2p_.get(); }
+  std::int64_t* p2v() const { return p2v_.get(); }
+  std::uint8_t* hole_flags() const { return hole_flags_.get(); }
+  std::uint8_t* marks() const { return marks_.get(); }
+
+  // Host counters.
+  std::int64_t watermark = 0;
+  std::int64_t allocated = 0;
+  std::int64_t holes = 0;
+  std::int64_t queue_head = 0;
+  std::int64_t queue_count = 0;
+
+  // Pages left for this side: num_pages - min_page_index - allocated.
+  std::int64_t remaining() const { return num_pages() - min_page() - allocated; }
+  // Pages the band can still grow by before it meets the end (single sub-pool, up side).
+  std::int64_t band_room_single() const { return num_pages() - watermark; }
+
+  // Takes k virtual pages from the queue front into out (owner side).
+  Status take_virtual(std::int64_t k, std::int64_t* out, cudaStream_t stream);
+  // Appends n virtual pages (ascending) at the queue's back (owner side).
+  Status put_virtual(const std::int64_t* pages, std::int64_t n, cudaStream_t stream);
+  // Binds vpages[i] to the i-th physical page: the first min(k, holes) holes ascending, then the
+  // band (SPEC 4, docs/decisions.md "Lazy mode, alloc").
+  Status bind(const std::int64_t* vpages, std::int64_t k, SelectScratch& scratch, std::int64_t* hole_scratch,
+              cudaStream_t stream);
+  // v2p[v] = -1 and p2v[old page] = -1 for each v (only where v2p[v] > 0 when only_positive).
+  Status unbind(const std::int64_t* vpages, std::int64_t n, bool only_positive, cudaStream_t stream);
+  // For each planned move: v2p[p2v[src]] = dst, p2v[dst] = that v, p2v[src] = -1.
+  Status apply_moves(const std::int64_t* src, const std::int64_t* dst, std::int64_t n, cudaStream_t stream);
+
+  // The queue, front first; holes ascending (host copies, for tables()).
+  Result<std::vector<std::int64_t>> queue_contents(cudaStream_t stream) const;
+  Result<std::vector<std::int64_t>> hole_list(SelectScratch& scratch, std::int64_t* out, cudaStream_t stream) const;
+
+ private:
+  SubPoolGeometry geometry_;
+  bool owner_ = false;
+  std::int64_t num_virtual_ = 0;
+  DeviceBuffer<std::int64_t> v2p_;
+  DeviceBuffer<std::int64_t> p2v_;
+  DeviceBuffer<std::int64_t> queue_;  // ring of num_virtual entries (owner side)
+  DeviceBuffer<std::uint8_t> hole_flags_;
+  DeviceBuffer<std::uint8_t> marks_;  // scratch flags for planning (all 0 between operations)
+};
+
+// Small device helpers used by the pool.
+Status gather_values(const std::int64_t* table, const std::int64_t* index, std::int64_t n, std::int64_t* out,
+                     cudaStream_t stream);  // out[i] = table[index[i]]
+Status set_flags(std::uint8_t* flags, const std::int64_t* pages, std::int64_t n, std::uint8_t value, cudaStream_t stream);
+// status[slot] |= 1 when any of the n values is < 0 (or, with `upper`, >= upper).
+Status flag_outside(const std::int64_t* values, std::int64_t n, std::int64_t lower, std::int64_t upper,
+                    std::uint32_t* status, cudaStream_t stream);
+Status reverse_in_place(std::int64_t* values, std::int64_t n, cudaStream_t stream);
+// out[i] = values[i] < sink_end ? 0 : values[i] (sink lanes all become the sink id 0).
+Status sink_to_zero(const std::int64_t* values, std::int64_t n, std::int64_t sink_end, std::int64_t* out,
+                    cudaStream_t stream);
+// flags[b] = 1 when a token of row b (its first lens[b] of a row_stride-wide table) is not an
+// allocated virtual token: v = t // ps must be in [1, v2p_len - 1) with v2p[v] >= 0. Else 0.
+Status flag_unallocated_rows(const std::int64_t* tokens, std::int64_t row_stride, const std::int64_t* lens,
+                             std::int64_t rows, const std::int64_t* v2p, std::int64_t v2p_len, std::int64_t page_size,
+                             std::uint32_t* flags, cudaStream_t stream);
+
+}  // namespace kvtwin::gpu

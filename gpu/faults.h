@@ -1,0 +1,50 @@
+// Fault switches: real bugs from the seeds and peer projects (SPEC.md section 10), planted in the
+// CUDA implementation behind named, off-by-default switches, so the harness can show that its
+// default check catches each one. A switch changes exactly one decision in gpu/; everything else
+// runs as usual. Bugs 13, 15 and 16 (host arena leases and stored-page keys) live outside gpu/.
+//
+// This header includes no CUDA header: harness code (traces, CLI) sets faults by name.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/result.h"
+
+namespace kvtwin::gpu {
+
+struct Faults {
+  bool skip_rebind = false;              // 1: rebind marks the loc physical but does not translate it
+  bool no_mark_check = false;            // 2: the write door accepts an unmarked loc
+  bool split_drops_mark = false;         // 3: a split's children fall back to "virtual"
+  bool cross_gets_batch_loc = false;     // 4: a cross-attention layer writes through the batch loc
+  bool stale_loc_tail = false;           // 5: the decode loc refill leaves lanes past the batch stale
+  bool stale_table_lengths = false;      // 6: the page-table refill uses the previous replay's lengths
+  bool remap_fresh_buffer = false;       // 7: the index remap writes a fresh buffer, not in place
+  bool stride_from_shape = false;        // 8: attention derives the in-page token stride from the shape
+  bool negative_wraps = false;           // 9: a negative id indexes v2p from the end instead of the sink
+  bool tombstone_live = false;           // 10: a tombstone (-1) is not clamped to the sink
+  bool pairing_out_of_order = false;     // 11: compaction pairs survivors with holes in reverse order
+  bool move_under_reader = false;        // 12: a move ignores the readers holding its pages
+  bool alloc_many_partial = false;       // 14: alloc_many leaves earlier grants behind on "no room"
+  bool row_misaligned_accepted = false;  // 17: a row that is not a multiple of 16 bytes is accepted
+  bool int32_offsets = false;            // 18: the write and read doors compute byte offsets in int32
+
+  bool any() const;
+  bool operator==(const Faults&) const = default;
+};
+
+// Every switch's name, in the order above.
+const std::vector<std::string_view>& fault_names();
+
+// Turns one switch on by name; an unknown name is an error listing the known ones.
+Status set_fault(Faults& faults, std::string_view name);
+
+// "a,b,c" -> those switches on; "" -> none.
+Result<Faults> parse_faults(std::string_view comma_separated);
+
+// The names of the switches that are on, comma-separated ("" when none).
+std::string to_string(const Faults& faults);
+
+}  // namespace kvtwin::gpu

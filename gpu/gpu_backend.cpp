@@ -1,0 +1,35 @@
+// The CUDA backend's factory (gpu_backend.h).
+#include "gpu/gpu_backend.h"
+
+#include <cstdio>
+
+#include <cuda_runtime_api.h>
+
+#include "gpu/gpu_pool.h"
+
+namespace kvtwin::gpu {
+
+bool cuda_device_available() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+std::string cuda_device_description() {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) return std::string("no CUDA device: ") + cudaGetErrorString(err);
+  if (count == 0) return "no CUDA device: the runtime found none";
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return "a CUDA device whose properties cannot be read";
+  int runtime = 0;
+  (void)cudaRuntimeGetVersion(&runtime);
+  char gib[32];
+  std::snprintf(gib, sizeof gib, "%.1f", static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
+  return std::string(prop.name) + ", " + std::to_string(prop.multiProcessorCount) + " SMs, " + gib + " GiB, compute " +
+         std::to_string(prop.major) + "." + std::to_string(prop.minor) + ", CUDA runtime " +
+         std::to_string(runtime / 1000) + "." + std::to_string((runtime % 1000) / 10);
+}
+
+std::unique_ptr<Backend> make_gpu_backend(const Faults& faults) { return std::make_unique<GpuPool>(faults); }
+
+}  // namespace kvtwin::gpu

@@ -1,0 +1,26 @@
+// The CUDA backend seen from code that includes no CUDA header (the runner, the CLI, the
+// property tests): is there a device, and a GpuPool behind the plain Backend interface.
+//
+// Link kvtwin_gpu to use it; that target exists only when the project is configured with
+// KVTWIN_WITH_CUDA (it defines KVTWIN_HAVE_GPU=1 for its users), so code that must also build
+// without CUDA guards on that definition or on `if(TARGET kvtwin_gpu)` in CMake.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/backend.h"
+#include "gpu/faults.h"
+
+namespace kvtwin::gpu {
+
+// True when the CUDA runtime finds at least one device this process may use.
+bool cuda_device_available();
+
+// "NVIDIA H200, 132 SMs, 139.8 GiB, CUDA 13.0" or why there is none ("no CUDA device: ...").
+std::string cuda_device_description();
+
+// A fresh CUDA backend (no pool yet: BuildPool first), with the given fault switches.
+std::unique_ptr<Backend> make_gpu_backend(const Faults& faults = {});
+
+}  // namespace kvtwin::gpu

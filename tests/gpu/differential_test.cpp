@@ -1,0 +1,389 @@
+// The differential property: the reference model (sim/) and the CUDA implementation (gpu/) driven
+// by the same random operations, the model's property's generators and swarm weights (props/),
+// compared after every operation (answers and tables exactly) and at checkpoints and at the end
+// (whole raw pools, page by page). Captured-graph replays are in the mix (props generates
+// capture and replay with batches that grow and shrink).
+//
+// Also one short reproducer per GPU fault switch (SPEC.md section 10): with the switch off the
+// two agree; with it on, the same check reports a divergence.
+//
+// Runs: the default is small (CI skips it: no device). For the H200 run set
+//   KVTWIN_DIFF_CASES=N  (RapidCheck cases; default 25)   KVTWIN_DIFF_SIZE=S (ops per case; default 40)
+//   KVTWIN_SEED=X        (the run's seed; printed first)  RC_PARAMS="reproduce=..." (a failure's replay)
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+#include <unordered_map>
+
+#include <gtest/gtest.h>
+#include <rapidcheck.h>
+#include <rapidcheck/state.h>
+
+#include "props/config_gen.h"
+#include "props/model_property.h"  // showValue of configurations and swarm weights
+#include "props/op_gen.h"
+#include "props/rc_choices.h"
+#include "props/shadow.h"
+#include "props/swarm.h"
+#include "tests/gpu/differential.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace kvtwin::gpu::testing {
+namespace {
+
+std::atomic<std::uint64_t> g_operations{0};
+std::atomic<std::uint64_t> g_pool_comparisons{0};
+std::atomic<std::uint64_t> g_cases{0};
+
+class TwinCommand : public rc::state::Command<props::PoolShadow, Twin> {
+ public:
+  explicit TwinCommand(Op op) : op_(std::move(op)) {}
+  void apply(props::PoolShadow& shadow) const override { shadow.apply(op_); }
+  void run(const props::PoolShadow&, Twin& twin) const override {
+    ++g_operations;
+    if (const auto d = step(twin, op_)) RC_FAIL(*d);
+  }
+  void show(std::ostream& os) const override { os << to_string(op_); }
+
+ private:
+  Op op_;
+};
+
+void twin_property() {
+  const PoolConfig config = *rc::gen::exec([] {
+    props::RapidCheckChoices choices;
+    return props::generate_config(choices);
+  });
+  const props::SwarmWeights weights = *rc::gen::exec([] {
+    props::RapidCheckChoices choices;
+    return props::draw_swarm(choices);
+  });
+  RC_TAG(config.shape.name, config.mode == CompactionMode::lazy ? "lazy" : "eager",
+         config.tables_only ? "tables-only" : "bytes");
+  ++g_cases;
+  Twin twin;
+  if (const auto d = step(twin, BuildPool{config})) RC_FAIL(*d);
+  using CommandPtr = std::shared_ptr<const rc::state::Command<props::PoolShadow, Twin>>;
+  rc::state::check(props::PoolShadow(config), twin, [weights](const props::PoolShadow& shadow) {
+    return rc::gen::exec([shadow, weights]() -> CommandPtr {
+      props::RapidCheckChoices choices;
+      return std::make_shared<const TwinCommand>(props::generate_op(choices, shadow, weights));
+    });
+  });
+  // The end of every sequence is a checkpoint: whole pools, page by page.
+  ++g_pool_comparisons;
+  if (const auto d = pool_difference(twin.model, twin.gpu)) RC_FAIL("at the end: " + *d);
+  g_pool_comparisons += twin.pool_comparisons;
+}
+
+class Quiet : public rc::detail::TestListener {
+ public:
+  void onTestCaseFinished(const rc::detail::CaseDescription&) override {}
+  void onShrinkTried(const rc::detail::CaseDescription&, bool) override {}
+  void onTestFinished(const rc::detail::TestMetadata&, const rc::detail::TestResult&) override {}
+};
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? fallback : std::atoi(v);
+}
+
+TEST(Differential, ModelAndGpuAgreeOnRandomOperations) {
+  KVTWIN_REQUIRE_CUDA();
+  rc::detail::TestParams params;
+  params.seed = test_seed(20261129);
+  params.maxSuccess = env_int("KVTWIN_DIFF_CASES", 25);
+  params.maxSize = env_int("KVTWIN_DIFF_SIZE", 40);
+  rc::detail::TestMetadata metadata;
+  metadata.id = "model_and_gpu_agree";
+  metadata.description = metadata.id;
+  Quiet quiet;
+  const bool from_environment = std::getenv("RC_PARAMS") != nullptr;
+  g_operations = g_pool_comparisons = g_cases = 0;
+  const rc::detail::TestResult result = rc::detail::checkTestable(
+      [] { twin_property(); }, metadata, params, quiet,
+      from_environment ? rc::detail::configuration().reproduce : std::unordered_map<std::string, rc::detail::Reproduce>{});
+  std::ostringstream message;
+  rc::detail::printResultMessage(result, message);
+  std::printf("[ twin     ] %llu cases run (shrinking included), %llu operations on both, %llu whole-pool comparisons\n",
+              static_cast<unsigned long long>(g_cases.load()), static_cast<unsigned long long>(g_operations.load()),
+              static_cast<unsigned long long>(g_pool_comparisons.load()));
+  rc::detail::FailureResult failure;
+  if (result.match(failure)) {
+    rc::detail::Configuration config;
+    config.testParams = params;
+    config.reproduce = {{metadata.id, failure.reproduce}};
+    ADD_FAILURE() << message.str() << "\nreproduce with: RC_PARAMS=\"" << rc::detail::configToMinimalString(config)
+                  << "\" KVTWIN_SEED=" << params.seed << " kvtwin_gpu_tests --gtest_filter=Differential.*";
+  } else {
+    std::printf("%s\n", message.str().c_str());
+  }
+}
+
+// ---------------------------------------------------------------- fault switches (SPEC 10)
+
+ModelShape tiny_shape(std::vector<LayerKind> layers, std::uint32_t heads = 2, std::uint32_t dim = 8) {
+  ModelShape s;
+  s.name = "tiny";
+  s.attention = AttentionKind::mha;
+  s.layers = std::move(layers);
+  s.num_kv_heads = heads;
+  s.k_head_dim = dim;
+  s.v_head_dim = dim;
+  // A window only where there are sliding-window layers (core refuses one without them).
+  s.sliding_window_tokens = std::find(s.layers.begin(), s.layers.end(), LayerKind::swa) != s.layers.end() ? 4 : 0;
+  s.dtype = DType::bf16;
+  return s;
+}
+
+PoolConfig config_of(ModelShape shape, std::uint64_t page_size, std::uint64_t pages) {
+  PoolConfig c;
+  c.shape = std::move(shape);
+  c.page_size = page_size;
+  c.seed = 5;
+  c.total_bytes = 1 << 20;
+  const PoolDerived d = derive_pool(c).value();
+  c.total_bytes = d.geometry.sub_pools[0].page_bytes * pages;
+  return c;
+}
+
+struct Scenario {
+  PoolConfig config;
+  std::vector<Op> ops;  // after the build
+  std::int64_t m = 1;   // the first usable page
+  std::int64_t ps = 1;
+  std::int64_t num_pages = 0;
+
+  explicit Scenario(PoolConfig c) : config(std::move(c)) {
+    const PoolDerived d = derive_pool(config).value();
+    m = static_cast<std::int64_t>(d.geometry.sub_pools[0].min_page_index);
+    ps = static_cast<std::int64_t>(config.page_size);
+    num_pages = static_cast<std::int64_t>(d.geometry.sub_pools[0].num_pages);
+  }
+  std::vector<std::int64_t> tokens(std::int64_t first_page, std::int64_t pages) const {
+    std::vector<std::int64_t> out;
+    for (std::int64_t p = first_page; p < first_page + pages; ++p)
+      for (std::int64_t s = 0; s < ps; ++s) out.push_back(p * ps + s);
+    return out;
+  }
+  // Two allocations, the first freed: the second's virtual pages m+2, m+3 now sit on physical
+  // m, m+1 (virtual and physical ids differ).
+  void shifted() {
+    ops.push_back(Alloc{static_cast<std::uint64_t>(2 * ps)});
+    ops.push_back(Alloc{static_cast<std::uint64_t>(2 * ps)});
+    ops.push_back(Free{IdUnit::pages, {m, m + 1}});
+  }
+};
+
+// With `fault` off, model and GPU agree on the whole scenario; with it on, the default check
+// reports a divergence. Prints the divergence (the reproducer's evidence).
+void expect_caught(const std::string& fault, const Scenario& s, const std::vector<Op>& before_build = {}) {
+  std::vector<Op> all = before_build;
+  if (before_build.empty()) all.push_back(BuildPool{s.config});
+  all.insert(all.end(), s.ops.begin(), s.ops.end());
+  all.push_back(Checkpoint{});
+  {
+    Twin clean;
+    for (const Op& op : all) {
+      const auto d = step(clean, op);
+      ASSERT_FALSE(d.has_value()) << "without " << fault << ", the reproducer itself diverges: " << *d;
+    }
+  }
+  Faults faults;
+  ASSERT_TRUE(set_fault(faults, fault).ok());
+  Twin faulty(faults);
+  for (const Op& op : all) {
+    if (const auto d = step(faulty, op)) {
+      std::printf("[ caught   ] %s: %s\n", fault.c_str(), d->c_str());
+      return;
+    }
+  }
+  ADD_FAILURE() << "fault " << fault << " was not caught by the differential check";
+}
+
+Scenario small(std::vector<LayerKind> layers = {LayerKind::full, LayerKind::full}, std::uint64_t ps = 2,
+               std::uint64_t pages = 20) {
+  return Scenario(config_of(tiny_shape(std::move(layers)), ps, pages));
+}
+
+TEST(FaultSwitch, SkipRebindIsCaught) {
+  KVTWIN_REQUIRE_CUDA();
+  Scenario s = small();
+  s.shifted();
+  s.ops.push_back(MakeBatch{1, s.tokens(s.m + 2, 2), {}});
+  s.ops.push_back(Rebind{1, 0});
+  s.ops.push_back(Write{0, 1, 1u, {}, false, {}, false});
+  expect_caught("skip_rebind", s);
+}
+
+TEST(FaultSwitch, NoMarkCheckIsCaught) {
+  KVTWIN_REQUIRE_CUDA();
+  Scenario s = small();
+  s.ops.push_back(Alloc{static_cast<std::uint64_t>(2 * s.ps)});
+  s.ops.push_back(MakeBatch{1, s.tokens(s.m, 2), {}});
+  s.ops.push_back(Write{0, 1, 1u, {}, false, {}, false});  // never rebound: unmarked
+  expect_caught("no_mark_check", s);
+}
+
+TEST(FaultSwitch, SplitDropsMarkIsCaught) {
+  KVTWIN_REQUIRE_CUDA();
+  Scenario s = small();
+  s.ops.push_back(Alloc{static_cast<std::uint64_t>(2 * s.ps)});
+  s.ops.push_back(MakeBatch{1, s.tokens(s.m, 2), {}});
+  s.ops.push_back(Rebind{1, 0});
+  s.ops.push_back(Split{1, 1, 2, 3});
+  s.ops.push_back(Write{0, 1, 3u, {}, false, {}, false});
+  expect_caught("split_drops_mark", s);
+}
+
+TEST(FaultSwitch, CrossGetsBatchLocIsCaught) {
+  KVTWIN_REQUIRE_CUDA();
+  Scenario s = small({LayerKind::full, LayerKind::cross});
+  s.ops.push_back(Alloc{static_cast<std::uint64_t>(2 * s.ps)});
+  s.ops.push_back(MakeBatch{1, s.tokens(s.m, 2), s.tokens(s.m, 2)});
+  s.ops.push_back(Rebind{1, 0});
+  s.ops.push_back(Write{1, 1, 1u, {}, false, {}, false});  // the cross-attention layer
+  expect_caught("cross_gets_batch_loc", s);
+}
+
+// Three requests of two pages each; history written; a graph at max_batch 4, two pages wide.
+Scenario decode_scenario() {
+  Scenario s = small();
+  for (int r = 0; r < 3; ++r) s.ops.push_back(Alloc{static_cast<std::uint64_t>(2 * s.ps)});
+  s.ops.push_back(Capture{1, 4, 2, 0, 2});
+  return s;
+}
+
+std::vector<std::int64_t> prefix(const Scenario& s, int request, std::int64_t len) {
+  std::vector<std::int64_t> t = s.tokens(s.m + 2 * request, 2);
+  t.resize(static_cast<std::size_t>(len));
+  return t;
+}
+
+TEST(FaultSwitch, StaleLocTailIsCaught) {
+  KVTWIN_REQUIRE_CUDA();
+  Scenario s = decode_scenario();
+  s.ops.push_back(Replay{1, {prefix(s, 0, 3), prefix(s, 1, 3), prefix(s, 2, 3)}, 5, 9});
+  s.ops.push_back(Replay{1, {prefix(s, 0, 4)}, 6, 9});  // smaller batch: the tail must be the sink
+  expect_caught("stale_loc_tail", s);
+}
+
+TEST(FaultSwitch, StaleTableLengthsIsCaught) {
+  KVTWIN_REQUIRE_CUDA();
+  Scenario s = decode_scenario();
+  s.ops.push_back(Replay{1, {prefix(s, 0, s.ps)}, 5, 9});          // one page
+  s.ops.push_back(Replay{1, {prefix(s, 0, 2 * s.ps)}, 6, 9});      // two pages: the second column is new
+  expect_caught("stale_table_lengths", s);
+}
+
+TEST(FaultSwitch, RemapFreshBufferIsCaught) {
+  KVTWIN_REQUIRE_CUDA();
+  Scenario s = small();
+  s.shifted();
+  const std::vector<std::int64_t> indices = s.tokens(s.m + 2, 2);
+  s.ops.push_back(RemapIndices{{0, static_cast<std::int64_t>(indices.size())}, indices, 1});
+  expect_caught("remap_fresh_buffer", s);
+}
+
+TEST(FaultSwitch, StrideFromShapeIsCaught) {
+  KVTWIN_REQUIRE_CUDA();
+  Scenario s = small();
+  s.ops.push_back(Alloc{static_cast<std::uint64_t>(2 * s.ps)});
+  const std::vector<std::int64_t> history = s.tokens(s.m, 2);
+  // A fresh pool binds virtual page v to physical page v: the tokens are their own physical ids.
+  s.ops.push_back(Write{0, 3, std::nullopt, history, true, history, false});
+  s.ops.push_back(Capture{1, 1, 2, 0, 2});
+  s.ops.push_back(Replay{1, {history}, 4, 11});
+  expect_caught("stride_from_shape", s);
+}
+
+TEST(FaultSwitch, NegativeWrapsIsCaught) {
+  KVTWIN_REQUIRE_CUDA();
+  Scenario s = small();
+  s.ops.push_back(Alloc{static_cast<std::uint64_t>(2 * s.ps)});
+  // v2p has num_pages + 1 rows; a page index of m - (num_pages + 1) wraps to page m.
+  Translate t;
+  t.ids = {(s.m - (s.num_pages + 1)) * s.ps};
+  t.shape = {1};
+  s.ops.push_back(t);
+  expect_caught("negative_wraps", s);
+}
+
+TEST(FaultSwitch, TombstoneLiveIsCaught) {
+  KVTWIN_REQUIRE_CUDA();
+  Scenario s = small();
+  Translate t;
+  t.ids = {s.m * s.ps + 1};  // page m is not bound: v2p[m] = -1
+  t.shape = {1};
+  s.ops.push_back(t);
+  expect_caught("tombstone_live", s);
+}
+
+TEST(FaultSwitch, PairingOutOfOrderIsCaught) {
+  KVTWIN_REQUIRE_CUDA();
+  Scenario s = small();
+  s.ops.push_back(Alloc{static_cast<std::uint64_t>(4 * s.ps)});
+  s.ops.push_back(Free{IdUnit::pages, {s.m, s.m + 1}});  // two survivors, two holes
+  expect_caught("pairing_out_of_order", s);
+}
+
+TEST(FaultSwitch, MoveUnderReaderIsCaught) {
+  KVTWIN_REQUIRE_CUDA();
+  Scenario s = small();
+  s.ops.push_back(Alloc{static_cast<std::uint64_t>(3 * s.ps)});
+  s.ops.push_back(BeginRead{1, "full", {s.m + 2}});
+  s.ops.push_back(Free{IdUnit::pages, {s.m}});  // would move page m+2 under the reader
+  expect_caught("move_under_reader", s);
+}
+
+TEST(FaultSwitch, AllocManyPartialIsCaught) {
+  KVTWIN_REQUIRE_CUDA();
+  Scenario s = small();
+  const std::uint64_t usable = static_cast<std::uint64_t>(s.num_pages - s.m);
+  s.ops.push_back(AllocMany{{(usable - 1) * static_cast<std::uint64_t>(s.ps), 2 * static_cast<std::uint64_t>(s.ps)}});
+  expect_caught("alloc_many_partial", s);
+}
+
+TEST(FaultSwitch, RowMisalignedAcceptedIsCaught) {
+  KVTWIN_REQUIRE_CUDA();
+  // One KV head of dim 4 in bf16: 8-byte rows, which the byte law refuses.
+  PoolConfig c;
+  c.shape = tiny_shape({LayerKind::full, LayerKind::full}, 1, 4);
+  c.page_size = 2;
+  c.total_bytes = 64 * 1024;
+  Scenario s(config_of(tiny_shape({LayerKind::full}), 2, 20));
+  s.ops = {Alloc{4}};
+  expect_caught("row_misaligned_accepted", s, {BuildPool{c}});
+}
+
+TEST(FaultSwitch, Int32OffsetsIsCaught) {
+  KVTWIN_REQUIRE_CUDA();
+  // 8 heads of dim 128 (2 KiB rows), two layers: 8 KiB entries; page size 16: 128 KiB pages.
+  // A 2.5 GiB pool; pages past 16384 start beyond byte 2^31.
+  PoolConfig c;
+  c.shape = tiny_shape({LayerKind::full, LayerKind::full}, 8, 128);
+  c.page_size = 16;
+  c.seed = 9;
+  c.total_bytes = std::uint64_t{5} << 29;
+  Scenario s(c);
+  const std::int64_t pages = (std::int64_t{1} << 31) / (16 * 8192) + 8;  // reaches past 2^31
+  s.ops.push_back(Alloc{static_cast<std::uint64_t>(pages * s.ps)});
+  const std::vector<std::int64_t> top = s.tokens(s.m + pages - 2, 1);  // virtual = physical on a fresh pool
+  s.ops.push_back(Write{1, 2, std::nullopt, top, true, top, false});
+  s.ops.push_back(Read{1, "v", top});
+  expect_caught("int32_offsets", s);
+}
+
+TEST(FaultSwitch, EverySwitchHasAReproducer) {
+  // The list above covers every GPU switch by name (keep them in step).
+  const std::vector<std::string_view> covered = {
+      "skip_rebind",          "no_mark_check",   "split_drops_mark",    "cross_gets_batch_loc", "stale_loc_tail",
+      "stale_table_lengths",  "remap_fresh_buffer", "stride_from_shape", "negative_wraps",       "tombstone_live",
+      "pairing_out_of_order", "move_under_reader", "alloc_many_partial", "row_misaligned_accepted", "int32_offsets"};
+  EXPECT_EQ(covered, fault_names());
+}
+
+}  // namespace
+}  // namespace kvtwin::gpu::testing
