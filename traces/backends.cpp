@@ -5,6 +5,10 @@
 
 #include "sim/model.h"
 
+#if KVTWIN_HAVE_GPU
+#include "gpu/gpu_backend.h"
+#endif
+
 namespace kvtwin::traces {
 namespace {
 
@@ -98,13 +102,21 @@ Result<BackendChoice> parse_backend_choice(std::string_view name) {
                     "unknown backend '" + std::string(name) + "'; use model, gpu or both");
 }
 
+#if KVTWIN_HAVE_GPU
+bool gpu_backend_built() { return true; }
+bool gpu_device_available() { return gpu::cuda_device_available(); }
+std::string gpu_unavailable_reason() {
+  if (gpu_device_available()) return "";
+  return gpu::cuda_device_description() + "; use --backend model (or run where a CUDA device is)";
+}
+#else
 bool gpu_backend_built() { return false; }
 bool gpu_device_available() { return false; }
-
 std::string gpu_unavailable_reason() {
-  return "GPU backend not built: this kvtwin has no CUDA implementation compiled in (the gpu/ backend has not "
-         "landed); use --backend model";
+  return "GPU backend not built: this kvtwin was configured without CUDA (KVTWIN_WITH_CUDA=OFF); use --backend "
+         "model";
 }
+#endif
 
 std::vector<std::string> planted_faults() {
   return {"alloc_many_partial", "drop_free_swa", "negative_not_sink", "pairing_out_of_order", "stale_write"};
@@ -118,10 +130,26 @@ std::string BackendSet::names() const {
 
 Result<BackendSet> make_backend_set(BackendChoice choice, const std::string& fault) {
   BackendSet set;
-  if (choice != BackendChoice::model && !gpu_backend_built())
-    return make_error(ErrorKind::unsupported, gpu_unavailable_reason());
-  if (choice != BackendChoice::model && !gpu_device_available())
-    return make_error(ErrorKind::unsupported, gpu_unavailable_reason());
+  if (choice != BackendChoice::model) {
+    if (!gpu_backend_built() || !gpu_device_available())
+      return make_error(ErrorKind::unsupported, gpu_unavailable_reason());
+#if KVTWIN_HAVE_GPU
+    // The GPU's own fault switches (gpu/faults.h), by name.
+    Result<gpu::Faults> faults = gpu::parse_faults(fault);
+    if (!faults.ok()) return faults.error();
+    if (choice == BackendChoice::both) {
+      auto model = std::make_unique<sim::Model>();
+      set.players.push_back(model_player(*model));
+      set.owned.push_back(std::move(model));
+    }
+    std::unique_ptr<Backend> device = gpu::make_gpu_backend(*faults);
+    Player p;
+    p.backend = device.get();
+    set.players.push_back(p);
+    set.owned.push_back(std::move(device));
+    return set;
+#endif
+  }
   if (!fault.empty()) {
     const std::vector<std::string> known = planted_faults();
     if (std::find(known.begin(), known.end(), fault) == known.end()) {

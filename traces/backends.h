@@ -7,8 +7,10 @@
 //
 // A planted fault (`--fault NAME`) is a self-test of the harness: the second backend gets a
 // named bug, and a run must catch it. With the model alone, the second backend is a copy of the
-// model with the bug planted (planted_faults() lists them); with the GPU, the name goes to the
-// GPU backend's own fault switches.
+// model with the bug planted (planted_faults() lists them); with the GPU, the names
+// (comma-separated) go to the GPU backend's own fault switches (gpu/faults.h).
+//
+// Sets: model = [model] (+ [model with the fault]); gpu = [gpu]; both = [model, gpu].
 #pragma once
 
 #include <memory>

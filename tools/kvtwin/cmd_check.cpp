@@ -51,8 +51,10 @@ struct CheckOptions {
   std::string json_file;
   std::string traces_dir;
   std::string regress_dir;
+  std::string regress_large_dir;
   std::string samples_dir;
   std::string out = "check-failures";
+  std::string fault;
   std::uint32_t jobs = 0;
   bool quiet = false;
   ShardOptions shard;
@@ -123,7 +125,9 @@ ItemResult run_property_item(const std::string& config, const traces::BackendFac
     r.ops += c->stats.ops;
     r.checks += c->stats.checks_passed() + c->shadow_checks;
     if (c->failure) {
-      traces::shrink_case(*c, factory);
+      traces::ShrinkOptions shrink;
+      shrink.max_replays = 1000;  // the gate reports many items; kvtwin fuzz shrinks harder
+      traces::shrink_case(*c, factory, shrink);
       const std::string reproduce_fuzz = "kvtwin fuzz --seed " + std::to_string(o.seed) + " --case " + std::to_string(j) +
                                          " --ops " + std::to_string(o.ops) + " --config " + config + " --backend " +
                                          backend_flag;
@@ -248,14 +252,18 @@ int run_check(const CheckOptions& o) {
   // What runs: the model alone, or the model and the GPU side by side.
   const bool with_gpu = o.backend == "gpu" || o.backend == "both" || (o.backend == "auto" && gpu_here);
   const traces::BackendChoice choice = with_gpu ? traces::BackendChoice::both : traces::BackendChoice::model;
-  const std::string backend_flag(traces::backend_choice_name(choice));
-  const traces::BackendFactory factory = [choice] { return traces::make_backend_set(choice); };
+  const std::string backend_flag =
+      std::string(traces::backend_choice_name(choice)) + (o.fault.empty() ? "" : " --fault " + o.fault);
+  const std::string fault = o.fault;
+  const traces::BackendFactory factory = [choice, fault] { return traces::make_backend_set(choice, fault); };
   Result<traces::BackendSet> probe = factory();
   if (!probe.ok()) return bad_input("check", probe.error());
   const std::string backend_names = probe->names();
 
   const fs::path root = repository_root();
   const fs::path regress_dir = o.regress_dir.empty() ? root / "traces" / "regress" : fs::path(o.regress_dir);
+  const fs::path regress_large_dir =
+      o.regress_large_dir.empty() ? root / "traces" / "regress-large" : fs::path(o.regress_large_dir);
   const fs::path samples_dir = o.samples_dir.empty() ? root / "traces" / "samples" : fs::path(o.samples_dir);
   const fs::path traces_dir = o.traces_dir.empty() ? root / ".." / "shared" / "traces-external" : fs::path(o.traces_dir);
   if (!o.regress_dir.empty() && !fs::is_directory(regress_dir))
@@ -286,17 +294,32 @@ int run_check(const CheckOptions& o) {
     };
     items.push_back(std::move(item));
   }
-  // Regression traces.
-  std::vector<fs::path> regress;
-  if (fs::is_directory(regress_dir))
-    for (const auto& e : fs::directory_iterator(regress_dir))
-      if (e.path().extension() == ".jsonl") regress.push_back(e.path());
-  std::sort(regress.begin(), regress.end());
-  for (const fs::path& path : regress) {
+  // Regression traces. Those of pools past 2 GiB of bytes (traces/regress-large/, SPEC 10.18:
+  // offsets past 2^31) are compared model against GPU; without a device they are skipped by name.
+  const auto list_traces = [](const fs::path& dir) {
+    std::vector<fs::path> found;
+    if (fs::is_directory(dir))
+      for (const auto& e : fs::directory_iterator(dir))
+        if (e.path().extension() == ".jsonl") found.push_back(e.path());
+    std::sort(found.begin(), found.end());
+    return found;
+  };
+  const std::vector<fs::path> regress = list_traces(regress_dir);
+  std::vector<std::pair<fs::path, bool>> regress_items;  // (trace, large)
+  for (const fs::path& p : regress) regress_items.emplace_back(p, false);
+  for (const fs::path& p : list_traces(regress_large_dir)) regress_items.emplace_back(p, true);
+  for (const auto& [path, large] : regress_items) {
     Item item;
     item.part = "regress";
-    item.name = path.filename().string();
+    item.name = (large ? "large/" : "") + path.filename().string();
     item.backend = backend_names;
+    if (large && !with_gpu) {
+      item.backend = "model+gpu";
+      item.skip = "a pool past 2 GiB of bytes, compared with the GPU: " +
+                  std::string(traces::gpu_backend_built() ? "no CUDA device" : "GPU backend not built");
+      items.push_back(std::move(item));
+      continue;
+    }
     item.run = [path, factory, backend_flag] {
       Result<traces::BackendSet> backends = factory();
       ItemResult r;
@@ -357,7 +380,8 @@ int run_check(const CheckOptions& o) {
     item.name = slice.name;
     item.backend = backend_names;
     if (!fs::exists(path)) {
-      item.skip = path.string() + " not found (give --traces-dir)";
+      item.skip = path.string() + " not found (give " +
+                  (slice.name.rfind("samples/", 0) == 0 ? "--samples-dir" : "--traces-dir") + ")";
     } else {
       item.run = [path, slice, factory, backend_flag] { return run_request_item(path, slice, factory, backend_flag); };
     }
@@ -449,11 +473,13 @@ int run_check(const CheckOptions& o) {
                 item.result.failure.c_str());
     if (!item.result.reproduce.empty()) std::printf("  reproduce: %s\n", item.result.reproduce.c_str());
   }
-  std::printf("\n%-34s %6s %6s %6s %7s %10s %12s %8s\n", "part", "items", "passed", "failed", "skipped", "ops",
+  int width = 4;
+  for (const std::string& key : part_order) width = std::max(width, static_cast<int>(key.size()));
+  std::printf("\n%-*s %6s %6s %6s %7s %10s %12s %8s\n", width, "part", "items", "passed", "failed", "skipped", "ops",
               "checks", "seconds");
   for (const std::string& key : part_order) {
     const Tally& t = tallies[key];
-    std::printf("%-34s %6llu %6llu %6llu %7llu %10llu %12llu %8.1f\n", key.c_str(),
+    std::printf("%-*s %6llu %6llu %6llu %7llu %10llu %12llu %8.1f\n", width, key.c_str(),
                 static_cast<unsigned long long>(t.items), static_cast<unsigned long long>(t.passed),
                 static_cast<unsigned long long>(t.failed), static_cast<unsigned long long>(t.skipped),
                 static_cast<unsigned long long>(t.ops), static_cast<unsigned long long>(t.checks), t.seconds);
@@ -537,9 +563,14 @@ Command add_check_command(CLI::App& root) {
   app->add_option("--json", o->json_file, "write a JSON report ('-': stdout)");
   app->add_option("--traces-dir", o->traces_dir, "the shared request traces (default ../shared/traces-external)");
   app->add_option("--regress-dir", o->regress_dir, "regression traces (default traces/regress)");
+  app->add_option("--regress-large-dir", o->regress_large_dir,
+                  "regression traces of pools past 2 GiB, replayed with the GPU (default traces/regress-large)");
   app->add_option("--samples-dir", o->samples_dir, "committed request-trace samples (default traces/samples)");
   app->add_option("--out", o->out, "where shrunk property failures are written")->capture_default_str();
   app->add_option("--jobs", o->jobs, "threads (default: the machine's cores)");
+  app->add_option("--fault", o->fault,
+                  "a self-test: plant a named bug in the second backend (the model's copy, or the GPU's switches); "
+                  "the gate must fail");
   app->add_flag("--quiet", o->quiet, "no progress bar");
   add_shard_options(*app, o->shard);
   Command c;
