@@ -98,8 +98,7 @@ std::string_view backend_choice_name(BackendChoice c) {
 Result<BackendChoice> parse_backend_choice(std::string_view name) {
   for (BackendChoice c : {BackendChoice::model, BackendChoice::gpu, BackendChoice::both})
     if (backend_choice_name(c) == name) return c;
-  return make_error(ErrorKind::invalid_argument,
-                    "unknown backend '" + std::string(name) + "'; use model, gpu or both");
+  return make_error(ErrorKind::invalid_argument, "unknown backend '" + std::string(name) + "'; use model, gpu or both");
 }
 
 #if KVTWIN_HAVE_GPU

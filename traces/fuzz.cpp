@@ -62,8 +62,8 @@ struct CaseChecks {
     if (before.ok() && after.ok()) {
       if (auto d = diff_tables(*after, shadow.tables(), reference.name(), "the shadow"))
         return fail("shadow", "tables differ from the shadow's: " + *d);
-      const std::string policy =
-          props::policy_violation(op, *before, *after, *r, runner.config() ? runner.config()->mode : CompactionMode::eager);
+      const std::string policy = props::policy_violation(
+          op, *before, *after, *r, runner.config() ? runner.config()->mode : CompactionMode::eager);
       if (!policy.empty()) return fail("policy", policy);
     }
     ++shadow_checks;
@@ -202,7 +202,8 @@ void shrink_case(CaseResult& result, const BackendFactory& make_backends, const 
   };
   result.failure->shrunk = shrink_ops(result.failure->ops, still_fails, options, &result.failure->shrink_stats);
   // The failure as the shrunk sequence shows it.
-  if (std::optional<Failure> f = replay_case_ops(config, result.failure->shrunk, make_backends)) result.failure->failure = *f;
+  if (std::optional<Failure> f = replay_case_ops(config, result.failure->shrunk, make_backends))
+    result.failure->failure = *f;
 }
 
 PoolTrace failure_trace(const CaseResult& result, const BackendFactory& make_backends, nlohmann::json origin) {

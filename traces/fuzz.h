@@ -46,7 +46,7 @@ std::vector<std::string> catalogue_config_names();
 
 struct CaseSpec {
   std::uint64_t index = 0;
-  std::uint64_t seed = 0;      // everything in the case derives from it
+  std::uint64_t seed = 0;  // everything in the case derives from it
   std::string config = "random";
   std::uint64_t ops = 200;
 };
@@ -55,9 +55,9 @@ struct CaseSpec {
 std::uint64_t case_seed(std::uint64_t run_seed, std::uint64_t index, std::string_view config);
 
 struct CaseFailure {
-  Failure failure;                // the check that failed and where (step = op index)
-  std::vector<Op> ops;            // the ops up to and including the failing one
-  std::vector<Op> shrunk;         // after shrinking
+  Failure failure;         // the check that failed and where (step = op index)
+  std::vector<Op> ops;     // the ops up to and including the failing one
+  std::vector<Op> shrunk;  // after shrinking
   ShrinkStats shrink_stats;
 };
 

@@ -63,8 +63,9 @@ bool same_lines(const std::vector<TraceLine>& a, const std::vector<TraceLine>& b
 }
 
 std::string header_to_line(const TraceHeader& h) {
-  std::string s = "{\"kvtwin_trace\":" + std::to_string(kPoolTraceVersion) + ",\"kind\":\"pool\",\"seed\":" +
-                  std::to_string(h.seed) + ",\"config\":" + dump(pool_config_to_json(h.config));
+  std::string s = "{\"kvtwin_trace\":" + std::to_string(kPoolTraceVersion) +
+                  ",\"kind\":\"pool\",\"seed\":" + std::to_string(h.seed) +
+                  ",\"config\":" + dump(pool_config_to_json(h.config));
   if (h.origin.is_object() && !h.origin.empty()) s += ",\"origin\":" + dump(h.origin);
   return s + "}";
 }
@@ -85,13 +86,16 @@ Result<TraceHeader> parse_header_line(std::string_view text, std::string_view wh
   if (!j.is_object()) return malformed(where, "the header must be a JSON object {\"kvtwin_trace\":1,...}");
   if (!j.contains("kvtwin_trace")) {
     if (j.contains("op"))
-      return malformed(where, "the first line must be the header {\"kvtwin_trace\":1,\"kind\":\"pool\",...}; found "
-                              "an operation (docs/traces.md shows a whole trace)");
+      return malformed(where,
+                       "the first line must be the header {\"kvtwin_trace\":1,\"kind\":\"pool\",...}; found "
+                       "an operation (docs/traces.md shows a whole trace)");
     if (j.contains("hash_ids") || j.contains("input_length"))
-      return malformed(where, "this looks like a Mooncake request trace, not a pool trace; replay it with "
-                              "--format mooncake (or --format auto)");
-    return malformed(where, "missing field 'kvtwin_trace' (the format version); a pool trace begins with "
-                            "{\"kvtwin_trace\":1,\"kind\":\"pool\",...}");
+      return malformed(where,
+                       "this looks like a Mooncake request trace, not a pool trace; replay it with "
+                       "--format mooncake (or --format auto)");
+    return malformed(where,
+                     "missing field 'kvtwin_trace' (the format version); a pool trace begins with "
+                     "{\"kvtwin_trace\":1,\"kind\":\"pool\",...}");
   }
   JsonFields f(j, where);
   KVTWIN_TRY(std::uint64_t version, f.u64_required("kvtwin_trace"));
@@ -120,19 +124,13 @@ Result<TraceHeader> parse_header_line(std::string_view text, std::string_view wh
 Result<TraceLine> parse_op_line(std::string_view text, std::string_view where) {
   KVTWIN_TRY(json j, parse_json_line(text, where));
   if (!j.is_object()) return malformed(where, "an operation line must be a JSON object {\"op\":...}");
-  if (j.contains("kvtwin_trace"))
-    return malformed(where, "a second header; a trace has one header, on its first line");
+  if (j.contains("kvtwin_trace")) return malformed(where, "a second header; a trace has one header, on its first line");
   TraceLine line;
   Result<Op> op = op_from_json(j, where);
   if (!op.ok()) return placed(where, op.error().message);
   line.op = std::move(op).value();
   if (j.contains("expect")) {
     KVTWIN_TRY(OpResult expect, result_from_json(j.at("expect"), std::string(where) + ": field 'expect'"));
-    // {"pages":[]} reads as an empty single allocation; after alloc_many it is the empty list of lists.
-    if (std::holds_alternative<AllocMany>(line.op) && expect.ok()) {
-      if (const auto* a = std::get_if<Allocated>(&expect.value()); a != nullptr && a->pages.empty())
-        expect = OpResult(Outcome(AllocatedMany{}));
-    }
     line.expect = std::move(expect);
   }
   // A build op's configuration may describe a pool that cannot be built (a misaligned row): that
@@ -153,8 +151,9 @@ bool PoolTraceReader::next_text() {
 
 Result<TraceHeader> PoolTraceReader::header() {
   if (!next_text())
-    return make_error(ErrorKind::malformed, name_ + ": the file is empty; a pool trace begins with a header line "
-                                                    "{\"kvtwin_trace\":1,\"kind\":\"pool\",...}");
+    return make_error(ErrorKind::malformed, name_ +
+                                                ": the file is empty; a pool trace begins with a header line "
+                                                "{\"kvtwin_trace\":1,\"kind\":\"pool\",...}");
   KVTWIN_TRY(TraceHeader h, parse_header_line(text_, name_ + ":" + std::to_string(line_)));
   have_header_ = true;
   return h;

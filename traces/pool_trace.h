@@ -105,7 +105,8 @@ class PoolTraceWriter {
   std::uint64_t lines_written() const { return lines_; }
 
  private:
-  PoolTraceWriter(std::string path, std::unique_ptr<std::ofstream> out) : path_(std::move(path)), out_(std::move(out)) {}
+  PoolTraceWriter(std::string path, std::unique_ptr<std::ofstream> out)
+      : path_(std::move(path)), out_(std::move(out)) {}
   std::string path_;
   std::unique_ptr<std::ofstream> out_;
   std::uint64_t lines_ = 0;

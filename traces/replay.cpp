@@ -36,9 +36,8 @@ nlohmann::json report_json(const ReplayReport& r) {
   j["parameters"] = r.parameters;
   const RunStats& s = r.stats;
   j["ops"] = s.ops;
-  j["checks"] = {{"passed", s.checks_passed()},       {"expect", s.expects_checked},
-                 {"results", s.results_compared},     {"tables", s.tables_compared},
-                 {"verify", s.verifies},              {"pools", s.pools_compared},
+  j["checks"] = {{"passed", s.checks_passed()},       {"expect", s.expects_checked}, {"results", s.results_compared},
+                 {"tables", s.tables_compared},       {"verify", s.verifies},        {"pools", s.pools_compared},
                  {"pages_compared", s.pages_compared}};
   j["compaction_moves"] = s.compaction_moves;
   j["error_results"] = s.errors;
@@ -56,8 +55,8 @@ nlohmann::json report_json(const ReplayReport& r) {
 
 std::string report_text(const ReplayReport& r) {
   const RunStats& s = r.stats;
-  std::string t = "replayed " + r.source + " (" + r.format + ", seed " + std::to_string(r.seed) + ") on " +
-                  r.backends + ": " + (r.passed() ? "PASS" : "FAIL");
+  std::string t = "replayed " + r.source + " (" + r.format + ", seed " + std::to_string(r.seed) + ") on " + r.backends +
+                  ": " + (r.passed() ? "PASS" : "FAIL");
   t += "\n  ops " + std::to_string(s.ops) + " (" + std::to_string(s.errors) + " answered with an error, " +
        std::to_string(s.no_rooms) + " no_room); checks passed " + std::to_string(s.checks_passed()) + " (expect " +
        std::to_string(s.expects_checked) + ", results " + std::to_string(s.results_compared) + ", tables " +
@@ -83,8 +82,7 @@ std::string report_text(const ReplayReport& r) {
     char seconds[32];
     std::snprintf(seconds, sizeof seconds, "%.1f", static_cast<double>(v.simulated_us) / 1e6);
     t += "\n  simulated " + std::string(seconds) + " s in " + std::to_string(v.steps) + " steps";
-    if (r.parameters.contains("token_scale"))
-      t += ", token scale " + r.parameters["token_scale"].dump();
+    if (r.parameters.contains("token_scale")) t += ", token scale " + r.parameters["token_scale"].dump();
   }
   if (r.failure) t += "\n" + r.failure->describe();
   return t;
@@ -112,7 +110,8 @@ Result<ReplayReport> replay_pool_trace_file(const std::string& path, BackendSet&
       KVTWIN_TRY(std::optional<TraceLine> line, reader.next());
       if (!line) break;
       if (!runner.play(line->op, line->expect, line->line)) break;
-      if (progress && ++lines % 1024 == 0) progress(static_cast<std::uint64_t>(std::max<std::streamoff>(in.tellg(), 0)), total);
+      if (progress && ++lines % 1024 == 0)
+        progress(static_cast<std::uint64_t>(std::max<std::streamoff>(in.tellg(), 0)), total);
     }
   }
   finish_report(report, runner);

@@ -22,9 +22,9 @@
 namespace kvtwin::traces {
 
 struct ReplayReport {
-  std::string source;   // the file (or a case name)
-  std::string format;   // "pool", "mooncake", "azure", "ops"
-  std::string backends; // "model", "model+gpu"
+  std::string source;    // the file (or a case name)
+  std::string format;    // "pool", "mooncake", "azure", "ops"
+  std::string backends;  // "model", "model+gpu"
   std::uint64_t seed = 0;
   std::optional<PoolConfig> config;
   RunStats stats;

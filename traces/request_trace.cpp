@@ -45,12 +45,12 @@ Result<std::uint64_t> parse_u64_text(std::string_view text, std::string_view whe
   std::uint64_t v = 0;
   for (char c : text) {
     if (c < '0' || c > '9')
-      return malformed(where, "field '" + std::string(field) + "' = '" + shorten(text) +
-                                  "' is not a non-negative whole number");
+      return malformed(
+          where, "field '" + std::string(field) + "' = '" + shorten(text) + "' is not a non-negative whole number");
     const std::uint64_t digit = static_cast<std::uint64_t>(c - '0');
     if (v > (UINT64_MAX - digit) / 10)
-      return malformed(where, "field '" + std::string(field) + "' = '" + shorten(text) +
-                                  "' is a number too big for 64 bits");
+      return malformed(where,
+                       "field '" + std::string(field) + "' = '" + shorten(text) + "' is a number too big for 64 bits");
     v = v * 10 + digit;
   }
   return v;
@@ -72,7 +72,8 @@ Result<Request> parse_mooncake_line(const std::string& text, std::string_view wh
     const std::size_t column = what.find("column");
     const std::size_t prefix_end = what.find("] ");
     if (column != std::string::npos) return malformed(where, "malformed JSON at " + what.substr(column));
-    return malformed(where, "malformed JSON: " + (prefix_end == std::string::npos ? what : what.substr(prefix_end + 2)));
+    return malformed(where,
+                     "malformed JSON: " + (prefix_end == std::string::npos ? what : what.substr(prefix_end + 2)));
   }
   JsonFields f(j, where);
   if (!j.is_object()) return f.error("a Mooncake request must be a JSON object");
@@ -112,7 +113,8 @@ Result<Request> parse_azure_line(const std::string& text, std::string_view where
   KVTWIN_TRY(r.arrival_us, parse_azure_timestamp_us(fields[0], where));
   KVTWIN_TRY(r.input_tokens, parse_u64_text(fields[1], where, "ContextTokens"));
   KVTWIN_TRY(r.output_tokens, parse_u64_text(fields[2], where, "GeneratedTokens"));
-  if (r.input_tokens == 0) return malformed(where, "field 'ContextTokens' is 0; a request has at least one prompt token");
+  if (r.input_tokens == 0)
+    return malformed(where, "field 'ContextTokens' is 0; a request has at least one prompt token");
   return r;
 }
 
@@ -166,8 +168,8 @@ Result<TraceFormat> detect_format(const std::string& path) {
 Result<std::uint64_t> parse_azure_timestamp_us(std::string_view text, std::string_view where) {
   // YYYY-MM-DD HH:MM:SS[.fraction]
   const auto fail = [&](const std::string& why) {
-    return malformed(where, "field 'TIMESTAMP' = '" + shorten(text) + "' " + why +
-                                "; expected 'YYYY-MM-DD HH:MM:SS.fffffff'");
+    return malformed(where,
+                     "field 'TIMESTAMP' = '" + shorten(text) + "' " + why + "; expected 'YYYY-MM-DD HH:MM:SS.fffffff'");
   };
   if (text.size() < 19 || text[4] != '-' || text[7] != '-' || text[10] != ' ' || text[13] != ':' || text[16] != ':')
     return fail("is not a date and time");
@@ -222,14 +224,16 @@ Result<RequestTrace> parse_request_trace(std::istream& in, std::string name, Tra
     std::string_view header = text;
     if (header.substr(0, 3) == "\xEF\xBB\xBF") header.remove_prefix(3);
     if (header != kAzureHeader)
-      return malformed(name + ":" + std::to_string(line),
-                       "the header is '" + shorten(header) + "'; an Azure trace begins with " + std::string(kAzureHeader));
+      return malformed(
+          name + ":" + std::to_string(line),
+          "the header is '" + shorten(header) + "'; an Azure trace begins with " + std::string(kAzureHeader));
   }
   std::uint64_t first_arrival_us = 0, last_arrival_us = 0, skipped = 0;
   bool any = false;
   while ((options.limit == 0 || trace.requests.size() < options.limit) && next_line(in, text, line)) {
     const std::string where = name + ":" + std::to_string(line);
-    Result<Request> r = format == TraceFormat::mooncake ? parse_mooncake_line(text, where) : parse_azure_line(text, where);
+    Result<Request> r =
+        format == TraceFormat::mooncake ? parse_mooncake_line(text, where) : parse_azure_line(text, where);
     if (!r.ok()) return r.error();
     Request request = std::move(r).value();
     if (any && request.arrival_us < last_arrival_us)
@@ -250,13 +254,14 @@ Result<RequestTrace> parse_request_trace(std::istream& in, std::string name, Tra
   }
   if (in.bad()) return make_error(ErrorKind::io, name + ": read error after line " + std::to_string(line));
   if (trace.requests.empty())
-    return make_error(ErrorKind::malformed, name + ": the trace holds no requests" +
-                                               (options.skip != 0 ? " after the first " + std::to_string(options.skip)
-                                                                  : std::string()));
+    return make_error(ErrorKind::malformed,
+                      name + ": the trace holds no requests" +
+                          (options.skip != 0 ? " after the first " + std::to_string(options.skip) : std::string()));
   return trace;
 }
 
-Result<RequestTrace> read_request_trace(const std::string& path, TraceFormat format, const RequestReadOptions& options) {
+Result<RequestTrace> read_request_trace(const std::string& path, TraceFormat format,
+                                        const RequestReadOptions& options) {
   std::ifstream in(path);
   if (!in) return make_error(ErrorKind::io, path + ": cannot open the file for reading; check the path");
   return parse_request_trace(in, path, format, options);

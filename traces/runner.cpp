@@ -32,8 +32,7 @@ std::optional<std::string> diff_list(const std::string& side, const char* field,
   }
   if (a.size() != b.size())
     return "side '" + side + "' " + field + " has " + std::to_string(a.size()) + " entries in " + std::string(na) +
-           " but " + std::to_string(b.size()) + " in " + std::string(nb) + " (first " + std::to_string(n) +
-           " agree)";
+           " but " + std::to_string(b.size()) + " in " + std::string(nb) + " (first " + std::to_string(n) + " agree)";
   return std::nullopt;
 }
 
@@ -41,9 +40,12 @@ std::optional<std::string> diff_list(const std::string& side, const char* field,
 
 std::string Failure::describe() const {
   std::string where;
-  if (line != 0) where = "line " + std::to_string(line) + " (step " + std::to_string(step) + ")";
-  else if (op.empty()) where = "end of run (after " + std::to_string(step) + " ops)";
-  else where = "step " + std::to_string(step);
+  if (line != 0)
+    where = "line " + std::to_string(line) + " (step " + std::to_string(step) + ")";
+  else if (op.empty())
+    where = "end of run (after " + std::to_string(step) + " ops)";
+  else
+    where = "step " + std::to_string(step);
   std::string s = where + ": " + check + " check failed";
   if (!op.empty()) s += "\n  op: " + clip(op);
   s += "\n  " + message;
@@ -69,8 +71,8 @@ std::optional<std::string> diff_tables(const PoolTables& a, const PoolTables& b,
       return "side '" + x.name + "' watermark: " + std::string(na) + " has " + std::to_string(x.watermark) + ", " +
              std::string(nb) + " has " + std::to_string(y.watermark);
     if (x.allocated_pages != y.allocated_pages)
-      return "side '" + x.name + "' allocated_pages: " + std::string(na) + " has " +
-             std::to_string(x.allocated_pages) + ", " + std::string(nb) + " has " + std::to_string(y.allocated_pages);
+      return "side '" + x.name + "' allocated_pages: " + std::string(na) + " has " + std::to_string(x.allocated_pages) +
+             ", " + std::string(nb) + " has " + std::to_string(y.allocated_pages);
   }
   return std::nullopt;
 }
@@ -221,9 +223,12 @@ std::optional<OpResult> Runner::play(const Op& op, const std::optional<OpResult>
     failure_->op = op_to_line(op, std::nullopt);
     return true;
   };
-  if (!first.ok()) ++stats_.errors;
-  else if (std::holds_alternative<NoRoom>(first.value())) ++stats_.no_rooms;
-  else if (const auto* c = std::get_if<Compaction>(&first.value())) stats_.compaction_moves += c->moves.size();
+  if (!first.ok())
+    ++stats_.errors;
+  else if (std::holds_alternative<NoRoom>(first.value()))
+    ++stats_.no_rooms;
+  else if (const auto* c = std::get_if<Compaction>(&first.value()))
+    stats_.compaction_moves += c->moves.size();
 
   if (failed(check_results(results))) return std::nullopt;
   if (expect && failed(check_expect(results, *expect))) return std::nullopt;
@@ -239,8 +244,7 @@ std::optional<OpResult> Runner::play(const Op& op, const std::optional<OpResult>
   const std::uint64_t n = stats_.ops;
   if ((checkpoint || (cadence_.tables_every != 0 && n % cadence_.tables_every == 0)) && failed(check_tables()))
     return std::nullopt;
-  if ((checkpoint || (verify_every_ != 0 && n % verify_every_ == 0)) && failed(check_verify()))
-    return std::nullopt;
+  if ((checkpoint || (verify_every_ != 0 && n % verify_every_ == 0)) && failed(check_verify())) return std::nullopt;
   if (checkpoint && failed(check_pools())) return std::nullopt;
   ++step_;
   return first;

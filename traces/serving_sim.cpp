@@ -145,9 +145,10 @@ Result<Outcome> ServingSimulator::send_expect_ok(const Op& op) {
   std::optional<OpResult> r;
   KVTWIN_TRY_STATUS(send(op, r));
   if (!r->ok())
-    return make_error(ErrorKind::internal, "the pool refused an operation the serving simulator considers valid, at "
-                                           "step " + std::to_string(step_) + ": " + to_string(op).substr(0, 300) +
-                                               " -> " + to_string(*r));
+    return make_error(ErrorKind::internal,
+                      "the pool refused an operation the serving simulator considers valid, at "
+                      "step " +
+                          std::to_string(step_) + ": " + to_string(op).substr(0, 300) + " -> " + to_string(*r));
   return r->value();
 }
 
@@ -490,12 +491,12 @@ Status ServingSimulator::run(const OpSink& sink, const ProgressFn& progress) {
         ((decoded ? params_.decode_step_us : 0) + prefilled * params_.prefill_ns_per_token / 1000) *
         params_.token_scale;
     now_us_ += std::max<std::uint64_t>(cost_us, 1);
-    const bool progressed = decoded || !admitted.empty() ||
-                            summary_.requests_served + summary_.requests_rejected != settled_before;
+    const bool progressed =
+        decoded || !admitted.empty() || summary_.requests_served + summary_.requests_rejected != settled_before;
     idle_steps = progressed ? 0 : idle_steps + 1;
     if (idle_steps > kStallSteps)
-      return make_error(ErrorKind::internal, "the serving simulator stalled at step " + std::to_string(step_) + " with " +
-                                                 std::to_string(waiting_.size()) + " waiting and " +
+      return make_error(ErrorKind::internal, "the serving simulator stalled at step " + std::to_string(step_) +
+                                                 " with " + std::to_string(waiting_.size()) + " waiting and " +
                                                  std::to_string(running_.size()) + " running requests");
     if (progress) progress(summary_.requests_served + summary_.requests_rejected, request_count_);
   }

@@ -92,9 +92,9 @@ struct ServingSummary {
   std::uint64_t requests_rejected = 0;  // prompt larger than the whole pool
   std::uint64_t admissions = 0;         // first admissions and re-admissions
   std::uint64_t retractions = 0;
-  std::uint64_t prompt_tokens = 0;      // scaled, over admissions
-  std::uint64_t cached_tokens = 0;      // of those, reused from the prefix cache
-  std::uint64_t prefill_tokens = 0;     // computed (written) by prefills
+  std::uint64_t prompt_tokens = 0;   // scaled, over admissions
+  std::uint64_t cached_tokens = 0;   // of those, reused from the prefix cache
+  std::uint64_t prefill_tokens = 0;  // computed (written) by prefills
   std::uint64_t decode_tokens = 0;
   std::uint64_t steps = 0;
   std::uint64_t simulated_us = 0;
@@ -132,14 +132,14 @@ class ServingSimulator {
 
  private:
   struct Running {
-    std::uint64_t request = 0;        // index into requests_
-    std::uint64_t admitted_seq = 0;   // admission order
-    std::uint64_t seq_len = 0;        // tokens held (prompt, then decode)
-    std::uint64_t generated = 0;      // output tokens produced so far (survives retraction)
-    std::uint64_t prompt_len = 0;     // tokens to prefill at this admission
-    std::uint64_t cached_len = 0;     // of which reused
-    std::vector<std::int64_t> pages;  // virtual pages in token order
-    std::uint64_t shared_pages = 0;   // pages[0 .. shared_pages) belong to the cache
+    std::uint64_t request = 0;             // index into requests_
+    std::uint64_t admitted_seq = 0;        // admission order
+    std::uint64_t seq_len = 0;             // tokens held (prompt, then decode)
+    std::uint64_t generated = 0;           // output tokens produced so far (survives retraction)
+    std::uint64_t prompt_len = 0;          // tokens to prefill at this admission
+    std::uint64_t cached_len = 0;          // of which reused
+    std::vector<std::int64_t> pages;       // virtual pages in token order
+    std::uint64_t shared_pages = 0;        // pages[0 .. shared_pages) belong to the cache
     std::vector<RadixCache::NodeId> path;  // cache nodes held
     std::uint64_t swa_freed_pages = 0;     // pages[shared .. shared + this) lost their SWA page
   };

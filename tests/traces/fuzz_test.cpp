@@ -65,8 +65,9 @@ TEST(Fuzz, TheCheckCoversEveryCatalogueModelBothModesCompositesAndMla) {
   const std::vector<std::string> names = catalogue_config_names();
   bool composite = false, mla = false;
   for (const ModelShape& s : model_catalogue()) {
-    EXPECT_EQ(std::count_if(names.begin(), names.end(), [&](const std::string& n) { return n.rfind(s.name + "/", 0) == 0; }),
-              2)
+    EXPECT_EQ(
+        std::count_if(names.begin(), names.end(), [&](const std::string& n) { return n.rfind(s.name + "/", 0) == 0; }),
+        2)
         << s.name;
   }
   std::set<std::uint64_t> page_sizes;
@@ -81,7 +82,8 @@ TEST(Fuzz, TheCheckCoversEveryCatalogueModelBothModesCompositesAndMla) {
   EXPECT_TRUE(composite);
   EXPECT_TRUE(mla);
   EXPECT_GE(page_sizes.size(), 3u);
-  EXPECT_EQ(std::count_if(names.begin(), names.end(), [](const std::string& n) { return n.find("/lazy") != std::string::npos; }),
+  EXPECT_EQ(std::count_if(names.begin(), names.end(),
+                          [](const std::string& n) { return n.find("/lazy") != std::string::npos; }),
             static_cast<std::ptrdiff_t>(names.size() / 2));
 }
 
@@ -116,8 +118,8 @@ std::optional<CaseResult> first_failure(const std::string& fault, const std::str
 struct Planted {
   const char* fault;
   const char* config;
-  const char* check;       // the check that must catch it
-  std::size_t max_ops;     // the shrunk trace is at most this long
+  const char* check;    // the check that must catch it
+  std::size_t max_ops;  // the shrunk trace is at most this long
 };
 
 class PlantedFault : public ::testing::TestWithParam<Planted> {};
@@ -149,14 +151,13 @@ TEST_P(PlantedFault, IsFoundShrunkWrittenAndFailsAgainAlone) {
   EXPECT_EQ(fine->stats.expects_checked, trace.lines.size()) << "every line carries its expectation";
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Faults, PlantedFault,
-    ::testing::Values(Planted{"pairing_out_of_order", "random", "results", 8},
-                      Planted{"negative_not_sink", "random", "results", 4},
-                      Planted{"alloc_many_partial", "random", "tables", 10},
-                      Planted{"drop_free_swa", "gpt-oss-20b/ps4/eager", "results", 6},
-                      Planted{"stale_write", "llama-3.1-8b/ps4/eager", "pool", 6}),
-    [](const ::testing::TestParamInfo<Planted>& info) { return std::string(info.param.fault); });
+INSTANTIATE_TEST_SUITE_P(Faults, PlantedFault,
+                         ::testing::Values(Planted{"pairing_out_of_order", "random", "results", 8},
+                                           Planted{"negative_not_sink", "random", "results", 4},
+                                           Planted{"alloc_many_partial", "random", "tables", 10},
+                                           Planted{"drop_free_swa", "gpt-oss-20b/ps4/eager", "results", 6},
+                                           Planted{"stale_write", "llama-3.1-8b/ps4/eager", "pool", 6}),
+                         [](const ::testing::TestParamInfo<Planted>& info) { return std::string(info.param.fault); });
 
 }  // namespace
 }  // namespace kvtwin::traces

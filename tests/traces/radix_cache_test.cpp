@@ -75,8 +75,8 @@ TEST(RadixCache, RandomSequencesKeepCountersSound) {
       std::vector<RadixCache::NodeId> path = c.match(prompt, step);
       c.lock(path);
       for (std::size_t b = path.size(); b < prompt.size(); ++b) {
-        const auto node = c.insert(path.empty() ? RadixCache::kRoot : path.back(), prompt[b],
-                                   {next_page, next_page + 1}, step);
+        const auto node =
+            c.insert(path.empty() ? RadixCache::kRoot : path.back(), prompt[b], {next_page, next_page + 1}, step);
         if (node == RadixCache::kRoot) break;
         live_pages.push_back(next_page);
         live_pages.push_back(next_page + 1);
@@ -94,7 +94,8 @@ TEST(RadixCache, RandomSequencesKeepCountersSound) {
       EXPECT_LE(out.size(), evictable);
       for (std::int64_t p : out) {
         auto it = std::find(live_pages.begin(), live_pages.end(), p);
-        ASSERT_NE(it, live_pages.end()) << "evicted a page twice or one never cached: " << p << " (seed " << seed << ")";
+        ASSERT_NE(it, live_pages.end()) << "evicted a page twice or one never cached: " << p << " (seed " << seed
+                                        << ")";
         live_pages.erase(it);
       }
     }

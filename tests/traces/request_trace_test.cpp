@@ -61,8 +61,8 @@ TEST(RequestTrace, AzureSampleMatchesAnIndependentParse) {
     std::getline(fields, context, ',');
     std::getline(fields, generated, ',');
     // All sample rows are on 2023-11-16: seconds of the day from HH:MM:SS.fffffff.
-    const double seconds = std::stod(stamp.substr(11, 2)) * 3600 + std::stod(stamp.substr(14, 2)) * 60 +
-                           std::stod(stamp.substr(17));
+    const double seconds =
+        std::stod(stamp.substr(11, 2)) * 3600 + std::stod(stamp.substr(14, 2)) * 60 + std::stod(stamp.substr(17));
     if (i == 0) first_seconds = seconds;
     ASSERT_LT(i, t->requests.size());
     const Request& r = t->requests[i];
@@ -133,10 +133,13 @@ const BadRequestFile kBadRequestTraces[] = {
     {"mooncake_timestamp_too_big.jsonl", TraceFormat::mooncake, 1, "field 'timestamp'"},
     {"mooncake_mistyped.jsonl", TraceFormat::mooncake, 1, "field 'output_length' must be a non-negative integer"},
     {"azure_bad_month.csv", TraceFormat::azure, 3, "field 'TIMESTAMP' = '2023-13-16 18:17:04.0319600' has a month"},
-    {"azure_bad_header.csv", TraceFormat::azure, 1, "an Azure trace begins with TIMESTAMP,ContextTokens,GeneratedTokens"},
+    {"azure_bad_header.csv", TraceFormat::azure, 1,
+     "an Azure trace begins with TIMESTAMP,ContextTokens,GeneratedTokens"},
     {"azure_two_fields.csv", TraceFormat::azure, 2, "expected 3 comma-separated fields"},
-    {"azure_not_a_number.csv", TraceFormat::azure, 2, "field 'ContextTokens' = '48x8' is not a non-negative whole number"},
-    {"azure_too_big.csv", TraceFormat::azure, 2, "field 'GeneratedTokens' = '99999999999999999999' is a number too big"},
+    {"azure_not_a_number.csv", TraceFormat::azure, 2,
+     "field 'ContextTokens' = '48x8' is not a non-negative whole number"},
+    {"azure_too_big.csv", TraceFormat::azure, 2,
+     "field 'GeneratedTokens' = '99999999999999999999' is a number too big"},
     {"azure_time_goes_back.csv", TraceFormat::azure, 3, "arrivals must not go back in time"},
 };
 

@@ -137,10 +137,10 @@ TEST(Runner, WithTablesOnlyAtTheEndTheDivergenceShowsAtTheEnd) {
 
 TEST(Runner, PoolBytesThatDifferNameTheirPageSlotLayerPartAndByte) {
   const PoolConfig c = tp8_config();
-  const PoolTrace t = parse(header(c) + R"({"op":"alloc","tokens":4})" + "\n" +
-                            R"({"op":"batch","batch":0,"tokens":[4,5,6,7]})" + "\n" + R"({"op":"rebind","batch":0})" +
-                            "\n" + R"({"op":"write","layer":5,"write_number":1,"batch":0})" + "\n" +
-                            R"({"op":"checkpoint"})" + "\n");
+  const PoolTrace t =
+      parse(header(c) + R"({"op":"alloc","tokens":4})" + "\n" + R"({"op":"batch","batch":0,"tokens":[4,5,6,7]})" +
+            "\n" + R"({"op":"rebind","batch":0})" + "\n" + R"({"op":"write","layer":5,"write_number":1,"batch":0})" +
+            "\n" + R"({"op":"checkpoint"})" + "\n");
   const ReplayReport r = replay(t, BackendChoice::model, "stale_write");
   ASSERT_FALSE(r.passed());
   EXPECT_EQ(r.failure->check, "pool");
@@ -159,7 +159,8 @@ TEST(Runner, PoolBytesThatDifferNameTheirPageSlotLayerPartAndByte) {
   EXPECT_THAT(r.failure->message, HasSubstr("raw pools differ first at byte " + std::to_string(byte) + ": " + values));
   EXPECT_THAT(r.failure->message,
               HasSubstr("as sub-pool 'full': physical page 1 (virtual page 1), slot 0 (physical token 4), layer 5 "
-                        "(sub-pool layer 5) part 'k' byte " + std::to_string(first) + " of its row"));
+                        "(sub-pool layer 5) part 'k' byte " +
+                        std::to_string(first) + " of its row"));
   EXPECT_THAT(r.failure->message, HasSubstr("model says:")) << "the model names what the oracle expects there";
 }
 

@@ -162,8 +162,10 @@ TEST(ServingSim, SharedPrefixesAreReusedUpToWhatAnEndlessCacheWouldReuse) {
     bool hit = true;
     for (std::uint64_t b = 0; b < full; ++b) {
       prefix.push_back(r.block_hashes[b]);
-      if (hit && seen.count(prefix)) bound += 512 / 16;
-      else hit = false;
+      if (hit && seen.count(prefix))
+        bound += 512 / 16;
+      else
+        hit = false;
       seen.insert(prefix);
     }
   }
@@ -243,7 +245,8 @@ TEST(ServingSim, ParametersThatCannotWorkAreClearErrors) {
   p.token_scale = 64;  // 8-token blocks
   s = ServingSimulator::create(p, t);
   ASSERT_FALSE(s.ok());
-  EXPECT_THAT(s.error().message, HasSubstr("a prefix block of 512 / 64 = 8 tokens is not a whole number of 16-token pages"));
+  EXPECT_THAT(s.error().message,
+              HasSubstr("a prefix block of 512 / 64 = 8 tokens is not a whole number of 16-token pages"));
   p.token_scale = 16;
   p.pool_bytes = 4096;
   s = ServingSimulator::create(p, t);

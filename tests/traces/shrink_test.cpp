@@ -16,8 +16,10 @@ namespace {
 bool planted(const std::vector<Op>& ops) {
   int stage = 0;
   for (const Op& op : ops) {
-    if (stage == 0 && std::holds_alternative<Alloc>(op) && std::get<Alloc>(op).tokens == 48) stage = 1;
-    else if (stage == 1 && std::holds_alternative<Flush>(op)) stage = 2;
+    if (stage == 0 && std::holds_alternative<Alloc>(op) && std::get<Alloc>(op).tokens == 48)
+      stage = 1;
+    else if (stage == 1 && std::holds_alternative<Flush>(op))
+      stage = 2;
     else if (stage == 2 && std::holds_alternative<Free>(op)) {
       const auto& ids = std::get<Free>(op).ids;
       if (std::find(ids.begin(), ids.end(), 7) != ids.end()) return true;

@@ -62,16 +62,16 @@ struct CheckOptions {
 
 struct ItemResult {
   enum class State { passed, failed, skipped } state = State::passed;
-  std::string detail;      // one line: what ran
-  std::string failure;     // the failure report
-  std::string reproduce;   // the command that reproduces a failure
+  std::string detail;     // one line: what ran
+  std::string failure;    // the failure report
+  std::string reproduce;  // the command that reproduces a failure
   std::uint64_t ops = 0;
   std::uint64_t checks = 0;
   double seconds = 0;
 };
 
 struct Item {
-  std::string part;     // properties, regress, requests
+  std::string part;  // properties, regress, requests
   std::string name;
   std::string backend;  // model, model+gpu
   std::string skip;     // non-empty: skipped, and why
@@ -90,14 +90,26 @@ std::string xml_escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') out += ' ';
-        else out += c;
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t')
+          out += ' ';
+        else
+          out += c;
     }
   }
   return out;
@@ -128,20 +140,24 @@ ItemResult run_property_item(const std::string& config, const traces::BackendFac
       traces::ShrinkOptions shrink;
       shrink.max_replays = 1000;  // the gate reports many items; kvtwin fuzz shrinks harder
       traces::shrink_case(*c, factory, shrink);
-      const std::string reproduce_fuzz = "kvtwin fuzz --seed " + std::to_string(o.seed) + " --case " + std::to_string(j) +
-                                         " --ops " + std::to_string(o.ops) + " --config " + config + " --backend " +
-                                         backend_flag;
-      nlohmann::json origin = {{"producer", "kvtwin check"}, {"run_seed", o.seed},     {"case", j},
-                               {"case_seed", spec.seed},     {"config", config},       {"swarm", c->swarm},
-                               {"backend", backend_flag},    {"check", c->failure->failure.check},
+      const std::string reproduce_fuzz = "kvtwin fuzz --seed " + std::to_string(o.seed) + " --case " +
+                                         std::to_string(j) + " --ops " + std::to_string(o.ops) + " --config " + config +
+                                         " --backend " + backend_flag;
+      nlohmann::json origin = {{"producer", "kvtwin check"},
+                               {"run_seed", o.seed},
+                               {"case", j},
+                               {"case_seed", spec.seed},
+                               {"config", config},
+                               {"swarm", c->swarm},
+                               {"backend", backend_flag},
+                               {"check", c->failure->failure.check},
                                {"reproduce", reproduce_fuzz}};
       const traces::PoolTrace trace = traces::failure_trace(*c, factory, origin);
       std::error_code ec;
       fs::create_directories(o.out, ec);
       std::string safe = config;
       std::replace(safe.begin(), safe.end(), '/', '_');
-      const std::string path =
-          (fs::path(o.out) / ("check-" + safe + "-case" + std::to_string(j) + ".jsonl")).string();
+      const std::string path = (fs::path(o.out) / ("check-" + safe + "-case" + std::to_string(j) + ".jsonl")).string();
       Status written = traces::write_pool_trace_file(path, trace);
       r.state = ItemResult::State::failed;
       r.failure = "case " + std::to_string(j) + " (case seed " + std::to_string(spec.seed) + ", swarm " + c->swarm +
@@ -199,11 +215,11 @@ traces::ServingParams slice_params(const std::string& model, std::uint32_t tp, s
 }
 
 std::string slice_flags(const traces::ServingParams& p, std::uint64_t skip) {
-  return (skip != 0 ? "--skip-requests " + std::to_string(skip) + " " : std::string()) + "--model " + p.model + " --tp " + std::to_string(p.tp) + " --page-size " + std::to_string(p.page_size) +
-         " --pool-bytes " + std::to_string(p.pool_bytes) + " --token-scale " + std::to_string(p.token_scale) +
-         " --mode " + (p.mode == CompactionMode::lazy ? "lazy" : "eager") + " --max-running " +
-         std::to_string(p.max_running) + " --checkpoint-every " + std::to_string(p.checkpoint_every) + " --requests " +
-         std::to_string(p.max_requests);
+  return (skip != 0 ? "--skip-requests " + std::to_string(skip) + " " : std::string()) + "--model " + p.model +
+         " --tp " + std::to_string(p.tp) + " --page-size " + std::to_string(p.page_size) + " --pool-bytes " +
+         std::to_string(p.pool_bytes) + " --token-scale " + std::to_string(p.token_scale) + " --mode " +
+         (p.mode == CompactionMode::lazy ? "lazy" : "eager") + " --max-running " + std::to_string(p.max_running) +
+         " --checkpoint-every " + std::to_string(p.checkpoint_every) + " --requests " + std::to_string(p.max_requests);
 }
 
 ItemResult run_request_item(const fs::path& path, const RequestSlice& slice, const traces::BackendFactory& factory,
@@ -265,7 +281,8 @@ int run_check(const CheckOptions& o) {
   const fs::path regress_large_dir =
       o.regress_large_dir.empty() ? root / "traces" / "regress-large" : fs::path(o.regress_large_dir);
   const fs::path samples_dir = o.samples_dir.empty() ? root / "traces" / "samples" : fs::path(o.samples_dir);
-  const fs::path traces_dir = o.traces_dir.empty() ? root / ".." / "shared" / "traces-external" : fs::path(o.traces_dir);
+  const fs::path traces_dir =
+      o.traces_dir.empty() ? root / ".." / "shared" / "traces-external" : fs::path(o.traces_dir);
   if (!o.regress_dir.empty() && !fs::is_directory(regress_dir))
     return bad_input("check", make_error(ErrorKind::io, "--regress-dir " + o.regress_dir + " is not a folder"));
 
@@ -456,9 +473,16 @@ int run_check(const CheckOptions& o) {
     t.checks += item.result.checks;
     t.seconds += item.result.seconds;
     switch (item.result.state) {
-      case ItemResult::State::passed: ++t.passed; break;
-      case ItemResult::State::failed: ++t.failed; ++failed_total; break;
-      case ItemResult::State::skipped: ++t.skipped; break;
+      case ItemResult::State::passed:
+        ++t.passed;
+        break;
+      case ItemResult::State::failed:
+        ++t.failed;
+        ++failed_total;
+        break;
+      case ItemResult::State::skipped:
+        ++t.skipped;
+        break;
     }
   }
   for (std::size_t i : mine) {
@@ -548,8 +572,9 @@ int run_check(const CheckOptions& o) {
 Command add_check_command(CLI::App& root) {
   auto o = std::make_shared<CheckOptions>();
   CLI::App* app = root.add_subcommand(
-      "check", "The gate: stateful properties over the catalogue, the regression traces, and request-trace slices, "
-               "on the model and (when a device exists) the GPU");
+      "check",
+      "The gate: stateful properties over the catalogue, the regression traces, and request-trace slices, "
+      "on the model and (when a device exists) the GPU");
   app->add_option("--backend", o->backend, "auto (the GPU too when a device exists), model, gpu or both")
       ->capture_default_str();
   app->add_option("--seconds", o->seconds,

@@ -90,9 +90,15 @@ int run_fuzz(const FuzzOptions& o) {
   bar.finish();
   std::printf("%llu cases, %llu ops, %llu checks passed\n", static_cast<unsigned long long>(ran),
               static_cast<unsigned long long>(ops), static_cast<unsigned long long>(checks));
-  nlohmann::json report = {{"seed", o.seed},       {"backend", o.backend}, {"config", o.config},
-                           {"cases", ran},         {"ops", ops},           {"checks_passed", checks},
-                           {"fault", o.fault},     {"passed", !failed},    {"shard_index", shard->index},
+  nlohmann::json report = {{"seed", o.seed},
+                           {"backend", o.backend},
+                           {"config", o.config},
+                           {"cases", ran},
+                           {"ops", ops},
+                           {"checks_passed", checks},
+                           {"fault", o.fault},
+                           {"passed", !failed},
+                           {"shard_index", shard->index},
                            {"shard_count", shard->count}};
   int exit_code = kExitOk;
   if (failed) {
@@ -111,9 +117,15 @@ int run_fuzz(const FuzzOptions& o) {
     std::string reproduce_fuzz = "kvtwin fuzz --seed " + std::to_string(o.seed) + " --case " +
                                  std::to_string(r.spec.index) + " --ops " + std::to_string(o.ops) + " --config " +
                                  o.config + " --backend " + o.backend + (o.fault.empty() ? "" : " --fault " + o.fault);
-    nlohmann::json origin = {{"producer", "kvtwin fuzz"}, {"run_seed", o.seed},       {"case", r.spec.index},
-                             {"case_seed", r.spec.seed}, {"config", o.config},        {"swarm", r.swarm},
-                             {"backend", o.backend},     {"fault", o.fault},          {"check", r.failure->failure.check},
+    nlohmann::json origin = {{"producer", "kvtwin fuzz"},
+                             {"run_seed", o.seed},
+                             {"case", r.spec.index},
+                             {"case_seed", r.spec.seed},
+                             {"config", o.config},
+                             {"swarm", r.swarm},
+                             {"backend", o.backend},
+                             {"fault", o.fault},
+                             {"check", r.failure->failure.check},
                              {"ops_before_shrinking", r.failure->shrink_stats.ops_before},
                              {"reproduce", reproduce_fuzz}};
     const traces::PoolTrace trace = traces::failure_trace(r, factory, origin);
@@ -123,15 +135,18 @@ int run_fuzz(const FuzzOptions& o) {
                                                               std::to_string(r.spec.index) + ".jsonl"))
                                  .string();
     if (Status s = traces::write_pool_trace_file(path, trace); !s.ok()) return bad_input("fuzz", s.error());
-    const std::string replay = "kvtwin replay " + path + " --backend " + o.backend +
-                               (o.fault.empty() ? "" : " --fault " + o.fault);
+    const std::string replay =
+        "kvtwin replay " + path + " --backend " + o.backend + (o.fault.empty() ? "" : " --fault " + o.fault);
     std::printf("wrote the shrunk failure (%zu ops) to %s\n", trace.lines.size(), path.c_str());
     std::printf("%s\n", r.failure->failure.describe().c_str());
     std::printf("reproduce: %s\n", replay.c_str());
     std::printf("reproduce the case: %s\n", reproduce_fuzz.c_str());
-    report["failure"] = {{"case", r.spec.index},       {"case_seed", r.spec.seed},
-                         {"check", r.failure->failure.check}, {"message", r.failure->failure.message},
-                         {"trace", path},              {"replay", replay},
+    report["failure"] = {{"case", r.spec.index},
+                         {"case_seed", r.spec.seed},
+                         {"check", r.failure->failure.check},
+                         {"message", r.failure->failure.message},
+                         {"trace", path},
+                         {"replay", replay},
                          {"ops_before", r.failure->shrink_stats.ops_before},
                          {"ops_after", r.failure->shrink_stats.ops_after}};
     exit_code = kExitCheckFailed;

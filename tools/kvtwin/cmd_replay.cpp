@@ -54,8 +54,8 @@ int run_replay(const ReplayOptions& o, const std::string& command) {
   } else {
     Result<traces::ServingParams> params = serving_params(o.serving);
     if (!params.ok()) return bad_input("replay", params.error());
-    Result<traces::RequestTrace> trace = traces::read_request_trace(o.file, format,
-                                                                  {params->max_requests, o.serving.skip_requests});
+    Result<traces::RequestTrace> trace =
+        traces::read_request_trace(o.file, format, {params->max_requests, o.serving.skip_requests});
     if (!trace.ok()) return bad_input("replay", trace.error());
     std::printf("kvtwin replay: %s (%s request trace, %zu requests, token scale %llu, oracle seed %llu) on %s\n",
                 o.file.c_str(), std::string(traces::format_name(format)).c_str(), trace->requests.size(),
@@ -68,7 +68,8 @@ int run_replay(const ReplayOptions& o, const std::string& command) {
   }
   bar.finish();
   if (!report.ok()) return bad_input("replay", report.error());
-  if (format == traces::TraceFormat::pool) std::printf("trace seed %llu\n", static_cast<unsigned long long>(report->seed));
+  if (format == traces::TraceFormat::pool)
+    std::printf("trace seed %llu\n", static_cast<unsigned long long>(report->seed));
   std::printf("%s\n", traces::report_text(*report).c_str());
   if (!report->passed()) std::printf("reproduce: %s\n", command.c_str());
   if (!o.json_file.empty()) {

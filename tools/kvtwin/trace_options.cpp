@@ -17,7 +17,8 @@ namespace kvtwin::cli {
 
 Result<std::uint64_t> parse_count(const std::string& text, std::string_view option) {
   std::uint64_t v = 0;
-  if (text.empty()) return make_error(ErrorKind::invalid_argument, std::string(option) + " is empty; give a whole number");
+  if (text.empty())
+    return make_error(ErrorKind::invalid_argument, std::string(option) + " is empty; give a whole number");
   for (char c : text) {
     if (c < '0' || c > '9' || v > (UINT64_MAX - static_cast<std::uint64_t>(c - '0')) / 10)
       return make_error(ErrorKind::invalid_argument,
@@ -44,16 +45,26 @@ Result<std::uint64_t> parse_byte_size(const std::string& text, std::string_view 
   }
   const std::string unit = text.substr(digits);
   std::uint64_t scale = 1;
-  if (unit.empty() || unit == "B") scale = 1;
-  else if (unit == "KiB") scale = std::uint64_t{1} << 10;
-  else if (unit == "MiB") scale = std::uint64_t{1} << 20;
-  else if (unit == "GiB") scale = std::uint64_t{1} << 30;
-  else if (unit == "TiB") scale = std::uint64_t{1} << 40;
-  else if (unit == "KB" || unit == "kB") scale = 1000;
-  else if (unit == "MB") scale = 1000 * 1000;
-  else if (unit == "GB") scale = 1000ULL * 1000 * 1000;
-  else if (unit == "TB") scale = 1000ULL * 1000 * 1000 * 1000;
-  else return bad("has an unknown unit '" + unit + "' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
+  if (unit.empty() || unit == "B")
+    scale = 1;
+  else if (unit == "KiB")
+    scale = std::uint64_t{1} << 10;
+  else if (unit == "MiB")
+    scale = std::uint64_t{1} << 20;
+  else if (unit == "GiB")
+    scale = std::uint64_t{1} << 30;
+  else if (unit == "TiB")
+    scale = std::uint64_t{1} << 40;
+  else if (unit == "KB" || unit == "kB")
+    scale = 1000;
+  else if (unit == "MB")
+    scale = 1000 * 1000;
+  else if (unit == "GB")
+    scale = 1000ULL * 1000 * 1000;
+  else if (unit == "TB")
+    scale = 1000ULL * 1000 * 1000 * 1000;
+  else
+    return bad("has an unknown unit '" + unit + "' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
   if (value > UINT64_MAX / scale) return bad("is too big for 64 bits");
   return value * scale;
 }
@@ -105,7 +116,8 @@ Result<traces::ServingParams> serving_params(const ServingOptions& o) {
   p.token_scale = o.token_scale;
   p.max_running = o.max_running;
   if (o.mode != "eager" && o.mode != "lazy")
-    return make_error(ErrorKind::invalid_argument, "--mode '" + o.mode + "' is not a compaction mode; use eager or lazy");
+    return make_error(ErrorKind::invalid_argument,
+                      "--mode '" + o.mode + "' is not a compaction mode; use eager or lazy");
   p.mode = o.mode == "lazy" ? CompactionMode::lazy : CompactionMode::eager;
   p.tables_only = o.tables_only;
   p.max_requests = o.requests;
@@ -215,7 +227,8 @@ void ProgressBar::update(std::uint64_t done, std::uint64_t total) {
   last_percent_ = percent;
   constexpr int kWidth = 30;
   const int filled = percent * kWidth / 100;
-  std::fprintf(stderr, "\r%s [%s%s] %3d%% (%llu/%llu)", label_.c_str(), std::string(static_cast<std::size_t>(filled), '#').c_str(),
+  std::fprintf(stderr, "\r%s [%s%s] %3d%% (%llu/%llu)", label_.c_str(),
+               std::string(static_cast<std::size_t>(filled), '#').c_str(),
                std::string(static_cast<std::size_t>(kWidth - filled), '.').c_str(), percent,
                static_cast<unsigned long long>(done), static_cast<unsigned long long>(total));
   std::fflush(stderr);

@@ -1,0 +1,147 @@
+// kvtwin_traces_bench: the speed of the trace tools (Google Benchmark; speed is measured here,
+// never in timed tests).
+//
+//   BM_MooncakeWholeTablesOnly  the whole Mooncake conversation trace (12,031 requests, 59
+//                               minutes of arrivals) through the serving simulator and the model,
+//                               tables only: Llama-3.1-8B at TP 1, 16-token pages, token scale 16,
+//                               a 16 GiB pool (256 GiB of KV at full scale). Arg: verify() every N
+//                               ops (0: at the end only). items/s = operations.
+//   BM_RequestSliceWithBytes    200 requests of the Mooncake sample with bytes (Llama-3.1-8B TP 8,
+//                               64 MiB, token scale 32), verify() at checkpoints: what kvtwin check
+//                               spends on a request slice. items/s = operations.
+//   BM_FuzzCase                 one kvtwin fuzz case (random configuration, 200 operations, every
+//                               check). items/s = operations.
+//   BM_ReadPoolTrace            reading a recorded pool trace (parsing and checking every line).
+//                               bytes/s = file bytes.
+// The Mooncake trace is read from ../shared/traces-external/ next to the source tree (or
+// $KVTWIN_TRACES_DIR); the benchmark is skipped when it is absent. Run from a Release build:
+//   build/default/tools/bench/kvtwin_traces_bench --benchmark_min_time=1x
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/check.h"
+#include "traces/fuzz.h"
+#include "traces/replay.h"
+
+#ifndef KVTWIN_SOURCE_DIR
+#define KVTWIN_SOURCE_DIR "."
+#endif
+
+namespace {
+
+using namespace kvtwin;
+using namespace kvtwin::traces;
+
+std::string traces_dir() {
+  const char* env = std::getenv("KVTWIN_TRACES_DIR");
+  return env != nullptr ? env : std::string(KVTWIN_SOURCE_DIR) + "/../shared/traces-external";
+}
+
+void BM_MooncakeWholeTablesOnly(benchmark::State& state) {
+  const std::string path = traces_dir() + "/mooncake/conversation_trace.jsonl";
+  if (!std::filesystem::exists(path)) {
+    state.SkipWithError(("no " + path + " (set KVTWIN_TRACES_DIR)").c_str());
+    return;
+  }
+  Result<RequestTrace> trace = read_request_trace(path, TraceFormat::mooncake, {});
+  KVTWIN_CHECK(trace.ok(), "the Mooncake trace reads");
+  ServingParams p;
+  p.model = "llama-3.1-8b";
+  p.page_size = 16;
+  p.pool_bytes = std::uint64_t{16} << 30;
+  p.token_scale = 16;
+  p.max_running = 128;
+  p.tables_only = true;
+  CheckCadence cadence;
+  cadence.verify_every = static_cast<std::uint64_t>(state.range(0));
+  std::uint64_t ops = 0;
+  for (auto _ : state) {
+    Result<BackendSet> backends = make_backend_set(BackendChoice::model);
+    Result<ReplayReport> r = simulate_request_trace(*trace, p, *backends, cadence);
+    KVTWIN_CHECK(r.ok() && r->passed(), "the whole trace replays clean");
+    ops += r->stats.ops;
+    state.counters["requests"] = static_cast<double>(r->serving->requests_served);
+    state.counters["verifies"] = static_cast<double>(r->stats.verifies);
+    state.counters["hit_rate"] = r->serving->prefix_hit_rate();
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(ops));
+}
+BENCHMARK(BM_MooncakeWholeTablesOnly)->Arg(0)->Arg(1000)->Unit(benchmark::kSecond)->Iterations(1);
+
+void BM_RequestSliceWithBytes(benchmark::State& state) {
+  Result<RequestTrace> trace =
+      read_request_trace(std::string(KVTWIN_SOURCE_DIR) + "/traces/samples/mooncake_conversation_head.jsonl",
+                         TraceFormat::mooncake, {200});
+  KVTWIN_CHECK(trace.ok(), "the sample reads");
+  ServingParams p;
+  p.model = "llama-3.1-8b";
+  p.tp = 8;
+  p.page_size = 16;
+  p.pool_bytes = std::uint64_t{64} << 20;
+  p.token_scale = 32;
+  p.max_running = 32;
+  p.checkpoint_every = 64;
+  std::uint64_t ops = 0;
+  for (auto _ : state) {
+    Result<BackendSet> backends = make_backend_set(BackendChoice::model);
+    Result<ReplayReport> r = simulate_request_trace(*trace, p, *backends, {});
+    KVTWIN_CHECK(r.ok() && r->passed(), "the slice replays clean");
+    ops += r->stats.ops;
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(ops));
+}
+BENCHMARK(BM_RequestSliceWithBytes)->Unit(benchmark::kMillisecond);
+
+void BM_FuzzCase(benchmark::State& state) {
+  const BackendFactory factory = [] { return make_backend_set(BackendChoice::model); };
+  std::uint64_t ops = 0, index = 0;
+  for (auto _ : state) {
+    CaseSpec spec;
+    spec.index = index;
+    spec.seed = case_seed(1, index++, "random");
+    Result<CaseResult> r = run_case(spec, factory);
+    KVTWIN_CHECK(r.ok() && !r->failure, "a clean case");
+    ops += r->stats.ops;
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(ops));
+}
+BENCHMARK(BM_FuzzCase)->Unit(benchmark::kMillisecond);
+
+void BM_ReadPoolTrace(benchmark::State& state) {
+  // Record a slice once, then read it again and again.
+  Result<RequestTrace> trace = read_request_trace(
+      std::string(KVTWIN_SOURCE_DIR) + "/traces/samples/azure_code_head.csv", TraceFormat::azure, {100});
+  KVTWIN_CHECK(trace.ok(), "the sample reads");
+  ServingParams p;
+  p.model = "gpt-oss-20b";
+  p.tp = 8;
+  p.pool_bytes = std::uint64_t{32} << 20;
+  p.token_scale = 4;
+  p.tables_only = true;
+  const std::string path = (std::filesystem::temp_directory_path() / "kvtwin_bench_trace.jsonl").string();
+  TraceHeader h{*serving_pool_config(p), p.seed, serving_params_json(p, *trace)};
+  Result<PoolTraceWriter> w = PoolTraceWriter::open(path, h);
+  Result<BackendSet> backends = make_backend_set(BackendChoice::model);
+  KVTWIN_CHECK(simulate_request_trace(*trace, p, *backends, {}, &*w).ok() && w->close().ok(), "recorded");
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string bytes = text.str();
+  for (auto _ : state) {
+    std::istringstream s(bytes);
+    Result<PoolTrace> t = parse_pool_trace(s, path);
+    KVTWIN_CHECK(t.ok(), "it reads back");
+    benchmark::DoNotOptimize(t->lines.size());
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * bytes.size()));
+  std::filesystem::remove(path);
+}
+BENCHMARK(BM_ReadPoolTrace)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();
