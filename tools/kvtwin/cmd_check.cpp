@@ -43,8 +43,8 @@ namespace fs = std::filesystem;
 struct CheckOptions {
   std::string backend = "auto";
   std::uint64_t seconds = 0;
-  std::uint64_t cases = 6;
-  std::uint64_t random_cases = 48;
+  std::uint64_t cases = 24;
+  std::uint64_t random_cases = 200;
   std::uint64_t ops = 200;
   std::uint64_t seed = 1;
   std::string junit_file;
@@ -219,7 +219,8 @@ std::string slice_flags(const traces::ServingParams& p, std::uint64_t skip) {
          " --tp " + std::to_string(p.tp) + " --page-size " + std::to_string(p.page_size) + " --pool-bytes " +
          std::to_string(p.pool_bytes) + " --token-scale " + std::to_string(p.token_scale) + " --mode " +
          (p.mode == CompactionMode::lazy ? "lazy" : "eager") + " --max-running " + std::to_string(p.max_running) +
-         " --checkpoint-every " + std::to_string(p.checkpoint_every) + " --requests " + std::to_string(p.max_requests);
+         " --checkpoint-every " + std::to_string(p.checkpoint_every) + " --requests " + std::to_string(p.max_requests) +
+         (p.tables_only ? " --tables-only" : "");
 }
 
 ItemResult run_request_item(const fs::path& path, const RequestSlice& slice, const traces::BackendFactory& factory,
@@ -387,10 +388,22 @@ int run_check(const CheckOptions& o) {
             slice_params("gpt-oss-20b", 8, 16, 32ull << 20, 4, CompactionMode::lazy, 200));
   add_slice(traces_dir / "mooncake", "shared/mooncake deepseek-v2-lite lazy (MLA)", "conversation_trace.jsonl",
             traces::TraceFormat::mooncake, 6000,
-            slice_params("deepseek-v2-lite", 1, 16, 64ull << 20, 16, CompactionMode::lazy, 150));
+            slice_params("deepseek-v2-lite", 1, 16, 128ull << 20, 16, CompactionMode::lazy, 150));
   add_slice(traces_dir / "azure-llm-2023", "shared/azure gpt-oss-20b tp8 eager (sliding window)",
             "AzureLLMInferenceTrace_code.csv", traces::TraceFormat::azure, 4000,
             slice_params("gpt-oss-20b", 8, 16, 32ull << 20, 4, CompactionMode::eager, 200));
+  // Real-scale pools, tables only (verify() after every operation): the first 1500 and 1000 requests.
+  traces::ServingParams mooncake_real =
+      slice_params("llama-3.1-8b", 1, 16, 16ull << 30, 16, CompactionMode::eager, 1500);
+  mooncake_real.tables_only = true;
+  mooncake_real.max_running = 128;
+  add_slice(traces_dir / "mooncake", "shared/mooncake llama-3.1-8b tp1 16GiB tables-only",
+            "conversation_trace.jsonl", traces::TraceFormat::mooncake, 0, mooncake_real);
+  traces::ServingParams azure_real = slice_params("gpt-oss-20b", 8, 16, 256ull << 20, 4, CompactionMode::lazy, 1000);
+  azure_real.tables_only = true;
+  azure_real.max_running = 128;
+  add_slice(traces_dir / "azure-llm-2023", "shared/azure gpt-oss-20b tp8 256MiB tables-only",
+            "AzureLLMInferenceTrace_code.csv", traces::TraceFormat::azure, 0, azure_real);
   for (const auto& [path, slice] : slices) {
     Item item;
     item.part = "requests";
