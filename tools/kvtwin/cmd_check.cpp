@@ -287,25 +287,26 @@ int run_check(const CheckOptions& o) {
   if (!o.regress_dir.empty() && !fs::is_directory(regress_dir))
     return bad_input("check", make_error(ErrorKind::io, "--regress-dir " + o.regress_dir + " is not a folder"));
 
+  const std::uint32_t jobs =
+      std::max<std::uint32_t>(1, o.jobs != 0 ? o.jobs : std::max(1u, std::thread::hardware_concurrency()));
   std::vector<Item> items;
   // Properties.
   std::vector<std::string> configs = {"random"};
   for (const std::string& c : traces::catalogue_config_names()) configs.push_back(c);
   const std::uint64_t property_items = configs.size();
-  const auto started = std::chrono::steady_clock::now();
   for (const std::string& config : configs) {
     Item item;
     item.part = "properties";
     item.name = config;
     item.backend = backend_names;
     const std::uint64_t cases = config == "random" ? o.random_cases : o.cases;
-    item.run = [config, factory, &o, cases, started, property_items, backend_flag] {
+    item.run = [config, factory, &o, cases, property_items, jobs, backend_flag] {
       std::optional<std::chrono::steady_clock::time_point> deadline;
       if (o.seconds != 0) {
-        // Each configuration gets an equal share of the time (and at least one case).
-        const auto share = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-            std::chrono::duration<double>(static_cast<double>(o.seconds) / static_cast<double>(property_items)));
-        (void)started;
+        // Each configuration gets an equal share of the threads' time (and at least one case),
+        // so the property part takes about --seconds of wall time.
+        const auto share = std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(
+            static_cast<double>(o.seconds) * jobs / static_cast<double>(property_items)));
         deadline = std::chrono::steady_clock::now() + share;
       }
       return run_property_item(config, factory, o, cases, deadline, backend_flag);
@@ -434,8 +435,6 @@ int run_check(const CheckOptions& o) {
   std::vector<std::size_t> mine;
   for (std::size_t i = 0; i < items.size(); ++i)
     if (shard->mine(i)) mine.push_back(i);
-  const std::uint32_t jobs =
-      std::max<std::uint32_t>(1, o.jobs != 0 ? o.jobs : std::max(1u, std::thread::hardware_concurrency()));
   std::printf("%zu work items (shard %llu of %llu) on %s, %u threads\n", mine.size(),
               static_cast<unsigned long long>(shard->index), static_cast<unsigned long long>(shard->count),
               backend_names.c_str(), jobs);
