@@ -324,4 +324,20 @@ TEST(CheckCli, ShardsPartitionTheWorkAndBadUsageExitsTwo) {
   EXPECT_EQ(no_dir.exit_code, 2);
 }
 
+TEST(CheckCli, ResultsDoNotDependOnTheNumberOfThreads) {
+  const fs::path dir = scratch();
+  std::vector<nlohmann::json> reports;
+  for (const char* jobs : {"1", "2"}) {
+    const std::string json = (dir / (std::string("j") + jobs + ".json")).string();
+    CliRun r = kvtwin({"check", "--cases", "1", "--random-cases", "4", "--ops", "50", "--traces-dir",
+                       (dir / "absent").string(), "--samples-dir", (dir / "absent").string(), "--jobs", jobs,
+                       "--json", json, "--quiet"});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    nlohmann::json j = nlohmann::json::parse(read_file(json));
+    for (auto& item : j["items"]) item.erase("seconds");  // the only field that may differ
+    reports.push_back(j);
+  }
+  EXPECT_EQ(reports[0], reports[1]);
+}
+
 }  // namespace
