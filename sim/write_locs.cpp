@@ -2,7 +2,6 @@
 #include "sim/write_locs.h"
 
 #include <algorithm>
-#include <map>
 
 #include "sim/translation.h"
 
@@ -94,18 +93,30 @@ Status check_mark(const WriteLoc& loc, std::uint32_t model_layer) {
 
 Status check_duplicates(const std::vector<std::int64_t>& locs, std::int64_t sink_end, std::uint32_t model_layer,
                         const std::string& sub_pool) {
-  std::map<std::int64_t, std::size_t> first_lane;
-  for (std::size_t i = 0; i < locs.size(); ++i) {
-    if (locs[i] < sink_end) continue;  // sink lanes write nothing (SPEC 6)
-    auto [it, fresh] = first_lane.emplace(locs[i], i);
-    if (!fresh)
-      return make_error(ErrorKind::duplicate_loc,
-                        "write to layer " + num(std::uint64_t{model_layer}) + ": lanes " + num(std::uint64_t{it->second}) +
-                            " and " + num(std::uint64_t{i}) + " both write token " + num(locs[i]) + " of sub-pool '" +
-                            sub_pool + "' (last writer wins would race on a GPU); give each lane its own loc or "
-                            "route padding lanes to the sink (0)");
+  // (loc, lane) pairs of the non-sink lanes, sorted: equal locs end up adjacent, each group's lanes
+  // ascending. Sink lanes write nothing (SPEC 6) and are left out.
+  std::vector<std::pair<std::int64_t, std::size_t>> by_loc;
+  by_loc.reserve(locs.size());
+  for (std::size_t i = 0; i < locs.size(); ++i)
+    if (locs[i] >= sink_end) by_loc.emplace_back(locs[i], i);
+  std::sort(by_loc.begin(), by_loc.end());
+  // Report the duplicate a lane-order scan meets first: the group whose second lane is smallest,
+  // named by its first and second lanes.
+  std::size_t best = by_loc.size();
+  for (std::size_t k = 1; k < by_loc.size(); ++k) {
+    const bool starts_group = k == 1 || by_loc[k - 2].first != by_loc[k - 1].first;
+    if (by_loc[k].first == by_loc[k - 1].first && starts_group &&
+        (best == by_loc.size() || by_loc[k].second < by_loc[best].second))
+      best = k;
   }
-  return ok_status();
+  if (best == by_loc.size()) return ok_status();
+  const auto [loc, second] = by_loc[best];
+  const std::size_t first = by_loc[best - 1].second;
+  return make_error(ErrorKind::duplicate_loc,
+                    "write to layer " + num(std::uint64_t{model_layer}) + ": lanes " + num(std::uint64_t{first}) +
+                        " and " + num(std::uint64_t{second}) + " both write token " + num(loc) + " of sub-pool '" +
+                        sub_pool + "' (last writer wins would race on a GPU); give each lane its own loc or "
+                        "route padding lanes to the sink (0)");
 }
 
 }  // namespace kvtwin::sim

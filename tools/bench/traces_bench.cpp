@@ -15,7 +15,7 @@
 //                               bytes/s = file bytes.
 // The Mooncake trace is read from ../shared/traces-external/ next to the source tree (or
 // $KVTWIN_TRACES_DIR); the benchmark is skipped when it is absent. Run from a Release build:
-//   build/default/tools/bench/kvtwin_traces_bench --benchmark_min_time=1x
+//   build/default/tools/bench/kvtwin_traces_bench --benchmark_filter=Mooncake
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
