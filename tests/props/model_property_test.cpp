@@ -24,7 +24,7 @@ void print_seed(const PropertyParams& p, const char* test) {
 }
 
 TEST(ModelProperty, TheModelMatchesTheShadowAfterEveryCommand) {
-  const PropertyParams params = params_from_environment(PropertyParams{kCiSeed, 1500, 100, false});
+  const PropertyParams params = params_from_environment(PropertyParams{kCiSeed, 4000, 100, false});
   print_seed(params, "ModelProperty.TheModelMatchesTheShadowAfterEveryCommand");
   const PropertyRun run = run_model_property("ModelProperty/MatchesShadow", [] { return std::make_unique<sim::Model>(); },
                                              params);
