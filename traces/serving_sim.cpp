@@ -152,6 +152,20 @@ Result<Outcome> ServingSimulator::send_expect_ok(const Op& op) {
   return r->value();
 }
 
+Status ServingSimulator::write_all_layers(std::uint32_t batch, std::vector<std::int64_t> tokens) {
+  KVTWIN_TRY_STATUS(send_expect_ok(Op(MakeBatch{batch, std::move(tokens), {}})));
+  KVTWIN_TRY_STATUS(send_expect_ok(Op(Rebind{batch, 0})));
+  for (std::uint32_t l = 0; l < config_.shape.layers.size(); ++l) {
+    Write w;
+    w.layer = l;
+    w.write_number = step_;
+    w.batch = batch;
+    KVTWIN_TRY_STATUS(send_expect_ok(Op(w)));
+  }
+  KVTWIN_TRY_STATUS(send_expect_ok(Op(DropBatch{batch})));
+  return ok_status();
+}
+
 // Pages a new allocation may take, from the geometry and the pages this simulator holds:
 // a single sub-pool has its usable pages less those held; a full + SWA composite takes one page
 // of each side per allocated page, from the gap between the two frontiers (SPEC 4.3). An
@@ -315,16 +329,7 @@ Status ServingSimulator::prefill(std::vector<Running>& admitted) {
       tokens.push_back(r.pages[pos / ps] * static_cast<std::int64_t>(ps) + static_cast<std::int64_t>(pos % ps));
   if (!tokens.empty()) {
     summary_.prefill_tokens += tokens.size();
-    KVTWIN_TRY_STATUS(send_expect_ok(Op(MakeBatch{0, std::move(tokens), {}})));
-    KVTWIN_TRY_STATUS(send_expect_ok(Op(Rebind{0, 0})));
-    for (std::uint32_t l = 0; l < config_.shape.layers.size(); ++l) {
-      Write w;
-      w.layer = l;
-      w.write_number = step_;
-      w.batch = 0;
-      KVTWIN_TRY_STATUS(send_expect_ok(Op(w)));
-    }
-    KVTWIN_TRY_STATUS(send_expect_ok(Op(DropBatch{0})));
+    KVTWIN_TRY_STATUS(write_all_layers(0, std::move(tokens)));
   }
   for (Running& r : admitted) {
     r.seq_len = r.prompt_len;
@@ -407,16 +412,7 @@ Status ServingSimulator::decode() {
     const std::int64_t pos = static_cast<std::int64_t>(r.seq_len);
     tokens.push_back(r.pages[static_cast<std::size_t>(pos / ps)] * ps + pos % ps);
   }
-  KVTWIN_TRY_STATUS(send_expect_ok(Op(MakeBatch{1, std::move(tokens), {}})));
-  KVTWIN_TRY_STATUS(send_expect_ok(Op(Rebind{1, 0})));
-  for (std::uint32_t l = 0; l < config_.shape.layers.size(); ++l) {
-    Write w;
-    w.layer = l;
-    w.write_number = step_;
-    w.batch = 1;
-    KVTWIN_TRY_STATUS(send_expect_ok(Op(w)));
-  }
-  KVTWIN_TRY_STATUS(send_expect_ok(Op(DropBatch{1})));
+  KVTWIN_TRY_STATUS(write_all_layers(1, std::move(tokens)));
   for (Running& r : running_) {
     ++r.seq_len;
     ++r.generated;

@@ -153,6 +153,9 @@ class ServingSimulator {
   // Plays one op; an error result or a stopped sink becomes an Error.
   Status send(const Op& op, std::optional<OpResult>& out);
   Result<Outcome> send_expect_ok(const Op& op);
+  // Writes every layer's rows of `tokens` (virtual ids) at write number step_, through a batch
+  // `batch` that is declared, rebound and dropped around the writes.
+  Status write_all_layers(std::uint32_t batch, std::vector<std::int64_t> tokens);
 
   std::uint64_t pages_free_with(std::uint64_t full_held, std::uint64_t swa_held) const;
   std::uint64_t free_pages_estimate() const;

@@ -14,14 +14,9 @@ namespace {
 using testing::config_with_pages;
 using testing::mha_shape;
 using testing::must;
+using testing::one_layer_pool;
 using testing::must_as;
 using testing::refused;
-
-// One full layer, 1 head of 16: E = 64 bytes; page size 4: 256-byte pages, floor 256, so
-// min_page_index = 1.
-PoolConfig single(std::uint64_t pages, CompactionMode mode = CompactionMode::eager) {
-  return config_with_pages(mha_shape({LayerKind::full}), 4, pages, mode);
-}
 
 // A full + SWA composite of equal entries: both sides have `pages` pages of 256 bytes.
 PoolConfig composite(std::uint64_t pages, CompactionMode mode = CompactionMode::eager) {
@@ -36,7 +31,7 @@ std::vector<std::int64_t> range(std::int64_t begin, std::int64_t end) {
 
 TEST(Allocator, FreshTablesHoldOnlyTheSinkAndTheQueueIsAscending) {
   Model m;
-  must(m, BuildPool{single(12)});
+  must(m, BuildPool{one_layer_pool(12)});
   const PoolTables t = *m.tables();
   ASSERT_EQ(t.sides.size(), 1u);
   const SideTables& s = t.sides[0];
@@ -61,7 +56,7 @@ TEST(Allocator, AnOperationBeforeBuildIsAnError) {
 
 TEST(Allocator, AllocBindsQueueFrontPagesToAscendingPhysicalPagesAtTheWatermark) {
   Model m;
-  must(m, BuildPool{single(12)});
+  must(m, BuildPool{one_layer_pool(12)});
   EXPECT_EQ(must_as<Allocated>(m, Alloc{12}).pages, range(1, 4));
   // Free virtual page 2 (physical 2): eager compaction moves page 3 down to 2.
   must(m, Free{IdUnit::pages, {2}});
@@ -78,7 +73,7 @@ TEST(Allocator, AllocBindsQueueFrontPagesToAscendingPhysicalPagesAtTheWatermark)
 
 TEST(Allocator, AllocOfZeroTokensReturnsNothingAndChangesNothing) {
   Model m;
-  must(m, BuildPool{single(6)});
+  must(m, BuildPool{one_layer_pool(6)});
   const std::uint64_t before = m.state_digest();
   EXPECT_TRUE(must_as<Allocated>(m, Alloc{0}).pages.empty());
   EXPECT_EQ(m.state_digest(), before);
@@ -86,7 +81,7 @@ TEST(Allocator, AllocOfZeroTokensReturnsNothingAndChangesNothing) {
 
 TEST(Allocator, AllocOfAPartialPageIsAnError) {
   Model m;
-  must(m, BuildPool{single(6)});
+  must(m, BuildPool{one_layer_pool(6)});
   must(m, Alloc{4});
   refused(m, Alloc{6}, ErrorKind::invalid_argument);
   OpResult r = m.apply(Alloc{6});
@@ -95,7 +90,7 @@ TEST(Allocator, AllocOfAPartialPageIsAnError) {
 
 TEST(Allocator, NoRoomIsAResultAndChangesNothing) {
   Model m;
-  must(m, BuildPool{single(6)});  // usable pages 1..5
+  must(m, BuildPool{one_layer_pool(6)});  // usable pages 1..5
   must(m, Alloc{4 * 4});
   const std::uint64_t before = m.state_digest();
   EXPECT_TRUE(std::holds_alternative<NoRoom>(must(m, Alloc{2 * 4})));
@@ -108,7 +103,7 @@ TEST(Allocator, NoRoomIsAResultAndChangesNothing) {
 // to 6 and the watermark drops to 8.
 TEST(Allocator, EagerUpSideExampleFromSpec) {
   Model m;
-  must(m, BuildPool{single(12)});
+  must(m, BuildPool{one_layer_pool(12)});
   must(m, Alloc{4 * 4});  // virtual 1..4 on physical 1..4
   EXPECT_EQ(must_as<Allocated>(m, Alloc{5 * 4}).pages, range(5, 10));
   ASSERT_EQ(m.tables()->sides[0].watermark, 10);
@@ -128,7 +123,7 @@ TEST(Allocator, EagerUpSideExampleFromSpec) {
 // leaves survivors 6, 7, 8 and holes 2, 3, 5: moves 6->2, 7->3, 8->5.
 TEST(Allocator, EagerPairsSurvivorsAndHolesInAscendingOrder) {
   Model m;
-  must(m, BuildPool{single(12)});
+  must(m, BuildPool{one_layer_pool(12)});
   must(m, Alloc{8 * 4});
   const Compaction c = must_as<Compaction>(m, Free{IdUnit::pages, {5, 3, 2}});
   EXPECT_EQ(c.moves, (std::vector<PageMove>{{"full", 6, 2}, {"full", 7, 3}, {"full", 8, 5}}));
@@ -138,7 +133,7 @@ TEST(Allocator, EagerPairsSurvivorsAndHolesInAscendingOrder) {
 // A freed page at the top of the band is not a hole: it leaves with the watermark, unmoved.
 TEST(Allocator, EagerFreeOfTheTopPagesMovesNothing) {
   Model m;
-  must(m, BuildPool{single(12)});
+  must(m, BuildPool{one_layer_pool(12)});
   must(m, Alloc{5 * 4});
   EXPECT_TRUE(must_as<Compaction>(m, Free{IdUnit::pages, {4, 5}}).moves.empty());
   EXPECT_EQ(m.tables()->sides[0].watermark, 4);
@@ -146,7 +141,7 @@ TEST(Allocator, EagerFreeOfTheTopPagesMovesNothing) {
 
 TEST(Allocator, FreedIdsGoToTheQueueBackInAscendingOrder) {
   Model m;
-  must(m, BuildPool{single(8)});  // queue 1..7
+  must(m, BuildPool{one_layer_pool(8)});  // queue 1..7
   must(m, Alloc{3 * 4});          // takes 1, 2, 3
   must(m, Free{IdUnit::pages, {3, 1}});
   EXPECT_EQ(m.tables()->sides[0].free_queue, (std::vector<std::int64_t>{4, 5, 6, 7, 1, 3}));
@@ -154,7 +149,7 @@ TEST(Allocator, FreedIdsGoToTheQueueBackInAscendingOrder) {
 
 TEST(Allocator, FreeByTokensUsesTheirPagesSortedUnique) {
   Model m;
-  must(m, BuildPool{single(8)});
+  must(m, BuildPool{one_layer_pool(8)});
   must(m, Alloc{3 * 4});
   // tokens 13, 12, 5 -> pages 3, 3, 1 -> {1, 3}; duplicates are allowed.
   must(m, Free{IdUnit::tokens, {13, 12, 5}});
@@ -167,7 +162,7 @@ TEST(Allocator, FreeByTokensUsesTheirPagesSortedUnique) {
 
 TEST(Allocator, DoubleFreeIsAnErrorNamingTheIdsAndChangesNothing) {
   Model m;
-  must(m, BuildPool{single(8)});
+  must(m, BuildPool{one_layer_pool(8)});
   must(m, Alloc{3 * 4});
   must(m, Free{IdUnit::pages, {2}});
   refused(m, Free{IdUnit::pages, {1, 2}}, ErrorKind::double_free);
@@ -179,7 +174,7 @@ TEST(Allocator, DoubleFreeIsAnErrorNamingTheIdsAndChangesNothing) {
 
 TEST(Allocator, FreeOutsideTheUsableRangeIsOutOfRange) {
   Model m;
-  must(m, BuildPool{single(8)});
+  must(m, BuildPool{one_layer_pool(8)});
   must(m, Alloc{3 * 4});
   refused(m, Free{IdUnit::pages, {0}}, ErrorKind::out_of_range);  // the sink
   refused(m, Free{IdUnit::pages, {8}}, ErrorKind::out_of_range);
@@ -190,7 +185,7 @@ TEST(Allocator, FreeOutsideTheUsableRangeIsOutOfRange) {
 
 TEST(Allocator, AllocManyIsAllOrNothing) {
   Model m;
-  must(m, BuildPool{single(8)});  // 7 usable pages
+  must(m, BuildPool{one_layer_pool(8)});  // 7 usable pages
   must(m, Alloc{2 * 4});
   const std::uint64_t before = m.state_digest();
   // 3 + 3 pages do not fit into 5: nothing is allocated, not even the first request.
@@ -206,7 +201,7 @@ TEST(Allocator, AllocManyIsAllOrNothing) {
 
 TEST(Allocator, LazyFreeLeavesHolesAndKeepsTheWatermark) {
   Model m;
-  must(m, BuildPool{single(12, CompactionMode::lazy)});
+  must(m, BuildPool{one_layer_pool(12, CompactionMode::lazy)});
   must(m, Alloc{9 * 4});  // 1..9, wm 10
   EXPECT_TRUE(must_as<Compaction>(m, Free{IdUnit::pages, {6, 8, 3}}).moves.empty());
   const SideTables s = m.tables()->sides[0];
@@ -217,7 +212,7 @@ TEST(Allocator, LazyFreeLeavesHolesAndKeepsTheWatermark) {
 
 TEST(Allocator, LazyAllocUsesHolesInAscendingOrderThenTheBand) {
   Model m;
-  must(m, BuildPool{single(14, CompactionMode::lazy)});
+  must(m, BuildPool{one_layer_pool(14, CompactionMode::lazy)});
   must(m, Alloc{9 * 4});                 // v1..9 on p1..9
   must(m, Free{IdUnit::pages, {8, 3}});  // holes 3, 8; queue 10..13, 3, 8
   const Allocated a = must_as<Allocated>(m, Alloc{3 * 4});
@@ -233,7 +228,7 @@ TEST(Allocator, LazyAllocUsesHolesInAscendingOrderThenTheBand) {
 // In lazy mode holes count toward room: a full band with holes still takes an allocation.
 TEST(Allocator, LazyHolesCountTowardRoom) {
   Model m;
-  must(m, BuildPool{single(6, CompactionMode::lazy)});  // usable 1..5
+  must(m, BuildPool{one_layer_pool(6, CompactionMode::lazy)});  // usable 1..5
   must(m, Alloc{5 * 4});
   must(m, Free{IdUnit::pages, {2}});
   EXPECT_EQ(must_as<Allocated>(m, Alloc{4}).pages, (std::vector<std::int64_t>{2}));
@@ -243,8 +238,8 @@ TEST(Allocator, LazyHolesCountTowardRoom) {
 TEST(Allocator, FlushCompactsTheHolesExactlyAsEagerDoes) {
   // The same frees, eager and lazy + flush, end in the same tables.
   Model eager, lazy;
-  must(eager, BuildPool{single(12)});
-  must(lazy, BuildPool{single(12, CompactionMode::lazy)});
+  must(eager, BuildPool{one_layer_pool(12)});
+  must(lazy, BuildPool{one_layer_pool(12, CompactionMode::lazy)});
   for (Model* m : {&eager, &lazy}) must(*m, Alloc{9 * 4});
   const Compaction from_eager = must_as<Compaction>(eager, Free{IdUnit::pages, {2, 5, 8}});
   must(lazy, Free{IdUnit::pages, {2, 5, 8}});
@@ -353,7 +348,7 @@ TEST(Allocator, FreeSkipsTombstonesAndFreesSwaBeforeFull) {
 
 TEST(Allocator, FreeSwaOnASinglePoolIsAnError) {
   Model m;
-  must(m, BuildPool{single(8)});
+  must(m, BuildPool{one_layer_pool(8)});
   must(m, Alloc{4});
   refused(m, FreeSwa{IdUnit::pages, {1}}, ErrorKind::invalid_argument);
 }

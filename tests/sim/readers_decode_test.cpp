@@ -18,16 +18,13 @@ using testing::config_with_pages;
 using testing::mha_shape;
 using testing::mla_shape;
 using testing::must;
+using testing::one_layer_pool;
 using testing::must_as;
 using testing::refused;
 
-PoolConfig single(std::uint64_t pages, CompactionMode mode = CompactionMode::eager) {
-  return config_with_pages(mha_shape({LayerKind::full}), 4, pages, mode);
-}
-
 TEST(Readers, ACompactionThatWouldMoveAHeldPageIsRefused) {
   Model m;
-  must(m, BuildPool{single(12)});
+  must(m, BuildPool{one_layer_pool(12)});
   must(m, Alloc{5 * 4});  // v1..5 -> p1..5
   must(m, BeginRead{7, "full", {5}});
   // Freeing v2 moves p5 -> p2: refused, and nothing changes (not even the free).
@@ -43,7 +40,7 @@ TEST(Readers, ACompactionThatWouldMoveAHeldPageIsRefused) {
 
 TEST(Readers, AHeldHoleCannotBeFilledByAFlush) {
   Model m;
-  must(m, BuildPool{single(12, CompactionMode::lazy)});
+  must(m, BuildPool{one_layer_pool(12, CompactionMode::lazy)});
   must(m, Alloc{5 * 4});
   must(m, Free{IdUnit::pages, {1}});  // hole at p1
   must(m, BeginRead{1, "full", {1}});  // a reader still holds the old address
@@ -54,7 +51,7 @@ TEST(Readers, AHeldHoleCannotBeFilledByAFlush) {
 
 TEST(Readers, BeginReadRefusesBadInput) {
   Model m;
-  must(m, BuildPool{single(8)});
+  must(m, BuildPool{one_layer_pool(8)});
   must(m, BeginRead{1, "full", {1, 2}});
   refused(m, BeginRead{1, "full", {3}}, ErrorKind::invalid_argument);  // id in use
   refused(m, BeginRead{2, "swa", {3}}, ErrorKind::invalid_argument);   // no such sub-pool
@@ -64,7 +61,7 @@ TEST(Readers, BeginReadRefusesBadInput) {
 
 TEST(MovePages, CopiesWholeEnvelopesAndChangesNoTable) {
   Model m;
-  must(m, BuildPool{single(10)});
+  must(m, BuildPool{one_layer_pool(10)});
   must(m, Alloc{2 * 4});
   must(m, Write{0, 5, std::nullopt, {4, 7}, true, {4, 7}, false});
   const PoolTables before = *m.tables();

@@ -61,6 +61,11 @@ inline PoolConfig config_with_pages(const ModelShape& shape, std::uint64_t page_
   return c;
 }
 
+// One full layer, 1 head of 16 (E = 64 bytes), page size 4 (256-byte pages, min_page_index 1).
+inline PoolConfig one_layer_pool(std::uint64_t pages, CompactionMode mode = CompactionMode::eager) {
+  return config_with_pages(mha_shape({LayerKind::full}), 4, pages, mode);
+}
+
 // Applies an op that must succeed and returns its outcome.
 inline Outcome must(Model& m, const Op& op) {
   OpResult r = m.apply(op);
