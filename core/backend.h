@@ -31,6 +31,13 @@ struct PoolTables {
   bool operator==(const PoolTables&) const = default;
 };
 
+// A span of raw pool bytes.
+struct ByteRange {
+  std::uint64_t offset = 0;
+  std::uint64_t length = 0;
+  bool operator==(const ByteRange&) const = default;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;

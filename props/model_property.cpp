@@ -22,46 +22,6 @@ void showValue(const PoolConfig& config, std::ostream& os) { os << to_string(Op(
 namespace kvtwin::props {
 namespace {
 
-std::string join(const std::vector<std::int64_t>& v) {
-  std::string out = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + std::to_string(v[i]);
-  return out + "]";
-}
-
-// The first field in which two pools' tables differ, in words; empty when equal.
-std::string table_difference(const PoolTables& model, const PoolTables& shadow) {
-  if (model.sides.size() != shadow.sides.size()) return "the model has " + std::to_string(model.sides.size()) + " sides";
-  for (std::size_t i = 0; i < model.sides.size(); ++i) {
-    const SideTables& a = model.sides[i];
-    const SideTables& b = shadow.sides[i];
-    const std::string side = "side '" + a.name + "' ";
-    for (std::size_t v = 0; v < std::max(a.v2p.size(), b.v2p.size()); ++v)
-      if (v >= a.v2p.size() || v >= b.v2p.size() || a.v2p[v] != b.v2p[v])
-        return side + "v2p[" + std::to_string(v) + "]: model " + (v < a.v2p.size() ? std::to_string(a.v2p[v]) : "-") +
-               ", shadow " + (v < b.v2p.size() ? std::to_string(b.v2p[v]) : "-");
-    if (a.p2v != b.p2v) return side + "p2v: model " + join(a.p2v) + ", shadow " + join(b.p2v);
-    if (a.free_queue != b.free_queue) return side + "free queue: model " + join(a.free_queue) + ", shadow " + join(b.free_queue);
-    if (a.watermark != b.watermark)
-      return side + "watermark: model " + std::to_string(a.watermark) + ", shadow " + std::to_string(b.watermark);
-    if (a.holes != b.holes) return side + "holes: model " + join(a.holes) + ", shadow " + join(b.holes);
-    if (a.allocated_pages != b.allocated_pages)
-      return side + "allocated: model " + std::to_string(a.allocated_pages) + ", shadow " + std::to_string(b.allocated_pages);
-  }
-  return {};
-}
-
-// The physical pages an allocation of `k` pages must take on a side (SPEC 4, 4.2): the lowest
-// holes first, then band pages at the watermark, ascending.
-std::vector<std::int64_t> expected_pages(const SideTables& before, bool grows_up, std::size_t k) {
-  std::vector<std::int64_t> pages;
-  for (std::int64_t h : before.holes)
-    if (pages.size() < k) pages.push_back(h);
-  const auto rest = static_cast<std::int64_t>(k - pages.size());
-  const std::int64_t first = grows_up ? before.watermark : before.watermark - rest + 1;
-  for (std::int64_t i = 0; i < rest; ++i) pages.push_back(first + i);
-  return pages;
-}
-
 class SilentListener : public rc::detail::TestListener {
  public:
   void onTestCaseFinished(const rc::detail::CaseDescription&) override {}
@@ -73,94 +33,16 @@ class SilentListener : public rc::detail::TestListener {
 
 void showValue(const SwarmWeights& weights, std::ostream& os) { os << weights.describe(); }
 
-std::string policy_violation(const Op& op, const PoolTables& before, const PoolTables& after, const OpResult& result,
-                             CompactionMode mode) {
-  if (!result.ok()) return {};
-  // Allocation: the queue-front virtual pages, bound on every side to the pages the policy
-  // names; alloc_many binds its requests one after another.
-  std::vector<std::vector<std::int64_t>> requests;
-  if (const auto* a = std::get_if<Allocated>(&result.value())) requests.push_back(a->pages);
-  if (const auto* a = std::get_if<AllocatedMany>(&result.value())) requests = a->pages;
-  std::vector<std::int64_t> vpages;
-  for (const auto& r : requests) vpages.insert(vpages.end(), r.begin(), r.end());
-  if (!vpages.empty()) {
-    const std::vector<std::int64_t>& queue = before.sides[0].free_queue;
-    if (vpages.size() > queue.size() || !std::equal(vpages.begin(), vpages.end(), queue.begin()))
-      return "alloc bound virtual pages " + join(vpages) + ", not the queue front of " + join(queue);
-    for (std::size_t i = 0; i < after.sides.size(); ++i) {
-      SideTables side = before.sides[i];  // walked forward request by request
-      for (const auto& request : requests) {
-        const std::vector<std::int64_t> want = expected_pages(side, i == 0, request.size());
-        std::vector<std::int64_t> got;
-        for (std::int64_t v : request) got.push_back(after.sides[i].v2p[static_cast<std::size_t>(v)]);
-        if (got != want)
-          return "alloc bound side '" + after.sides[i].name + "' pages " + join(got) + " for virtual pages " +
-                 join(request) + "; the policy takes " + join(want);
-        const auto from_holes = std::min(side.holes.size(), request.size());
-        side.holes.erase(side.holes.begin(), side.holes.begin() + static_cast<std::ptrdiff_t>(from_holes));
-        const auto band = static_cast<std::int64_t>(request.size() - from_holes);
-        side.watermark += i == 0 ? band : -band;
-      }
-    }
-  }
-  // Compaction: per side, ascending distinct sources beyond the new watermark, ascending
-  // distinct destinations inside it, no page moved twice, each page carrying its virtual id.
-  if (const auto* c = std::get_if<Compaction>(&result.value())) {
-    if (mode == CompactionMode::lazy && !std::holds_alternative<Flush>(op) && !c->moves.empty())
-      return "a lazy free moved pages; lazy mode leaves holes until flush";
-    std::map<std::string, std::vector<PageMove>> by_side;
-    for (const PageMove& m : c->moves) by_side[m.sub_pool].push_back(m);
-    for (const auto& [name, moves] : by_side) {
-      std::size_t i = 0;
-      while (i < after.sides.size() && after.sides[i].name != name) ++i;
-      if (i == after.sides.size()) return "a move names an unknown sub-pool '" + name + "'";
-      const bool up = i == 0;
-      const std::int64_t wm = after.sides[i].watermark;
-      std::set<std::int64_t> touched;
-      for (std::size_t k = 0; k < moves.size(); ++k) {
-        const PageMove& m = moves[k];
-        if (k > 0 && (m.src <= moves[k - 1].src || m.dst <= moves[k - 1].dst))
-          return "side '" + name + "' moves are not ascending in source and destination";
-        if (!touched.insert(m.src).second || !touched.insert(m.dst).second)
-          return "side '" + name + "' moves page " + std::to_string(m.src) + " or " + std::to_string(m.dst) + " twice";
-        if (up ? !(m.src >= wm && m.dst < wm) : !(m.src <= wm && m.dst > wm))
-          return "side '" + name + "' move " + std::to_string(m.src) + "->" + std::to_string(m.dst) +
-                 " does not cross the new watermark " + std::to_string(wm);
-        const std::int64_t v = before.sides[i].p2v[static_cast<std::size_t>(m.src)];
-        if (v < 1 || after.sides[i].p2v[static_cast<std::size_t>(m.dst)] != v)
-          return "side '" + name + "' page " + std::to_string(m.src) + " did not carry its virtual page to " +
-                 std::to_string(m.dst);
-      }
-    }
-  }
-  return {};
+void PlayCommand::apply(PoolShadow& shadow) const { shadow.apply(op_); }
+
+void PlayCommand::show(std::ostream& os) const { os << to_string(op_); }
+
+void PlayCommand::run(const PoolShadow& shadow, PropertySystem& system) const {
+  (void)shadow;  // the generators' copy; the shadow observer keeps its own
+  if (!system.runner->play(op_)) RC_FAIL(system.runner->failure()->describe());
 }
 
-void ModelCommand::apply(PoolShadow& shadow) const { shadow.apply(op_); }
-
-void ModelCommand::show(std::ostream& os) const { os << to_string(op_); }
-
-void ModelCommand::run(const PoolShadow& shadow, sim::Model& model) const {
-  PoolShadow next = shadow;
-  const Expectation expected = next.apply(op_);
-  const Result<PoolTables> before = model.tables();
-  RC_ASSERT(before.ok());
-  // A refusal must leave everything as it was: hash the state when the shadow expects one.
-  const std::uint64_t digest_before = expected.result.ok() ? 0 : model.state_digest();
-  const OpResult actual = model.apply(op_);
-  if (auto m = mismatch(expected, actual)) RC_FAIL(to_string(op_) + ": " + *m);
-  if (!actual.ok() && model.state_digest() != digest_before)
-    RC_FAIL(to_string(op_) + " was refused (" + actual.error().message + ") but changed the model's state");
-  const PoolTables after = *model.tables();
-  const std::string policy = policy_violation(op_, *before, after, actual, model.config().mode);
-  if (!policy.empty()) RC_FAIL(to_string(op_) + ": " + policy);
-  const std::string differs = table_difference(after, next.tables());
-  if (!differs.empty()) RC_FAIL(to_string(op_) + ": tables differ from the shadow's: " + differs);
-  const Status verified = model.verify();
-  if (!verified.ok()) RC_FAIL(to_string(op_) + ": verify() failed: " + verified.error().message);
-}
-
-void model_matches_shadow(const ModelFactory& make_model) {
+void runner_matches_shadow(const BackendsFactory& make_backends) {
   const PoolConfig config = *rc::gen::exec([] {
     RapidCheckChoices choices;
     return generate_config(choices);
@@ -174,16 +56,33 @@ void model_matches_shadow(const ModelFactory& make_model) {
   RC_TAG(config.shape.attention == AttentionKind::mla ? "mla" : composite ? "full+swa" : "full",
          config.shape.name.find("-scaled") != std::string::npos ? "catalogue" : "synthetic",
          config.mode == CompactionMode::lazy ? "lazy" : "eager", config.tables_only ? "tables-only" : "bytes");
-  std::unique_ptr<sim::Model> model = make_model();
-  const OpResult built = model->apply(BuildPool{config});
-  if (!built.ok()) RC_FAIL("the generated configuration does not build: " + built.error().message);
-  using CommandPtr = std::shared_ptr<const rc::state::Command<PoolShadow, sim::Model>>;
+  Result<traces::BackendSet> backends = make_backends();
+  if (!backends.ok()) RC_FAIL("the backends cannot be made: " + backends.error().message);
+  PropertySystem system;
+  system.backends = std::move(backends).value();
+  system.runner = std::make_unique<traces::Runner>(system.backends.players);
+  if (!system.runner->play(Op(BuildPool{config})))
+    RC_FAIL("the generated configuration does not build: " + system.runner->failure()->describe());
+  system.observers = std::make_unique<PropertyObservers>(config);
+  system.observers->attach(*system.runner);
+  using CommandPtr = std::shared_ptr<const rc::state::Command<PoolShadow, PropertySystem>>;
   // Generators are kept by RapidCheck past this call while it shrinks: capture by value.
-  rc::state::check(PoolShadow(config), *model, [weights](const PoolShadow& shadow) {
+  rc::state::check(PoolShadow(config), system, [weights](const PoolShadow& shadow) {
     return rc::gen::exec([shadow, weights]() -> CommandPtr {
       RapidCheckChoices choices;
-      return std::make_shared<const ModelCommand>(generate_op(choices, shadow, weights));
+      return std::make_shared<const PlayCommand>(generate_op(choices, shadow, weights));
     });
+  });
+  if (!system.runner->finish()) RC_FAIL(system.runner->failure()->describe());
+}
+
+void model_matches_shadow(const ModelFactory& make_model) {
+  runner_matches_shadow([&make_model]() -> Result<traces::BackendSet> {
+    traces::BackendSet set;
+    std::unique_ptr<sim::Model> model = make_model();
+    set.players.push_back(traces::model_player(*model));
+    set.owned.push_back(std::move(model));
+    return set;
   });
 }
 

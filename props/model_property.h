@@ -1,18 +1,11 @@
-// The stateful property of the reference model (RapidCheck, rc::state): a random configuration,
-// the run's swarm weights, then a random sequence of operations, each played against the model
-// and the shadow (props/shadow.h). After every command:
-//   - the model's answer is what the shadow predicts (allocated virtual pages, no room, moves,
-//     ids, tables, marks; errors by kind; bytes by size), and a refused command left the model's
-//     state digest unchanged;
-//   - the policy postconditions hold on the model's own tables: an allocation binds queue-front
-//     virtual pages to ascending physical pages at the frontier (lazy mode: the lowest holes
-//     first), and a compaction's moves have ascending, distinct sources beyond the new watermark
-//     and ascending, distinct destinations inside it (mirrored for a down side);
-//   - the model's tables equal the shadow's, and the model's verify() passes.
+// The stateful property (RapidCheck, rc::state): a random configuration, the run's swarm
+// weights, then a random sequence of operations, each played through the one runner
+// (traces/runner.h) against the system under test (the reference model alone, or the model and
+// the GPU side by side) with the property observers (props/observers.h). After every command the
+// runner's checks (results, tables and their invariants, verify, touched bytes) and the
+// observers' (the shadow's prediction, the policy's postconditions, a refused command changing
+// nothing) must all pass.
 // Commands print in trace syntax, so a shrunk counterexample reads as a trace.
-//
-// What it does not cover: comparing bytes with another implementation (the GPU's differential
-// property does that on top of the same generators).
 #pragma once
 
 #include <cstdint>
@@ -23,9 +16,12 @@
 
 #include <rapidcheck/state.h>
 
+#include "props/observers.h"
 #include "props/shadow.h"
 #include "props/swarm.h"
 #include "sim/model.h"
+#include "traces/backends.h"
+#include "traces/runner.h"
 
 namespace kvtwin {
 // RapidCheck shows a generated configuration as the trace line that builds it.
@@ -36,13 +32,21 @@ namespace kvtwin::props {
 void showValue(const SwarmWeights& weights, std::ostream& os);
 
 using ModelFactory = std::function<std::unique_ptr<sim::Model>()>;
+using BackendsFactory = std::function<Result<traces::BackendSet>()>;
 
-// One command: an operation played against the model, checked against the shadow.
-class ModelCommand : public rc::state::Command<PoolShadow, sim::Model> {
+// The system under test: its backends, the runner that plays them, and the observers.
+struct PropertySystem {
+  traces::BackendSet backends;
+  std::unique_ptr<traces::Runner> runner;
+  std::unique_ptr<PropertyObservers> observers;
+};
+
+// One command: an operation played through the runner.
+class PlayCommand : public rc::state::Command<PoolShadow, PropertySystem> {
  public:
-  explicit ModelCommand(Op op) : op_(std::move(op)) {}
+  explicit PlayCommand(Op op) : op_(std::move(op)) {}
   void apply(PoolShadow& shadow) const override;
-  void run(const PoolShadow& shadow, sim::Model& model) const override;
+  void run(const PoolShadow& shadow, PropertySystem& system) const override;
   void show(std::ostream& os) const override;
   const Op& op() const { return op_; }
 
@@ -50,13 +54,10 @@ class ModelCommand : public rc::state::Command<PoolShadow, sim::Model> {
   Op op_;
 };
 
-// Checks the postconditions of the policy on one step of a model (tables before and after,
-// and the answer). Returns what is wrong, or an empty string.
-std::string policy_violation(const Op& op, const PoolTables& before, const PoolTables& after, const OpResult& result,
-                             CompactionMode mode);
-
-// The property body: call inside a RapidCheck property. `make_model` builds the system under
-// test (a test-only subclass can plant a wrong policy).
+// The property body: call inside a RapidCheck property. `make_backends` builds fresh backends for
+// each case (a test-only model subclass can plant a wrong policy; the GPU tests pass both).
+void runner_matches_shadow(const BackendsFactory& make_backends);
+// The same with the model alone, made by `make_model`.
 void model_matches_shadow(const ModelFactory& make_model);
 
 // Runs the property with RapidCheck's programmatic API and reports without failing anything.

@@ -14,6 +14,7 @@
 #include "core/check.h"
 #include "core/checked.h"
 #include "core/rng.h"
+#include "core/table_check.h"
 #include "sim/attention.h"
 #include "sim/translation.h"
 
@@ -127,7 +128,22 @@ PairingRule Model::pairing() const {
 
 // ---------------------------------------------------------------- dispatch
 
+const std::vector<ByteRange>& Model::touched_bytes() const { return touched_; }
+
+void Model::note_touched(std::uint64_t offset, std::uint64_t length) {
+  if (!touched_.empty()) {
+    ByteRange& last = touched_.back();
+    if (offset >= last.offset && offset + length <= last.offset + last.length) return;  // already noted
+    if (offset == last.offset + last.length) {
+      last.length += length;
+      return;
+    }
+  }
+  touched_.push_back(ByteRange{offset, length});
+}
+
 OpResult Model::apply(const Op& op) {
+  touched_.clear();
   if (!pool_ && !std::holds_alternative<BuildPool>(op))
     return invalid("'" + std::string(op_name(op)) + "' needs a pool, and none is built yet; the first operation must "
                    "be build");
@@ -246,7 +262,10 @@ Compaction Model::commit_free(const FreePlan& plan) {
     for (const PagePair& m : step.compaction.moves) {
       // SPEC 4.1: each move copies the whole page envelope. The ledger is keyed by virtual page,
       // so it does not change: the bytes follow the page.
-      if (pool_->bytes) pool_->bytes->copy_page(side.geometry(), m.src, m.dst);
+      if (pool_->bytes) {
+        pool_->bytes->copy_page(side.geometry(), m.src, m.dst);
+        note_touched(static_cast<std::uint64_t>(m.dst) * side.page_bytes(), side.page_bytes());
+      }
       out.moves.push_back(PageMove{side.name(), m.src, m.dst});
     }
   }
@@ -351,7 +370,10 @@ OpResult Model::on(const MovePages& op) {
                                                           "' is held by an open reader; end the reader first (end_read)");
   // Raw copies, no table change (docs/decisions.md "Moves and readers").
   if (pool_->bytes)
-    for (std::size_t i = 0; i < op.src.size(); ++i) pool_->bytes->copy_page(side.geometry(), op.src[i], op.dst[i]);
+    for (std::size_t i = 0; i < op.src.size(); ++i) {
+      pool_->bytes->copy_page(side.geometry(), op.src[i], op.dst[i]);
+      note_touched(static_cast<std::uint64_t>(op.dst[i]) * side.page_bytes(), side.page_bytes());
+    }
   return Outcome(Done{});
 }
 
@@ -483,6 +505,7 @@ void Model::write_row(std::size_t side, std::int64_t pt, std::uint32_t layer, st
   const DenseEntryLayout& layout = pool_->derived.layouts[side];
   const RowIdentity id{token, static_cast<std::uint32_t>(side), layer, static_cast<std::uint32_t>(part), write_number};
   std::span<std::uint8_t> row = pool_->bytes->row(layout, pt, part, layer);
+  note_touched(static_cast<std::uint64_t>(pt) * layout.entry_bytes, layout.entry_bytes);
   fill_oracle_row(pool_->config.seed, id, layout.parts[part].dtype, row);
   // The ledger remembers the row when its page is bound; a row of an unbound page is not data.
   const AllocatorSide& s = pool_->allocator.side(side);
@@ -804,62 +827,6 @@ Error broken(std::string message) { return make_error(ErrorKind::internal, "inva
 Status Model::verify_side(std::size_t i) const {
   const AllocatorSide& s = pool_->allocator.side(i);
   const std::string side = "sub-pool '" + s.name() + "': ";
-  const std::vector<std::int64_t>& v2p = s.v2p();
-  const std::vector<std::int64_t>& p2v = s.p2v();
-  const std::int64_t num_virtual = pool_->allocator.num_virtual();
-  const std::int64_t owner_min = pool_->allocator.owner().min_page();
-  if (static_cast<std::int64_t>(v2p.size()) != num_virtual + 1 || static_cast<std::int64_t>(p2v.size()) != s.num_pages() + 1)
-    return broken(side + "v2p has " + num(std::uint64_t{v2p.size()}) + " rows and p2v " + num(std::uint64_t{p2v.size()}) +
-                  "; SPEC 4 sizes them num_virtual + 1 = " + num(num_virtual + 1) + " and num_pages + 1 = " +
-                  num(s.num_pages() + 1));
-  // The sink row and the -1 sentinels (SPEC 4).
-  if (v2p[0] != 0 || p2v[0] != 0) return broken(side + "the sink row is v2p[0] = " + num(v2p[0]) + ", p2v[0] = " + num(p2v[0]) + "; both must be 0");
-  if (v2p.back() != -1 || p2v.back() != -1) return broken(side + "the last row of v2p or p2v is not the -1 sentinel");
-  // v2p and p2v are mutual inverses over bound pages; the sink and reserved pages are never bound.
-  std::uint64_t bound = 0;
-  for (std::int64_t v = 1; v < num_virtual; ++v) {
-    const std::int64_t p = v2p[v];
-    if (p == -1) continue;
-    if (v < owner_min) return broken(side + "virtual page " + num(v) + " below the first usable page " + num(owner_min) + " is bound");
-    if (p < s.min_page() || p >= s.num_pages())
-      return broken(side + "v2p[" + num(v) + "] = " + num(p) + " is outside the usable pages [" + num(s.min_page()) + ", " +
-                    num(s.num_pages()) + ")");
-    if (p2v[p] != v)
-      return broken(side + "v2p[" + num(v) + "] = " + num(p) + " but p2v[" + num(p) + "] = " + num(p2v[p]) +
-                    "; v2p and p2v must be mutual inverses");
-    ++bound;
-  }
-  for (std::int64_t p = 1; p < s.num_pages(); ++p) {
-    const std::int64_t v = p2v[p];
-    if (v == -1) continue;
-    if (p < s.min_page()) return broken(side + "reserved page " + num(p) + " below the sink floor is bound to virtual page " + num(v));
-    if (v < 1 || v >= num_virtual || v2p[v] != p)
-      return broken(side + "p2v[" + num(p) + "] = " + num(v) + " but v2p of it is not " + num(p) + "; v2p and p2v must be mutual inverses");
-  }
-  if (bound != s.allocated_pages())
-    return broken(side + "allocated counter is " + num(s.allocated_pages()) + " but " + num(bound) + " pages are bound");
-  // The watermark and the band (SPEC 4): up [min, wm), down (wm, num_pages).
-  if (s.grows_up() ? (s.watermark() < s.min_page() || s.watermark() > s.num_pages())
-                   : (s.watermark() < s.min_page() - 1 || s.watermark() > s.num_pages() - 1))
-    return broken(side + "watermark " + num(s.watermark()) + " is outside its range");
-  for (std::int64_t p = 1; p < s.num_pages(); ++p) {
-    const bool is_bound = p2v[p] >= 0, is_hole = s.holes().count(p) > 0;
-    if (is_bound && is_hole) return broken(side + "page " + num(p) + " is both bound and a hole");
-    if (s.in_band(p) && !is_bound && !is_hole)
-      return broken(side + "page " + num(p) + " inside the band [" + num(s.band_begin()) + ", " + num(s.band_end()) +
-                    ") is neither bound nor a hole");
-    if (!s.in_band(p) && (is_bound || is_hole))
-      return broken(side + "page " + num(p) + " outside the band [" + num(s.band_begin()) + ", " + num(s.band_end()) +
-                    ") is " + (is_bound ? "bound" : "a hole"));
-  }
-  for (std::int64_t h : s.holes())
-    if (!s.in_band(h)) return broken(side + "hole " + num(h) + " lies outside the band");
-  // SPEC 4.1: eager sides have no holes.
-  if (pool_->config.mode == CompactionMode::eager && !s.holes().empty())
-    return broken(side + "an eager side has " + num(std::uint64_t{s.holes().size()}) + " holes; eager compaction leaves none");
-  if (s.band_pages() != s.allocated_pages() + s.holes().size())
-    return broken(side + "band of " + num(s.band_pages()) + " pages is not allocated " + num(s.allocated_pages()) +
-                  " + holes " + num(std::uint64_t{s.holes().size()}));
   // The band stays inside the buffer and above the sink's reserved floor.
   if (s.band_begin_byte() < pool_->derived.geometry.reserved_floor_bytes || s.band_end_byte() > pool_->config.total_bytes)
     return broken(side + "band bytes [" + num(s.band_begin_byte()) + ", " + num(s.band_end_byte()) + ") leave [reserved floor " +
@@ -877,31 +844,10 @@ Status Model::verify_side(std::size_t i) const {
 }
 
 Status Model::verify_tables() const {
-  const PageAllocator& a = pool_->allocator;
-  for (std::size_t i = 0; i < a.side_count(); ++i) KVTWIN_TRY_STATUS(verify_side(i));
-  // Free and bound virtual ids partition [min_page_index, num_virtual) (SPEC 4).
-  const AllocatorSide& owner = a.owner();
-  std::vector<bool> queued(static_cast<std::size_t>(a.num_virtual()), false);
-  for (std::int64_t v : a.free_queue()) {
-    if (v < owner.min_page() || v >= a.num_virtual()) return broken("free queue holds virtual page " + num(v) + " outside the id range");
-    if (queued[static_cast<std::size_t>(v)]) return broken("free queue holds virtual page " + num(v) + " twice");
-    if (owner.physical_of(v) >= 0) return broken("virtual page " + num(v) + " is both queued as free and bound to page " + num(owner.physical_of(v)));
-    queued[static_cast<std::size_t>(v)] = true;
-  }
-  for (std::int64_t v = owner.min_page(); v < a.num_virtual(); ++v)
-    if (!queued[static_cast<std::size_t>(v)] && owner.physical_of(v) < 0)
-      return broken("virtual page " + num(v) + " is neither free (queued) nor bound");
-  if (a.is_composite()) {
-    const AllocatorSide& swa = a.side(1);
-    // The SWA side binds only virtual pages the full side owns (a tombstone is -1 on SWA only).
-    for (std::int64_t v = 1; v < a.num_virtual(); ++v)
-      if (swa.physical_of(v) >= 0 && owner.physical_of(v) < 0)
-        return broken("virtual page " + num(v) + " is bound on the SWA side but not on the full side");
-    // The two occupied bands never overlap (SPEC 4).
-    if (owner.band_end_byte() > swa.band_begin_byte())
-      return broken("the full band ends at byte " + num(owner.band_end_byte()) + ", past the SWA band's start at byte " +
-                    num(swa.band_begin_byte()) + "; the two sides overlap");
-  }
+  // The table invariants every backend is held to (core/table_check.h), on this model's tables.
+  KVTWIN_TRY(const PoolTables tables, this->tables());
+  KVTWIN_TRY_STATUS(check_table_invariants(tables, pool_->derived, pool_->config.mode));
+  for (std::size_t i = 0; i < pool_->allocator.side_count(); ++i) KVTWIN_TRY_STATUS(verify_side(i));
   for (const auto& [id, b] : pool_->batches)
     if (b.tokens.size() != b.loc.size() || (!b.encoder_loc.empty() && b.encoder_loc.size() != b.loc.size()))
       return broken("batch " + num(id) + " has lanes of different lengths");

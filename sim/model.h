@@ -75,6 +75,11 @@ class Model : public Backend {
   // `length` raw bytes from `offset` (an error in tables-only mode, before `build`, or out of range).
   Result<std::vector<std::uint8_t>> raw_bytes(std::uint64_t offset, std::uint64_t length) const override;
 
+  // The byte ranges the last apply() wrote (whole entries of written rows, whole page envelopes
+  // of moves), in the order written, adjacent repeats merged; empty for tables-only pools. The
+  // runner compares exactly these bytes between two backends after every operation.
+  const std::vector<ByteRange>& touched_bytes() const;
+
   // Whether a pool has been built.
   bool built() const { return pool_ != nullptr; }
   // The configuration and everything derived from it (plan, layouts, geometry). Require built().
@@ -176,7 +181,11 @@ class Model : public Backend {
   Status verify_side(std::size_t i) const;
   Status verify_rows() const;
 
+  // Records bytes the current operation wrote (touched_bytes()).
+  void note_touched(std::uint64_t offset, std::uint64_t length);
+
   std::unique_ptr<Pool> pool_;
+  std::vector<ByteRange> touched_;
 };
 
 }  // namespace kvtwin::sim

@@ -17,13 +17,13 @@ namespace {
 // must catch it.
 class PlantedModel : public sim::Model {
  public:
-  explicit PlantedModel(std::string fault) : fault_(std::move(fault)), name_("model+" + fault_) {}
+  explicit PlantedModel(std::string fault) : fault_(std::move(fault)), name_(fault_) {}
 
   std::string_view name() const override { return name_; }
 
   OpResult apply(const Op& op) override {
     // SPEC 10.9: a negative id is not routed to the sink (here it passes through unchanged).
-    if (fault_ == "negative_not_sink") {
+    if (fault_ == "model_negative_not_sink") {
       if (const auto* t = std::get_if<Translate>(&op)) {
         OpResult r = sim::Model::apply(op);
         if (!r.ok() || !std::holds_alternative<Ids>(r.value())) return r;
@@ -34,7 +34,7 @@ class PlantedModel : public sim::Model {
       }
     }
     // SPEC 10.14: alloc_many that is not all-or-nothing (the first request stays allocated).
-    if (fault_ == "alloc_many_partial") {
+    if (fault_ == "model_alloc_many_partial") {
       if (const auto* m = std::get_if<AllocMany>(&op)) {
         OpResult r = sim::Model::apply(op);
         if (r.ok() && std::holds_alternative<NoRoom>(r.value()) && m->tokens.size() > 1)
@@ -44,7 +44,7 @@ class PlantedModel : public sim::Model {
     }
     // A write door that puts down another write's rows (stale content): the answer and the
     // tables are right, only the bytes are wrong.
-    if (fault_ == "stale_write") {
+    if (fault_ == "model_stale_write") {
       if (const auto* w = std::get_if<Write>(&op)) {
         Write stale = *w;
         stale.write_number = w->write_number == 0 ? 1 : w->write_number - 1;
@@ -52,7 +52,7 @@ class PlantedModel : public sim::Model {
       }
     }
     // SPEC 10.10 (a tombstone never made): free_swa is acknowledged but not applied.
-    if (fault_ == "drop_free_swa" && std::holds_alternative<FreeSwa>(op)) return OpResult(Outcome(Compaction{}));
+    if (fault_ == "model_drop_free_swa" && std::holds_alternative<FreeSwa>(op)) return OpResult(Outcome(Compaction{}));
     return sim::Model::apply(op);
   }
 
@@ -60,7 +60,7 @@ class PlantedModel : public sim::Model {
   // SPEC 10.11: compaction pairs survivors and holes out of order (survivors descending).
   std::vector<sim::PagePair> pair_for_compaction(const std::vector<std::int64_t>& survivors,
                                                  const std::vector<std::int64_t>& holes) const override {
-    if (fault_ != "pairing_out_of_order") return sim::Model::pair_for_compaction(survivors, holes);
+    if (fault_ != "model_pairing_out_of_order") return sim::Model::pair_for_compaction(survivors, holes);
     std::vector<std::int64_t> reversed(survivors.rbegin(), survivors.rend());
     return sim::Model::pair_for_compaction(reversed, holes);
   }
@@ -69,17 +69,6 @@ class PlantedModel : public sim::Model {
   std::string fault_;
   std::string name_;
 };
-
-Player model_player(sim::Model& m) {
-  Player p;
-  p.backend = &m;
-  p.verify = [&m] { return m.verify(); };
-  p.describe_byte = [&m](std::uint64_t byte) -> std::string {
-    Result<sim::ByteOwner> owner = m.locate_byte(byte);
-    return owner.ok() ? owner->describe() : owner.error().message;
-  };
-  return p;
-}
 
 }  // namespace
 
@@ -117,8 +106,86 @@ std::string gpu_unavailable_reason() {
 }
 #endif
 
+// The model's planted faults; the GPU's come from gpu/faults.h.
+const std::vector<FaultInfo>& model_faults() {
+  static const std::vector<FaultInfo> kFaults = {
+      {"model_alloc_many_partial", FaultSite::model, "14", "alloc_many leaves its first request allocated on no room"},
+      {"model_drop_free_swa", FaultSite::model, "10", "free_swa is acknowledged but no tombstone is made"},
+      {"model_negative_not_sink", FaultSite::model, "9", "translate passes a negative id through instead of the sink"},
+      {"model_pairing_out_of_order", FaultSite::model, "11", "compaction pairs survivors (descending) with holes"},
+      {"model_stale_write", FaultSite::model, "", "the write door puts down the previous write's rows"},
+  };
+  return kFaults;
+}
+
+std::string_view fault_site_name(FaultSite site) { return site == FaultSite::model ? "model" : "gpu"; }
+
+std::vector<FaultInfo> fault_catalogue() {
+  std::vector<FaultInfo> all = model_faults();
+#if KVTWIN_HAVE_GPU
+  for (std::string_view name : gpu::fault_names())
+    all.push_back(FaultInfo{std::string(name), FaultSite::gpu, "", "GPU fault switch (gpu/faults.h)"});
+#endif
+  return all;
+}
+
 std::vector<std::string> planted_faults() {
-  return {"alloc_many_partial", "drop_free_swa", "negative_not_sink", "pairing_out_of_order", "stale_write"};
+  std::vector<std::string> names;
+  for (const FaultInfo& f : model_faults()) names.push_back(f.name);
+  return names;
+}
+
+std::string FaultChoice::joined() const {
+  std::string s;
+  for (const std::string& n : names) s += (s.empty() ? "" : ",") + n;
+  return s;
+}
+
+Result<FaultChoice> parse_fault_choice(std::string_view text) {
+  FaultChoice choice;
+  const std::vector<FaultInfo> known = fault_catalogue();
+  bool have_site = false;
+  while (!text.empty()) {
+    const std::size_t comma = text.find(',');
+    const std::string name(text.substr(0, comma));
+    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+    if (name.empty()) continue;
+    const auto it = std::find_if(known.begin(), known.end(), [&](const FaultInfo& f) { return f.name == name; });
+    if (it == known.end()) {
+      std::string list;
+      for (const FaultInfo& f : known) list += (list.empty() ? "" : ", ") + f.name;
+      return make_error(ErrorKind::invalid_argument, "unknown fault '" + name + "'; known faults (kvtwin faults): " + list +
+                                                         (gpu_backend_built() ? "" : " (GPU faults: GPU backend not built)"));
+    }
+    if (have_site && it->site != choice.site)
+      return make_error(ErrorKind::invalid_argument, "faults '" + choice.joined() + "' and '" + name +
+                                                         "' live in different backends; plant model faults or GPU faults, not both");
+    choice.site = it->site;
+    have_site = true;
+    choice.names.push_back(name);
+  }
+  return choice;
+}
+
+Player model_player(sim::Model& m) {
+  Player p;
+  p.backend = &m;
+  p.verify = [&m] { return m.verify(); };
+  p.verify_checks_tables = true;
+  p.describe_byte = [&m](std::uint64_t byte) -> std::string {
+    Result<sim::ByteOwner> owner = m.locate_byte(byte);
+    return owner.ok() ? owner->describe() : owner.error().message;
+  };
+  p.touched = [&m] { return m.touched_bytes(); };
+  p.state_digest = [&m] { return m.state_digest(); };
+  return p;
+}
+
+Result<std::unique_ptr<sim::Model>> make_planted_model(std::string_view fault) {
+  const std::vector<std::string> known = planted_faults();
+  if (std::find(known.begin(), known.end(), fault) == known.end())
+    return make_error(ErrorKind::invalid_argument, "'" + std::string(fault) + "' is not a model fault");
+  return std::unique_ptr<sim::Model>(std::make_unique<PlantedModel>(std::string(fault)));
 }
 
 std::string BackendSet::names() const {
@@ -128,42 +195,36 @@ std::string BackendSet::names() const {
 }
 
 Result<BackendSet> make_backend_set(BackendChoice choice, const std::string& fault) {
+  KVTWIN_TRY(const FaultChoice faults, parse_fault_choice(fault));
+  const bool model_fault = !faults.names.empty() && faults.site == FaultSite::model;
+  const bool gpu_fault = !faults.names.empty() && faults.site == FaultSite::gpu;
+  if (model_fault && faults.names.size() > 1)
+    return make_error(ErrorKind::invalid_argument, "plant one model fault at a time ('" + faults.joined() + "')");
+  if (gpu_fault && choice == BackendChoice::model)
+    return make_error(ErrorKind::invalid_argument, "fault '" + faults.joined() +
+                                                       "' is a GPU switch; use --backend gpu or both (or a model_ fault)");
+  if (model_fault && choice == BackendChoice::gpu)
+    return make_error(ErrorKind::invalid_argument,
+                      "fault '" + faults.joined() + "' is planted in the model; use --backend model or both");
   BackendSet set;
+  if (choice != BackendChoice::gpu) {
+    std::unique_ptr<sim::Model> model =
+        model_fault ? std::make_unique<PlantedModel>(faults.names.front()) : std::make_unique<sim::Model>();
+    set.players.push_back(model_player(*model));
+    set.owned.push_back(std::move(model));
+  }
   if (choice != BackendChoice::model) {
     if (!gpu_backend_built() || !gpu_device_available())
       return make_error(ErrorKind::unsupported, gpu_unavailable_reason());
 #if KVTWIN_HAVE_GPU
-    // The GPU's own fault switches (gpu/faults.h), by name.
-    Result<gpu::Faults> faults = gpu::parse_faults(fault);
-    if (!faults.ok()) return faults.error();
-    if (choice == BackendChoice::both) {
-      auto model = std::make_unique<sim::Model>();
-      set.players.push_back(model_player(*model));
-      set.owned.push_back(std::move(model));
-    }
-    std::unique_ptr<Backend> device = gpu::make_gpu_backend(*faults);
+    Result<gpu::Faults> switches = gpu::parse_faults(gpu_fault ? faults.joined() : "");
+    if (!switches.ok()) return switches.error();
+    std::unique_ptr<Backend> device = gpu::make_gpu_backend(*switches);
     Player p;
     p.backend = device.get();
     set.players.push_back(p);
     set.owned.push_back(std::move(device));
-    return set;
 #endif
-  }
-  if (!fault.empty()) {
-    const std::vector<std::string> known = planted_faults();
-    if (std::find(known.begin(), known.end(), fault) == known.end()) {
-      std::string list;
-      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
-      return make_error(ErrorKind::invalid_argument, "unknown fault '" + fault + "'; the model can plant: " + list);
-    }
-  }
-  auto model = std::make_unique<sim::Model>();
-  set.players.push_back(model_player(*model));
-  set.owned.push_back(std::move(model));
-  if (!fault.empty()) {
-    auto planted = std::make_unique<PlantedModel>(fault);
-    set.players.push_back(model_player(*planted));
-    set.owned.push_back(std::move(planted));
   }
   return set;
 }

@@ -5,12 +5,17 @@
 // and asking for it is an ErrorKind::unsupported Error that says which (callers that may skip,
 // like `kvtwin check --backend auto`, ask gpu_device_available() first).
 //
-// A planted fault (`--fault NAME`) is a self-test of the harness: the second backend gets a
-// named bug, and a run must catch it. With the model alone, the second backend is a copy of the
-// model with the bug planted (planted_faults() lists them); with the GPU, the names
-// (comma-separated) go to the GPU backend's own fault switches (gpu/faults.h).
+// One fault vocabulary (`kvtwin faults` lists it): every name is a real bug class of SPEC.md
+// section 10, planted either in the reference model (names starting `model_`: a subclass of
+// sim::Model with one decision changed) or in the CUDA implementation (gpu/faults.h switches).
+// A planted fault (`--fault NAME[,NAME...]`) is a self-test of the harness: the run must catch it.
+//   - a model fault replaces the model: it runs alone (--backend model), so only the checks that
+//     do not trust the model can catch it (expectations, the shadow, invariants), or beside the
+//     GPU (--backend both);
+//   - GPU faults go to the GPU backend's switches (--backend gpu or both).
 //
-// Sets: model = [model] (+ [model with the fault]); gpu = [gpu]; both = [model, gpu].
+// Sets: model = [model]; gpu = [gpu]; both = [model, gpu]; a model fault swaps in the planted
+// model for the model.
 #pragma once
 
 #include <memory>
@@ -21,6 +26,10 @@
 #include "core/backend.h"
 #include "core/result.h"
 #include "traces/runner.h"
+
+namespace kvtwin::sim {
+class Model;
+}
 
 namespace kvtwin::traces {
 
@@ -36,8 +45,38 @@ bool gpu_device_available();
 // Why the GPU backend cannot run here ("" when it can).
 std::string gpu_unavailable_reason();
 
-// Faults the model's planted copy knows (for --fault with --backend model).
+enum class FaultSite : std::uint8_t { model, gpu };
+
+struct FaultInfo {
+  std::string name;
+  FaultSite site = FaultSite::model;
+  std::string spec_class;  // the SPEC.md section 10 class it reproduces ("11", "13/19"), "" for a content bug
+  std::string what;        // one line: the bug
+};
+
+std::string_view fault_site_name(FaultSite site);
+
+// Every fault: the model's, then the GPU's (when the GPU backend is built), in a fixed order.
+std::vector<FaultInfo> fault_catalogue();
+
+// The faults planted in the model (names only).
 std::vector<std::string> planted_faults();
+
+// Splits "a,b" and checks every name; all must be of one site. An error names the unknown one
+// and lists the known names.
+struct FaultChoice {
+  FaultSite site = FaultSite::model;
+  std::vector<std::string> names;  // empty: none
+  std::string joined() const;      // "a,b"
+};
+Result<FaultChoice> parse_fault_choice(std::string_view comma_separated);
+
+// The model's Player: verify(), byte descriptions, touched bytes and the state digest.
+Player model_player(sim::Model& model);
+
+// The reference model with one of planted_faults() planted (an error for another name). Tests
+// pair it with a plain model to exercise the runner's two-backend checks without a GPU.
+Result<std::unique_ptr<sim::Model>> make_planted_model(std::string_view fault);
 
 struct BackendSet {
   std::vector<std::unique_ptr<Backend>> owned;

@@ -16,6 +16,21 @@ std::string percent(std::uint64_t part, std::uint64_t whole) {
 
 Runner make_runner(BackendSet& backends, const CheckCadence& cadence) { return Runner(backends.players, cadence); }
 
+// Builds the header's pool on every backend. A refusal is bad input: the trace cannot be checked.
+// Then the observers join the runner (they start from the built pool).
+Status build_for_replay(Runner& runner, const PoolConfig& config, const std::string& where,
+                        const ObserverFactory& observers, std::vector<std::unique_ptr<RunObserver>>& owned) {
+  std::optional<OpResult> built = runner.play(Op(BuildPool{config}), std::nullopt, 1);
+  if (built && !built->ok())
+    return make_error(ErrorKind::invalid_argument, where + ": the trace's pool cannot be built, so nothing could be "
+                                                   "checked: " + built->error().message);
+  if (built && observers) {
+    owned = observers(config);
+    for (const auto& o : owned) runner.add_observer(o.get());
+  }
+  return ok_status();
+}
+
 void finish_report(ReplayReport& report, Runner& runner) {
   if (!runner.failure()) runner.finish();
   report.stats = runner.stats();
@@ -89,7 +104,7 @@ std::string report_text(const ReplayReport& r) {
 }
 
 Result<ReplayReport> replay_pool_trace_file(const std::string& path, BackendSet& backends, const CheckCadence& cadence,
-                                            const Progress& progress) {
+                                            const Progress& progress, const ObserverFactory& observers) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return make_error(ErrorKind::io, path + ": cannot open the file for reading; check the path");
   in.seekg(0, std::ios::end);
@@ -104,7 +119,9 @@ Result<ReplayReport> replay_pool_trace_file(const std::string& path, BackendSet&
   report.seed = header.seed;
   report.parameters = header.origin;
   Runner runner = make_runner(backends, cadence);
-  if (runner.play(Op(BuildPool{header.config}), std::nullopt, 1)) {
+  std::vector<std::unique_ptr<RunObserver>> owned;
+  KVTWIN_TRY_STATUS(build_for_replay(runner, header.config, path + ":1", observers, owned));
+  if (!runner.failure()) {
     std::uint64_t lines = 0;
     while (true) {
       KVTWIN_TRY(std::optional<TraceLine> line, reader.next());
@@ -119,8 +136,9 @@ Result<ReplayReport> replay_pool_trace_file(const std::string& path, BackendSet&
   return report;
 }
 
-ReplayReport replay_lines(const TraceHeader& header, const std::vector<TraceLine>& lines, BackendSet& backends,
-                          const CheckCadence& cadence, const std::string& source) {
+Result<ReplayReport> replay_lines(const TraceHeader& header, const std::vector<TraceLine>& lines, BackendSet& backends,
+                                  const CheckCadence& cadence, const std::string& source,
+                                  const ObserverFactory& observers) {
   ReplayReport report;
   report.source = source;
   report.format = "ops";
@@ -128,7 +146,9 @@ ReplayReport replay_lines(const TraceHeader& header, const std::vector<TraceLine
   report.seed = header.seed;
   report.parameters = header.origin;
   Runner runner = make_runner(backends, cadence);
-  if (runner.play(Op(BuildPool{header.config}), std::nullopt, lines.empty() ? 0 : 1)) {
+  std::vector<std::unique_ptr<RunObserver>> owned;
+  KVTWIN_TRY_STATUS(build_for_replay(runner, header.config, source, observers, owned));
+  if (!runner.failure()) {
     for (std::size_t i = 0; i < lines.size(); ++i)
       if (!runner.play(lines[i].op, lines[i].expect, lines[i].line)) break;
   }

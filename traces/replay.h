@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,17 +40,24 @@ nlohmann::json report_json(const ReplayReport& report);
 // The human summary printed at the end of a replay (several lines, no trailing newline).
 std::string report_text(const ReplayReport& report);
 
+// Checks a replay adds to its runner once the pool is built (props/ passes the shadow, the policy
+// and the refusal observers this way; traces/ does not know them).
+using ObserverFactory = std::function<std::vector<std::unique_ptr<RunObserver>>(const PoolConfig& config)>;
+
 // Called with work done and work total (bytes of a trace file, or requests) for progress bars.
 using Progress = std::function<void(std::uint64_t done, std::uint64_t total)>;
 
 // Replays a pool trace file, one line at a time: the header's pool is built, then every line is
-// played and checked; the run stops at the first failure.
+// played and checked; the run stops at the first failure. A header whose pool no backend can
+// build is bad input (an Error), never a pass that checked nothing.
 Result<ReplayReport> replay_pool_trace_file(const std::string& path, BackendSet& backends, const CheckCadence& cadence,
-                                            const Progress& progress = {});
+                                            const Progress& progress = {}, const ObserverFactory& observers = {});
 
-// Replays header + lines held in memory (fuzz cases, shrinking, tests).
-ReplayReport replay_lines(const TraceHeader& header, const std::vector<TraceLine>& lines, BackendSet& backends,
-                          const CheckCadence& cadence, const std::string& source = "<memory>");
+// Replays header + lines held in memory (fuzz cases, shrinking, tests). An unbuildable pool is an
+// Error, as above.
+Result<ReplayReport> replay_lines(const TraceHeader& header, const std::vector<TraceLine>& lines, BackendSet& backends,
+                                  const CheckCadence& cadence, const std::string& source = "<memory>",
+                                  const ObserverFactory& observers = {});
 
 // Runs a request trace through the serving simulator against the backends, checking as it
 // goes. When `record` is given, every op is written to it with the first backend's result as

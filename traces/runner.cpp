@@ -3,8 +3,11 @@
 
 #include <cstdio>
 
+#include <algorithm>
+
 #include "core/check.h"
 #include "core/oracle.h"
+#include "core/table_check.h"
 #include "traces/pool_trace.h"
 
 namespace kvtwin::traces {
@@ -87,6 +90,11 @@ Runner::Runner(std::vector<Player> players, CheckCadence cadence) : players_(std
   for (const Player& p : players_) KVTWIN_CHECK(p.backend != nullptr, "a player without a backend");
 }
 
+void Runner::add_observer(RunObserver* observer) {
+  KVTWIN_CHECK(observer != nullptr, "a null observer");
+  observers_.push_back(observer);
+}
+
 bool Runner::fail(std::string check, std::string message) {
   Failure f;
   f.step = step_;
@@ -127,6 +135,61 @@ bool Runner::check_tables() {
   if (auto d = diff_tables(*a, *b, players_[0].backend->name(), players_[1].backend->name()))
     return fail("tables", "allocator tables differ: " + *d);
   ++stats_.tables_compared;
+  return true;
+}
+
+bool Runner::check_invariants(bool verify_runs) {
+  if (!config_) return true;
+  for (const Player& p : players_) {
+    if (verify_runs && p.verify && p.verify_checks_tables) continue;
+    Result<PoolTables> t = p.backend->tables();
+    if (!t.ok()) return fail("tables", std::string(p.backend->name()) + " cannot show its tables: " + t.error().message);
+    Status s = check_table_invariants(*t, *derived_, config_->mode);
+    if (!s.ok()) return fail("tables", std::string(p.backend->name()) + "'s tables break an invariant: " + s.error().message);
+    ++stats_.invariants_checked;
+  }
+  return true;
+}
+
+bool Runner::check_touched() {
+  if (players_.size() < 2 || !derived_ || config_->tables_only || !players_[0].touched || !cadence_.compare_touched)
+    return true;
+  std::vector<ByteRange> ranges = players_[0].touched();
+  if (ranges.empty()) return true;
+  // The sink's bytes (below the reserved floor) are never data (SPEC 3): clip them away.
+  const std::uint64_t floor = derived_->geometry.reserved_floor_bytes;
+  std::sort(ranges.begin(), ranges.end(), [](const ByteRange& a, const ByteRange& b) { return a.offset < b.offset; });
+  std::vector<ByteRange> merged;
+  for (ByteRange r : ranges) {
+    if (r.offset + r.length <= floor) continue;
+    if (r.offset < floor) {
+      r.length -= floor - r.offset;
+      r.offset = floor;
+    }
+    if (!merged.empty() && r.offset <= merged.back().offset + merged.back().length) {
+      ByteRange& m = merged.back();
+      m.length = std::max(m.offset + m.length, r.offset + r.length) - m.offset;
+    } else {
+      merged.push_back(r);
+    }
+  }
+  for (const ByteRange& r : merged) {
+    Result<std::vector<std::uint8_t>> a = players_[0].backend->raw_bytes(r.offset, r.length);
+    Result<std::vector<std::uint8_t>> b = players_[1].backend->raw_bytes(r.offset, r.length);
+    if (!a.ok() || !b.ok())
+      return fail("touched", "a backend cannot show the bytes it wrote at " + std::to_string(r.offset) + ": " +
+                                 (a.ok() ? b.error().message : a.error().message));
+    if (*a != *b) {
+      std::size_t i = 0;
+      while (i < a->size() && i < b->size() && (*a)[i] == (*b)[i]) ++i;
+      const std::uint64_t byte = r.offset + i;
+      return fail("touched", "the bytes this operation wrote differ first at byte " + std::to_string(byte) + ": " +
+                                 std::string(players_[0].backend->name()) + " has " + hex_byte((*a)[i]) + ", " +
+                                 std::string(players_[1].backend->name()) + " has " + hex_byte((*b)[i]) +
+                                 describe_byte(byte));
+    }
+  }
+  ++stats_.touched_compared;
   return true;
 }
 
@@ -213,16 +276,26 @@ std::optional<OpResult> Runner::play(const Op& op, const std::optional<OpResult>
   KVTWIN_CHECK(!failure_, "Runner::play after a failed check; the run is over");
   line_ = line;
   op_text_.clear();
-  std::vector<OpResult> results;
-  results.reserve(players_.size());
-  for (Player& p : players_) results.push_back(p.backend->apply(op));
-  const OpResult& first = results.front();
-  ++stats_.ops;
   const auto failed = [&](bool ok) {
     if (ok) return false;
     failure_->op = op_to_line(op, std::nullopt);
     return true;
   };
+  std::vector<OpResult> results;
+  results.reserve(players_.size());
+  {
+    // A backend's broken invariant ends this run as a failure, not the process (check.h).
+    InvariantScope scope;
+    try {
+      for (RunObserver* o : observers_) o->before(*this, op);
+      for (Player& p : players_) results.push_back(p.backend->apply(op));
+    } catch (const InvariantFailure& e) {
+      failed(fail("invariant", e.what()));
+      return std::nullopt;
+    }
+  }
+  const OpResult& first = results.front();
+  ++stats_.ops;
   if (!first.ok())
     ++stats_.errors;
   else if (std::holds_alternative<NoRoom>(first.value()))
@@ -242,10 +315,26 @@ std::optional<OpResult> Runner::play(const Op& op, const std::optional<OpResult>
   }
   const bool checkpoint = std::holds_alternative<Checkpoint>(op);
   const std::uint64_t n = stats_.ops;
-  if ((checkpoint || (cadence_.tables_every != 0 && n % cadence_.tables_every == 0)) && failed(check_tables()))
+  InvariantScope scope;
+  try {
+    const bool verify_runs = checkpoint || (verify_every_ != 0 && n % verify_every_ == 0);
+    if (verify_runs && failed(check_verify())) return std::nullopt;
+    if ((checkpoint || (cadence_.tables_every != 0 && n % cadence_.tables_every == 0)) &&
+        (failed(check_invariants(verify_runs)) || failed(check_tables())))
+      return std::nullopt;
+    if (failed(check_touched())) return std::nullopt;
+    if (checkpoint && failed(check_pools())) return std::nullopt;
+    for (RunObserver* o : observers_) {
+      if (std::optional<RunObserver::Finding> f = o->after(*this, op, results)) {
+        failed(fail(f->check, f->message));
+        return std::nullopt;
+      }
+      ++stats_.observer_checks;
+    }
+  } catch (const InvariantFailure& e) {
+    failed(fail("invariant", e.what()));
     return std::nullopt;
-  if ((checkpoint || (verify_every_ != 0 && n % verify_every_ == 0)) && failed(check_verify())) return std::nullopt;
-  if (checkpoint && failed(check_pools())) return std::nullopt;
+  }
   ++step_;
   return first;
 }
@@ -254,7 +343,12 @@ bool Runner::finish() {
   KVTWIN_CHECK(!failure_, "Runner::finish after a failed check");
   line_ = 0;
   op_text_.clear();
-  return check_verify() && check_tables() && check_pools();
+  InvariantScope scope;
+  try {
+    return check_verify() && check_invariants(true) && check_tables() && check_pools();
+  } catch (const InvariantFailure& e) {
+    return fail("invariant", e.what());
+  }
 }
 
 }  // namespace kvtwin::traces

@@ -1,22 +1,33 @@
-// The runner: plays a sequence of operations against one backend or two side by side, and checks
-// after every step, so that kvtwin replay, record, fuzz and check all judge a run the same way.
+// The runner: THE interpreter. It plays a sequence of operations against one backend or two side
+// by side, and checks after every step, so that the RapidCheck properties, the GPU differential
+// tests, kvtwin replay, record, fuzz, check and selftest all judge a run the same way.
 //
 // After each operation it checks, in this order:
-//   expect   the result the trace line expects, when it has one (same_result: errors by kind);
-//   results  with two backends, both answered the same (same_result);
-//   tables   with two backends, every side's allocator tables are equal (v2p, p2v, free queue,
-//            watermark, holes, counts), reporting the first differing entry with both values;
-//   verify   a backend's own invariant check (the reference model's verify()), when it has one;
-//   pool     at `checkpoint` operations and at finish(), with two backends holding bytes: the raw
-//            pools page by page (a digest per page), reporting the first differing byte as
-//            sub-pool, physical and virtual page, slot, layer, part and byte, both values, and
-//            what the content oracle expects there when a backend can say.
+//   results    with two backends, both answered the same (same_result: outcomes equal, errors of
+//              the same kind);
+//   expect     the result the trace line expects, when it has one;
+//   invariant  a backend broke one of its own always-on checks (KVTWIN_CHECK) while playing the
+//              op: reported as a failure of this run, not an abort of the process (check.h);
+//   tables     every player's tables hold the table invariants of core/table_check.h (so a run
+//              of one backend alone is checked too) and, with two backends, are equal (v2p, p2v,
+//              free queue, watermark, holes, counts), naming the first differing entry;
+//   verify     a backend's own invariant check (the model's verify(); the GPU's counters against
+//              its device tables), when it has one;
+//   touched    with two backends holding bytes: the bytes the operation wrote (as the first
+//              backend reports them: written entries, moved page envelopes) are equal on both;
+//   pool       at `checkpoint` operations and at finish(), with two backends holding bytes: the
+//              raw pools page by page (a digest per page), naming the first differing byte as
+//              sub-pool, physical and virtual page, slot, layer, part and byte, both values, and
+//              what the content oracle expects there when a backend can say;
+//   observers  then every observer's own checks (props/: the shadow's prediction, the policy's
+//              postconditions, refusals that changed state), in the order they were added.
 // The first failed check stops the run: play() returns nullopt and failure() says which step,
 // which trace line, which check, and what differed. Tables and verify may be run every N
 // operations instead (CheckCadence) for real-scale replays; checkpoints and finish() always run
 // every check.
 //
-// The runner only sees what core/backend.h exposes; it never reaches into a backend's internals.
+// The runner only sees what core/backend.h exposes, plus what a Player adds; it never reaches
+// into a backend's internals.
 #pragma once
 
 #include <cstdint>
@@ -36,9 +47,37 @@ struct Player {
   Backend* backend = nullptr;
   // The backend's own invariant check (the model's verify()); empty when it has none.
   std::function<Status()> verify;
+  // verify() runs check_table_invariants itself (the model's does): on a step where verify runs,
+  // the runner does not run that check a second time for this player.
+  bool verify_checks_tables = false;
   // Where a byte of the pool belongs and what the content oracle expects there, for pool
   // mismatch reports; empty when the backend cannot say.
   std::function<std::string(std::uint64_t)> describe_byte;
+  // The bytes the last operation wrote; empty when the backend cannot say.
+  std::function<std::vector<ByteRange>()> touched;
+  // A digest of the backend's whole observable state (for "a refusal changes nothing"); empty
+  // when the backend has none (observers then digest its tables and bytes).
+  std::function<std::uint64_t()> state_digest;
+};
+
+class Runner;
+
+// A check the runner does not own, called around every operation (props/ adds the shadow, the
+// policy and the refusal checks this way). `after` runs only when the runner's own checks passed.
+class RunObserver {
+ public:
+  virtual ~RunObserver() = default;
+  // Before the operation reaches any backend.
+  virtual void before(const Runner& runner, const Op& op) {
+    (void)runner;
+    (void)op;
+  }
+  struct Finding {
+    std::string check;    // "shadow", "policy", "refusal", ...
+    std::string message;  // what differed, with both values
+  };
+  // After it, with every backend's answer; a finding stops the run.
+  virtual std::optional<Finding> after(const Runner& runner, const Op& op, const std::vector<OpResult>& results) = 0;
 };
 
 // verify_every = kVerifyAuto: after every op on pools a verify() reads quickly (tables only, or
@@ -51,6 +90,7 @@ struct CheckCadence {
   std::uint64_t tables_every = 1;            // compare tables after every Nth op (two backends); 0 = only at the end
   std::uint64_t verify_every = kVerifyAuto;  // run verify() after every Nth op; 0 = only at checkpoints and the end
   bool compare_pools = true;                 // at checkpoints and at the end (two backends with bytes)
+  bool compare_touched = true;               // the bytes each op wrote, right after it (two backends with bytes)
 };
 
 // The verify cadence auto means for a pool of this configuration.
@@ -64,12 +104,16 @@ struct RunStats {
   std::uint64_t verifies = 0;
   std::uint64_t pools_compared = 0;
   std::uint64_t pages_compared = 0;
+  std::uint64_t invariants_checked = 0;  // table-invariant checks (one per player)
+  std::uint64_t touched_compared = 0;    // operations whose written bytes were compared
+  std::uint64_t observer_checks = 0;     // observer calls that passed
   std::uint64_t compaction_moves = 0;  // page moves reported by compactions (first backend)
   std::uint64_t errors = 0;            // ops answered with an error (expected or not)
   std::uint64_t no_rooms = 0;
 
   std::uint64_t checks_passed() const {
-    return expects_checked + results_compared + tables_compared + verifies + pools_compared;
+    return expects_checked + results_compared + tables_compared + verifies + pools_compared + invariants_checked +
+           touched_compared + observer_checks;
   }
 };
 
@@ -77,7 +121,7 @@ struct Failure {
   std::uint64_t step = 0;  // 0-based index of the op in the run
   std::uint64_t line = 0;  // its trace line; 0 when it came from no file
   std::string op;          // the op in trace syntax ("" for end-of-run checks)
-  std::string check;       // "expect", "results", "tables", "verify", "pool"
+  std::string check;       // "results", "expect", "invariant", "tables", "verify", "touched", "pool", or an observer's
   std::string message;     // what differed, with both values
 
   // "line 57 (step 55): {"op":...}: tables: ..." in one paragraph.
@@ -87,6 +131,9 @@ struct Failure {
 class Runner {
  public:
   Runner(std::vector<Player> players, CheckCadence cadence = {});
+
+  // Adds an observer (not owned; it must outlive the runner's use).
+  void add_observer(RunObserver* observer);
 
   // Plays `op` on every backend, then checks. Returns the first backend's result, or nullopt
   // when a check failed (failure() says why; the run is over).
@@ -100,6 +147,8 @@ class Runner {
   const RunStats& stats() const { return stats_; }
   std::size_t backend_count() const { return players_.size(); }
   const Player& player(std::size_t i) const { return players_.at(i); }
+  // The pool derived from the last successful build; nullopt before one.
+  const std::optional<PoolDerived>& derived() const { return derived_; }
   // The configuration of the last successful build; nullopt before one.
   const std::optional<PoolConfig>& config() const { return config_; }
 
@@ -108,11 +157,14 @@ class Runner {
   bool check_expect(const std::vector<OpResult>& results, const OpResult& expect);
   bool check_results(const std::vector<OpResult>& results);
   bool check_tables();
+  bool check_invariants(bool verify_runs);
   bool check_verify();
+  bool check_touched();
   bool check_pools();
   std::string describe_byte(std::uint64_t byte) const;
 
   std::vector<Player> players_;
+  std::vector<RunObserver*> observers_;
   CheckCadence cadence_;
   std::uint64_t verify_every_ = 1;  // cadence_.verify_every, resolved for the pool built last
   RunStats stats_;

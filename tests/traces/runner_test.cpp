@@ -13,6 +13,7 @@
 #include "core/oracle.h"
 #include "tests/traces/test_support.h"
 #include "traces/backends.h"
+#include "sim/model.h"
 #include "traces/replay.h"
 
 namespace kvtwin::traces {
@@ -44,10 +45,28 @@ PoolTrace parse(const std::string& text) {
   return *t;
 }
 
+ReplayReport replay_on(const PoolTrace& t, BackendSet& b, CheckCadence cadence) {
+  Result<ReplayReport> r = replay_lines(t.header, t.lines, b, cadence, "t.jsonl");
+  KVTWIN_CHECK(r.ok(), r.ok() ? "" : r.error().message);
+  return *r;
+}
+
 ReplayReport replay(const PoolTrace& t, BackendChoice choice, const std::string& fault, CheckCadence cadence = {}) {
   Result<BackendSet> b = make_backend_set(choice, fault);
   KVTWIN_CHECK(b.ok(), b.ok() ? "" : b.error().message);
-  return replay_lines(t.header, t.lines, *b, cadence, "t.jsonl");
+  return replay_on(t, *b, cadence);
+}
+
+// The plain model beside a copy with `fault` planted: the runner's two-backend checks, no GPU.
+ReplayReport replay_pair(const PoolTrace& t, const std::string& fault, CheckCadence cadence = {}) {
+  BackendSet b;
+  auto plain = std::make_unique<sim::Model>();
+  Result<std::unique_ptr<sim::Model>> planted = make_planted_model(fault);
+  KVTWIN_CHECK(planted.ok(), "a model fault");
+  b.players = {model_player(*plain), model_player(**planted)};
+  b.owned.push_back(std::move(plain));
+  b.owned.push_back(std::move(*planted));
+  return replay_on(t, b, cadence);
 }
 
 // Llama-3.1-8B at TP 8: 256-byte rows, a 16,384-byte entry, 4-token pages of 65,536 bytes;
@@ -80,7 +99,7 @@ TEST(Runner, TheDocsExampleReplaysCleanWithEveryCheckCounted) {
 TEST(Runner, ModelAgainstItselfComparesResultsTablesAndPools) {
   const PoolTrace t = parse(docs_example());
   // A planted fault that the example never triggers (it has no alloc_many): a clean side-by-side run.
-  const ReplayReport r = replay(t, BackendChoice::model, "alloc_many_partial");
+  const ReplayReport r = replay_pair(t, "model_alloc_many_partial");
   ASSERT_TRUE(r.passed()) << r.failure->describe();
   EXPECT_EQ(r.stats.results_compared, r.stats.ops);
   EXPECT_EQ(r.stats.tables_compared, r.stats.ops + 1);
@@ -90,13 +109,13 @@ TEST(Runner, ModelAgainstItselfComparesResultsTablesAndPools) {
 }
 
 TEST(Runner, DivergentResultsStopAtTheirLineWithBothAnswers) {
-  const ReplayReport r = replay(parse(docs_example()), BackendChoice::model, "negative_not_sink");
+  const ReplayReport r = replay_pair(parse(docs_example()), "model_negative_not_sink");
   ASSERT_FALSE(r.passed());
   EXPECT_EQ(r.failure->check, "results");
   EXPECT_EQ(r.failure->line, 8u);
   EXPECT_EQ(r.failure->op, R"({"op":"translate","ids":[12,-1,1000],"shape":[3]})");
   EXPECT_THAT(r.failure->message, HasSubstr(R"(model answered {"ids":[4,0,0]})"));
-  EXPECT_THAT(r.failure->message, HasSubstr(R"(model+negative_not_sink answered {"ids":[4,-1,0]})"));
+  EXPECT_THAT(r.failure->message, HasSubstr(R"(model_negative_not_sink answered {"ids":[4,-1,0]})"));
   EXPECT_THAT(r.failure->describe(), HasSubstr("line 8 (step 7): results check failed"));
 }
 
@@ -116,18 +135,18 @@ TEST(Runner, TablesThatDivergeAreReportedEntryByEntry) {
   // no_room and changes nothing; the planted copy keeps the first request (queue front: virtual
   // page 1 bound at the watermark, physical page 1).
   const PoolTrace t = parse(header(tp8_config()) + R"({"op":"alloc_many","tokens":[48,48]})" + "\n");
-  const ReplayReport r = replay(t, BackendChoice::model, "alloc_many_partial");
+  const ReplayReport r = replay_pair(t, "model_alloc_many_partial");
   ASSERT_FALSE(r.passed());
   EXPECT_EQ(r.failure->check, "tables");
   EXPECT_EQ(r.failure->line, 2u);
-  EXPECT_THAT(r.failure->message, HasSubstr("side 'full' v2p[1]: model has -1, model+alloc_many_partial has 1"));
+  EXPECT_THAT(r.failure->message, HasSubstr("side 'full' v2p[1]: model has -1, model_alloc_many_partial has 1"));
 }
 
 TEST(Runner, WithTablesOnlyAtTheEndTheDivergenceShowsAtTheEnd) {
   const PoolTrace t = parse(header(tp8_config()) + R"({"op":"alloc_many","tokens":[48,48]})" + "\n");
   CheckCadence cadence;
   cadence.tables_every = 0;
-  const ReplayReport r = replay(t, BackendChoice::model, "alloc_many_partial", cadence);
+  const ReplayReport r = replay_pair(t, "model_alloc_many_partial", cadence);
   ASSERT_FALSE(r.passed());
   EXPECT_EQ(r.failure->check, "tables");
   EXPECT_EQ(r.failure->line, 0u);
@@ -141,10 +160,6 @@ TEST(Runner, PoolBytesThatDifferNameTheirPageSlotLayerPartAndByte) {
       parse(header(c) + R"({"op":"alloc","tokens":4})" + "\n" + R"({"op":"batch","batch":0,"tokens":[4,5,6,7]})" +
             "\n" + R"({"op":"rebind","batch":0})" + "\n" + R"({"op":"write","layer":5,"write_number":1,"batch":0})" +
             "\n" + R"({"op":"checkpoint"})" + "\n");
-  const ReplayReport r = replay(t, BackendChoice::model, "stale_write");
-  ASSERT_FALSE(r.passed());
-  EXPECT_EQ(r.failure->check, "pool");
-  EXPECT_EQ(r.failure->line, 6u);
   // Independently: virtual page 1 sits at physical page 1 (65,536 bytes in); token 4 is slot 0;
   // layer 5's K row starts at 5 * (256 + 256) in the entry. The planted door put down write 0's
   // row instead of write 1's: the first differing byte is where those two oracle rows differ.
@@ -155,12 +170,28 @@ TEST(Runner, PoolBytesThatDifferNameTheirPageSlotLayerPartAndByte) {
   while (right[first] == stale[first]) ++first;
   const std::uint64_t byte = 65536 + 5 * 512 + first;
   char values[64];
-  std::snprintf(values, sizeof values, "model has 0x%02x, model+stale_write has 0x%02x", right[first], stale[first]);
+  std::snprintf(values, sizeof values, "model has 0x%02x, model_stale_write has 0x%02x", right[first], stale[first]);
+  const std::string where = "as sub-pool 'full': physical page 1 (virtual page 1), slot 0 (physical token 4), layer 5 "
+                            "(sub-pool layer 5) part 'k' byte " + std::to_string(first) + " of its row";
+
+  // Right after the write: the bytes it wrote are compared.
+  const ReplayReport touched = replay_pair(t, "model_stale_write");
+  ASSERT_FALSE(touched.passed());
+  EXPECT_EQ(touched.failure->check, "touched");
+  EXPECT_EQ(touched.failure->line, 5u);
+  EXPECT_THAT(touched.failure->message,
+              HasSubstr("the bytes this operation wrote differ first at byte " + std::to_string(byte) + ": " + values));
+  EXPECT_THAT(touched.failure->message, HasSubstr(where));
+
+  // Without that, the checkpoint's whole-pool comparison finds the same byte.
+  CheckCadence no_touched;
+  no_touched.compare_touched = false;
+  const ReplayReport r = replay_pair(t, "model_stale_write", no_touched);
+  ASSERT_FALSE(r.passed());
+  EXPECT_EQ(r.failure->check, "pool");
+  EXPECT_EQ(r.failure->line, 6u);
   EXPECT_THAT(r.failure->message, HasSubstr("raw pools differ first at byte " + std::to_string(byte) + ": " + values));
-  EXPECT_THAT(r.failure->message,
-              HasSubstr("as sub-pool 'full': physical page 1 (virtual page 1), slot 0 (physical token 4), layer 5 "
-                        "(sub-pool layer 5) part 'k' byte " +
-                        std::to_string(first) + " of its row"));
+  EXPECT_THAT(r.failure->message, HasSubstr(where));
   EXPECT_THAT(r.failure->message, HasSubstr("model says:")) << "the model names what the oracle expects there";
 }
 
@@ -182,7 +213,7 @@ TEST(Runner, DiffTablesNamesTheFirstDifference) {
 TEST(Runner, UnknownFaultsAndMissingGpuAreClearErrors) {
   Result<BackendSet> f = make_backend_set(BackendChoice::model, "no_such_fault");
   ASSERT_FALSE(f.ok());
-  EXPECT_THAT(f.error().message, HasSubstr("unknown fault 'no_such_fault'; the model can plant: alloc_many_partial"));
+  EXPECT_THAT(f.error().message, HasSubstr("unknown fault 'no_such_fault'; known faults (kvtwin faults): model_alloc_many_partial"));
   if (!gpu_device_available()) {
     Result<BackendSet> g = make_backend_set(BackendChoice::gpu);
     ASSERT_FALSE(g.ok());

@@ -100,17 +100,18 @@ TEST(ReplayCli, ACleanTracePassesAndAPlantedFaultFailsAtItsLine) {
   EXPECT_EQ(ok.exit_code, 0) << ok.out << ok.err;
   EXPECT_THAT(ok.out, HasSubstr("on model: PASS"));
   EXPECT_THAT(ok.out, HasSubstr("trace seed 7"));
-  CliRun bad = kvtwin({"replay", trace, "--fault", "negative_not_sink", "--json", "-"});
+  // The planted model runs alone: the trace's expectation at line 8 catches it.
+  CliRun bad = kvtwin({"replay", trace, "--fault", "model_negative_not_sink", "--json", "-"});
   EXPECT_EQ(bad.exit_code, 1) << bad.out << bad.err;
-  EXPECT_THAT(bad.out, HasSubstr("line 8 (step 7): results check failed"));
-  EXPECT_THAT(bad.out, HasSubstr("reproduce: kvtwin replay " + trace + " --json - --fault negative_not_sink\n"))
+  EXPECT_THAT(bad.out, HasSubstr("line 8 (step 7): expect check failed"));
+  EXPECT_THAT(bad.out, HasSubstr("reproduce: kvtwin replay " + trace + " --json - --fault model_negative_not_sink\n"))
       << "the exact command, every option given";
   // The JSON report follows the text on stdout.
   const std::string json_text = bad.out.substr(bad.out.find("\n{") + 1);
   const nlohmann::json j = nlohmann::json::parse(json_text);
   EXPECT_EQ(j["passed"], false);
   EXPECT_EQ(j["failure"]["line"], 8);
-  EXPECT_EQ(j["failure"]["check"], "results");
+  EXPECT_EQ(j["failure"]["check"], "expect");
 }
 
 TEST(ReplayCli, UnreadableInputExitsTwoWithFileAndLine) {
@@ -189,7 +190,7 @@ TEST(ReplayCli, ARequestTraceIsSimulatedAndCheckedInOneGo) {
 TEST(FuzzCli, APlantedFailureIsFoundShrunkWrittenAndReplaysAlone) {
   const fs::path dir = scratch();
   CliRun f = kvtwin(
-      {"fuzz", "--fault", "pairing_out_of_order", "--cases", "300", "--seed", "3", "--out", dir.string(), "--quiet"});
+      {"fuzz", "--fault", "model_pairing_out_of_order", "--cases", "300", "--seed", "3", "--out", dir.string(), "--quiet"});
   ASSERT_EQ(f.exit_code, 1) << f.out << f.err;
   EXPECT_EQ(f.out.rfind("kvtwin fuzz: seed 3\n", 0), 0u) << "the seed is printed first";
   EXPECT_THAT(f.out, HasSubstr("shrunk "));
@@ -197,7 +198,7 @@ TEST(FuzzCli, APlantedFailureIsFoundShrunkWrittenAndReplaysAlone) {
   const std::size_t at = f.out.find(marker);
   ASSERT_NE(at, std::string::npos) << f.out;
   const std::string command = f.out.substr(at + marker.size(), f.out.find('\n', at) - at - marker.size());
-  // "kvtwin replay PATH --backend model --fault pairing_out_of_order"
+  // "kvtwin replay PATH --backend model --fault model_pairing_out_of_order"
   std::istringstream words(command);
   std::vector<std::string> args;
   for (std::string w; words >> w;) args.push_back(w);
@@ -207,7 +208,7 @@ TEST(FuzzCli, APlantedFailureIsFoundShrunkWrittenAndReplaysAlone) {
   ASSERT_TRUE(fs::exists(args[1])) << args[1];
   CliRun again = kvtwin(args);
   EXPECT_EQ(again.exit_code, 1) << again.out << again.err;
-  EXPECT_THAT(again.out, HasSubstr("results check failed"));
+  EXPECT_THAT(again.out, HasSubstr("check failed"));
   CliRun clean = kvtwin({"replay", args[1]});
   EXPECT_EQ(clean.exit_code, 0) << "the trace passes on the model alone" << clean.out;
 }

@@ -24,7 +24,7 @@
 #include <sstream>
 
 #include "core/check.h"
-#include "traces/fuzz.h"
+#include "props/fuzz.h"
 #include "traces/replay.h"
 
 #ifndef KVTWIN_SOURCE_DIR
@@ -35,6 +35,7 @@ namespace {
 
 using namespace kvtwin;
 using namespace kvtwin::traces;
+using namespace kvtwin::props;
 
 std::string traces_dir() {
   const char* env = std::getenv("KVTWIN_TRACES_DIR");

@@ -28,7 +28,8 @@
 
 #include "tools/kvtwin/command.h"
 #include "tools/kvtwin/trace_options.h"
-#include "traces/fuzz.h"
+#include "props/fuzz.h"
+#include "props/observers.h"
 #include "traces/replay.h"
 
 #ifndef KVTWIN_SOURCE_DIR
@@ -116,18 +117,18 @@ std::string xml_escape(const std::string& s) {
 }
 
 // A property item: `cases` seeded cases of one configuration (or cases until `deadline`).
-ItemResult run_property_item(const std::string& config, const traces::BackendFactory& factory, const CheckOptions& o,
+ItemResult run_property_item(const std::string& config, const props::BackendFactory& factory, const CheckOptions& o,
                              std::uint64_t cases, std::optional<std::chrono::steady_clock::time_point> deadline,
                              const std::string& backend_flag) {
   ItemResult r;
   std::uint64_t ran = 0;
   for (std::uint64_t j = 0; deadline ? (j == 0 || std::chrono::steady_clock::now() < *deadline) : j < cases; ++j) {
-    traces::CaseSpec spec;
+    props::CaseSpec spec;
     spec.index = j;
-    spec.seed = traces::case_seed(o.seed, j, config);
+    spec.seed = props::case_seed(o.seed, j, config);
     spec.config = config;
     spec.ops = o.ops;
-    Result<traces::CaseResult> c = traces::run_case(spec, factory);
+    Result<props::CaseResult> c = props::run_case(spec, factory);
     if (!c.ok()) {
       r.state = ItemResult::State::failed;
       r.failure = "case " + std::to_string(j) + " could not run: " + c.error().message;
@@ -137,9 +138,9 @@ ItemResult run_property_item(const std::string& config, const traces::BackendFac
     r.ops += c->stats.ops;
     r.checks += c->stats.checks_passed() + c->shadow_checks;
     if (c->failure) {
-      traces::ShrinkOptions shrink;
+      props::ShrinkOptions shrink;
       shrink.max_replays = 1000;  // the gate reports many items; kvtwin fuzz shrinks harder
-      traces::shrink_case(*c, factory, shrink);
+      props::shrink_case(*c, factory, shrink);
       const std::string reproduce_fuzz = "kvtwin fuzz --seed " + std::to_string(o.seed) + " --case " +
                                          std::to_string(j) + " --ops " + std::to_string(o.ops) + " --config " + config +
                                          " --backend " + backend_flag;
@@ -152,7 +153,7 @@ ItemResult run_property_item(const std::string& config, const traces::BackendFac
                                {"backend", backend_flag},
                                {"check", c->failure->failure.check},
                                {"reproduce", reproduce_fuzz}};
-      const traces::PoolTrace trace = traces::failure_trace(*c, factory, origin);
+      const traces::PoolTrace trace = props::failure_trace(*c, factory, origin);
       std::error_code ec;
       fs::create_directories(o.out, ec);
       std::string safe = config;
@@ -223,7 +224,7 @@ std::string slice_flags(const traces::ServingParams& p, std::uint64_t skip) {
          (p.tables_only ? " --tables-only" : "");
 }
 
-ItemResult run_request_item(const fs::path& path, const RequestSlice& slice, const traces::BackendFactory& factory,
+ItemResult run_request_item(const fs::path& path, const RequestSlice& slice, const props::BackendFactory& factory,
                             const std::string& backend_flag) {
   ItemResult r;
   Result<traces::RequestTrace> trace =
@@ -272,7 +273,7 @@ int run_check(const CheckOptions& o) {
   const std::string backend_flag =
       std::string(traces::backend_choice_name(choice)) + (o.fault.empty() ? "" : " --fault " + o.fault);
   const std::string fault = o.fault;
-  const traces::BackendFactory factory = [choice, fault] { return traces::make_backend_set(choice, fault); };
+  const props::BackendFactory factory = [choice, fault] { return traces::make_backend_set(choice, fault); };
   Result<traces::BackendSet> probe = factory();
   if (!probe.ok()) return bad_input("check", probe.error());
   const std::string backend_names = probe->names();
@@ -292,7 +293,7 @@ int run_check(const CheckOptions& o) {
   std::vector<Item> items;
   // Properties.
   std::vector<std::string> configs = {"random"};
-  for (const std::string& c : traces::catalogue_config_names()) configs.push_back(c);
+  for (const std::string& c : props::catalogue_config_names()) configs.push_back(c);
   const std::uint64_t property_items = configs.size();
   for (const std::string& config : configs) {
     Item item;
@@ -347,7 +348,8 @@ int run_check(const CheckOptions& o) {
         r.failure = backends.error().message;
         return r;
       }
-      Result<traces::ReplayReport> report = traces::replay_pool_trace_file(path.string(), *backends, {});
+      Result<traces::ReplayReport> report =
+          traces::replay_pool_trace_file(path.string(), *backends, {}, {}, props::property_observer_factory());
       if (!report.ok()) {
         r.state = ItemResult::State::failed;
         r.failure = report.error().message;

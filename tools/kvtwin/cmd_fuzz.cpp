@@ -11,7 +11,7 @@
 
 #include "tools/kvtwin/command.h"
 #include "tools/kvtwin/trace_options.h"
-#include "traces/fuzz.h"
+#include "props/fuzz.h"
 
 namespace kvtwin::cli {
 namespace {
@@ -42,8 +42,8 @@ int run_fuzz(const FuzzOptions& o) {
   if (o.seconds != 0 && o.cases != 0)
     return bad_input("fuzz", make_error(ErrorKind::invalid_argument, "give --seconds or --cases, not both"));
   if (o.ops == 0) return bad_input("fuzz", make_error(ErrorKind::invalid_argument, "--ops must be at least 1"));
-  if (Result<PoolConfig> c = traces::named_config(o.config, o.seed); !c.ok()) return bad_input("fuzz", c.error());
-  const traces::BackendFactory factory = [&] { return traces::make_backend_set(*choice, o.fault); };
+  if (Result<PoolConfig> c = props::named_config(o.config, o.seed); !c.ok()) return bad_input("fuzz", c.error());
+  const props::BackendFactory factory = [&] { return traces::make_backend_set(*choice, o.fault); };
   if (Result<traces::BackendSet> probe = factory(); !probe.ok()) return bad_input("fuzz", probe.error());
 
   const std::uint64_t cases = o.only_case >= 0 ? 0 : (o.cases != 0 ? o.cases : (o.seconds != 0 ? UINT64_MAX : 100));
@@ -64,14 +64,14 @@ int run_fuzz(const FuzzOptions& o) {
 
   ProgressBar bar("fuzz");
   std::uint64_t ran = 0, ops = 0, checks = 0;
-  std::optional<traces::CaseResult> failed;
+  std::optional<props::CaseResult> failed;
   const auto run_one = [&](std::uint64_t index) -> Status {
-    traces::CaseSpec spec;
+    props::CaseSpec spec;
     spec.index = index;
-    spec.seed = traces::case_seed(o.seed, index, o.config);
+    spec.seed = props::case_seed(o.seed, index, o.config);
     spec.config = o.config;
     spec.ops = o.ops;
-    KVTWIN_TRY(traces::CaseResult r, traces::run_case(spec, factory));
+    KVTWIN_TRY(props::CaseResult r, props::run_case(spec, factory));
     ++ran;
     ops += r.stats.ops;
     checks += r.stats.checks_passed() + r.shadow_checks;
@@ -102,14 +102,14 @@ int run_fuzz(const FuzzOptions& o) {
                            {"shard_count", shard->count}};
   int exit_code = kExitOk;
   if (failed) {
-    traces::CaseResult& r = *failed;
+    props::CaseResult& r = *failed;
     std::printf("FAIL: case %llu (case seed %llu), configuration %s, swarm %s\n",
                 static_cast<unsigned long long>(r.spec.index), static_cast<unsigned long long>(r.spec.seed),
                 r.config.shape.name.c_str(), r.swarm.c_str());
     std::printf("  op %llu of the case: %s check failed\n  %s\n",
                 static_cast<unsigned long long>(r.failure->ops.size()), r.failure->failure.check.c_str(),
                 r.failure->failure.message.c_str());
-    traces::shrink_case(r, factory);
+    props::shrink_case(r, factory);
     std::printf("shrunk %llu ops to %llu in %llu replays\n",
                 static_cast<unsigned long long>(r.failure->shrink_stats.ops_before),
                 static_cast<unsigned long long>(r.failure->shrink_stats.ops_after),
@@ -128,7 +128,7 @@ int run_fuzz(const FuzzOptions& o) {
                              {"check", r.failure->failure.check},
                              {"ops_before_shrinking", r.failure->shrink_stats.ops_before},
                              {"reproduce", reproduce_fuzz}};
-    const traces::PoolTrace trace = traces::failure_trace(r, factory, origin);
+    const traces::PoolTrace trace = props::failure_trace(r, factory, origin);
     std::error_code ec;
     std::filesystem::create_directories(o.out, ec);
     const std::string path = (std::filesystem::path(o.out) / ("fuzz-seed" + std::to_string(o.seed) + "-case" +

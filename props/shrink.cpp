@@ -1,11 +1,11 @@
 // The shrinker (shrink.h): delta debugging over operation sequences, then per-op simplification.
-#include "traces/shrink.h"
+#include "props/shrink.h"
 
 #include <algorithm>
 
 #include "core/check.h"
 
-namespace kvtwin::traces {
+namespace kvtwin::props {
 namespace {
 
 // Shorter versions of an id list: the first half, the second half, then each list with one
@@ -116,4 +116,4 @@ std::vector<Op> shrink_ops(std::vector<Op> ops, const StillFails& still_fails, c
   return ops;
 }
 
-}  // namespace kvtwin::traces
+}  // namespace kvtwin::props

@@ -1,5 +1,5 @@
 // Seeded swarm fuzzing (fuzz.h).
-#include "traces/fuzz.h"
+#include "props/fuzz.h"
 
 #include <algorithm>
 
@@ -7,13 +7,13 @@
 #include "core/check.h"
 #include "props/choices.h"
 #include "props/config_gen.h"
-#include "props/model_property.h"
+#include "props/observers.h"
 #include "props/op_gen.h"
 #include "props/shadow.h"
 #include "props/swarm.h"
 #include "sim/model.h"
 
-namespace kvtwin::traces {
+namespace kvtwin::props {
 namespace {
 
 Error bad_config(std::string_view name, const std::string& why) {
@@ -33,46 +33,8 @@ Result<std::uint64_t> number_after(std::string_view part, std::string_view prefi
   return v;
 }
 
-// The per-op checks a case adds to the runner's: the shadow's prediction and the policy.
-struct CaseChecks {
-  props::PoolShadow shadow;
-  std::uint64_t shadow_checks = 0;
-
-  explicit CaseChecks(const PoolConfig& config) : shadow(config) {}
-
-  // Plays `op` through the runner and checks it; the failure, if any.
-  std::optional<Failure> play(Runner& runner, const Op& op, std::uint64_t index, props::Expectation* expected) {
-    Backend& reference = *runner.player(0).backend;
-    Result<PoolTables> before = reference.tables();
-    const props::Expectation e = shadow.apply(op);
-    if (expected != nullptr) *expected = e;
-    std::optional<OpResult> r = runner.play(op);
-    if (!r) return runner.failure();
-    const auto fail = [&](std::string check, std::string message) {
-      Failure f;
-      f.step = index;
-      f.op = op_to_line(op, std::nullopt);
-      f.check = std::move(check);
-      f.message = std::move(message);
-      return f;
-    };
-    if (std::optional<std::string> m = props::mismatch(e, *r))
-      return fail("shadow", std::string(reference.name()) + " and the shadow disagree: " + *m);
-    Result<PoolTables> after = reference.tables();
-    if (before.ok() && after.ok()) {
-      if (auto d = diff_tables(*after, shadow.tables(), reference.name(), "the shadow"))
-        return fail("shadow", "tables differ from the shadow's: " + *d);
-      const std::string policy = props::policy_violation(
-          op, *before, *after, *r, runner.config() ? runner.config()->mode : CompactionMode::eager);
-      if (!policy.empty()) return fail("policy", policy);
-    }
-    ++shadow_checks;
-    return std::nullopt;
-  }
-};
-
-Result<PoolConfig> case_config(const CaseSpec& spec, props::Choices& choices) {
-  if (spec.config == "random") return props::generate_config(choices);
+Result<PoolConfig> case_config(const CaseSpec& spec, Choices& choices) {
+  if (spec.config == "random") return generate_config(choices);
   return named_config(spec.config, spec.seed);
 }
 
@@ -80,8 +42,8 @@ Result<PoolConfig> case_config(const CaseSpec& spec, props::Choices& choices) {
 
 Result<PoolConfig> named_config(std::string_view name, std::uint64_t seed, std::uint64_t usable_pages) {
   if (name == "random") {
-    props::RngChoices choices(seed);
-    return props::generate_config(choices);
+    RngChoices choices(seed);
+    return generate_config(choices);
   }
   std::vector<std::string_view> parts;
   std::string_view rest = name;
@@ -149,29 +111,63 @@ std::uint64_t case_seed(std::uint64_t run_seed, std::uint64_t index, std::string
   return mix_seed(mix_seed(run_seed, fnv1a64(config)), index);
 }
 
+// One case's runner with the property observers attached after the build: the checks every
+// case, replay and shrink attempt runs.
+struct CaseRun {
+  BackendSet backends;
+  std::unique_ptr<traces::Runner> runner;
+  std::unique_ptr<PropertyObservers> observers;
+  std::optional<Failure> failure;
+
+  CaseRun(BackendSet set, const PoolConfig& config) : backends(std::move(set)) {
+    runner = std::make_unique<traces::Runner>(backends.players);
+    if (!runner->play(Op(BuildPool{config}))) {
+      failure = runner->failure();
+      return;
+    }
+    observers = std::make_unique<PropertyObservers>(config);
+    observers->attach(*runner);
+  }
+  // Plays one op (index `i`); false once a check failed.
+  bool play(const Op& op, std::uint64_t i) {
+    if (failure) return false;
+    if (!runner->play(op)) {
+      failure = runner->failure();
+      failure->step = i;
+      return false;
+    }
+    return true;
+  }
+  bool finish() {
+    if (failure) return false;
+    if (!runner->finish()) {
+      failure = runner->failure();
+      return false;
+    }
+    return true;
+  }
+};
+
 Result<CaseResult> run_case(const CaseSpec& spec, const BackendFactory& make_backends) {
-  props::RngChoices choices(spec.seed);
+  RngChoices choices(spec.seed);
   CaseResult result;
   result.spec = spec;
   KVTWIN_TRY(result.config, case_config(spec, choices));
-  const props::SwarmWeights weights = props::draw_swarm(choices);
+  const SwarmWeights weights = draw_swarm(choices);
   result.swarm = weights.describe();
   KVTWIN_TRY(BackendSet backends, make_backends());
-  Runner runner(backends.players);
-  CaseChecks checks(result.config);
+  CaseRun run(std::move(backends), result.config);
   std::vector<Op> ops;
-  std::optional<Failure> failure;
-  if (!runner.play(Op(BuildPool{result.config}))) failure = runner.failure();
-  for (std::uint64_t i = 0; !failure && i < spec.ops; ++i) {
-    ops.push_back(props::generate_op(choices, checks.shadow, weights));
-    failure = checks.play(runner, ops.back(), i, nullptr);
+  for (std::uint64_t i = 0; !run.failure && i < spec.ops; ++i) {
+    ops.push_back(generate_op(choices, run.observers->shadow.shadow(), weights));
+    run.play(ops.back(), i);
   }
-  if (!failure && !runner.finish()) failure = runner.failure();
-  result.stats = runner.stats();
-  result.shadow_checks = checks.shadow_checks;
-  if (failure) {
+  run.finish();
+  result.stats = run.runner->stats();
+  result.shadow_checks = result.stats.observer_checks;
+  if (run.failure) {
     CaseFailure f;
-    f.failure = *failure;
+    f.failure = *run.failure;
     f.ops = std::move(ops);
     f.shrunk = f.ops;
     result.failure = std::move(f);
@@ -183,13 +179,11 @@ std::optional<Failure> replay_case_ops(const PoolConfig& config, const std::vect
                                        const BackendFactory& make_backends) {
   Result<BackendSet> backends = make_backends();
   KVTWIN_CHECK(backends.ok(), "backends that made a case can be made again");
-  Runner runner(backends->players);
-  CaseChecks checks(config);
-  if (!runner.play(Op(BuildPool{config}))) return runner.failure();
-  for (std::size_t i = 0; i < ops.size(); ++i)
-    if (std::optional<Failure> f = checks.play(runner, ops[i], i, nullptr)) return f;
-  if (!runner.finish()) return runner.failure();
-  return std::nullopt;
+  CaseRun run(std::move(backends).value(), config);
+  for (std::size_t i = 0; i < ops.size() && run.play(ops[i], i); ++i) {
+  }
+  run.finish();
+  return run.failure;
 }
 
 void shrink_case(CaseResult& result, const BackendFactory& make_backends, const ShrinkOptions& options) {
@@ -208,43 +202,28 @@ void shrink_case(CaseResult& result, const BackendFactory& make_backends, const 
 
 PoolTrace failure_trace(const CaseResult& result, const BackendFactory& make_backends, nlohmann::json origin) {
   KVTWIN_CHECK(result.failure.has_value(), "a failure trace of a case that passed");
+  (void)make_backends;
   PoolTrace trace;
   trace.header.config = result.config;
   trace.header.seed = result.spec.seed;
   trace.header.origin = std::move(origin);
-  // Each line expects what the shadow predicts (the reference the model is held to), or, for
-  // bytes the shadow predicts by size only, what the first backend answered.
-  Result<BackendSet> backends = make_backends();
-  KVTWIN_CHECK(backends.ok(), "backends that made a case can be made again");
-  Runner runner(backends->players);
-  CaseChecks checks(result.config);
-  bool playing = runner.play(Op(BuildPool{result.config})).has_value();
+  // Each line expects what the shadow predicts (the reference every backend is held to), or, for
+  // answers the shadow predicts by size only, what the plain reference model answers: the trace
+  // then fails on the faulty backend alone, and passes on a correct one.
+  PoolShadow shadow(result.config);
+  sim::Model model;
+  (void)model.apply(Op(BuildPool{result.config}));
   for (std::size_t i = 0; i < result.failure->shrunk.size(); ++i) {
     const Op& op = result.failure->shrunk[i];
-    props::Expectation e;
-    std::optional<Failure> f;
-    if (playing) {
-      f = checks.play(runner, op, i, &e);
-    } else {
-      e = checks.shadow.apply(op);
-    }
-    TraceLine line;
+    const Expectation e = shadow.apply(op);
+    OpResult r = model.apply(op);
+    traces::TraceLine line;
     line.op = op;
     line.line = i + 2;
-    if (!e.bytes_by_size) line.expect = e.result;
+    line.expect = e.bytes_by_size ? std::move(r) : e.result;
     trace.lines.push_back(std::move(line));
-    if (f) playing = false;
-  }
-  // Byte answers the shadow predicts by size: the reference model's, from a replay on it alone.
-  if (std::any_of(trace.lines.begin(), trace.lines.end(), [](const TraceLine& l) { return !l.expect; })) {
-    sim::Model model;
-    (void)model.apply(Op(BuildPool{result.config}));
-    for (TraceLine& line : trace.lines) {
-      OpResult r = model.apply(line.op);
-      if (!line.expect) line.expect = std::move(r);
-    }
   }
   return trace;
 }
 
-}  // namespace kvtwin::traces
+}  // namespace kvtwin::props

@@ -1,0 +1,132 @@
+// The allocator tables' invariants (table_check.h).
+#include "core/table_check.h"
+
+#include <string>
+#include <vector>
+
+namespace kvtwin {
+namespace {
+
+Error broken(std::string message) { return make_error(ErrorKind::internal, "invariant broken: " + std::move(message)); }
+
+std::string n(std::int64_t v) { return std::to_string(v); }
+
+// The band of a side: up [min, wm), down (wm, num_pages).
+struct Band {
+  std::int64_t begin = 0, end = 0;
+  bool contains(std::int64_t p) const { return p >= begin && p < end; }
+};
+
+Status check_side(const SideTables& s, const SubPoolGeometry& g, std::int64_t num_virtual, std::int64_t owner_min,
+                  CompactionMode mode, Band& band) {
+  const std::string side = "sub-pool '" + s.name + "': ";
+  const auto num_pages = static_cast<std::int64_t>(g.num_pages);
+  const auto min_page = static_cast<std::int64_t>(g.min_page_index);
+  if (static_cast<std::int64_t>(s.v2p.size()) != num_virtual + 1 || static_cast<std::int64_t>(s.p2v.size()) != num_pages + 1)
+    return broken(side + "v2p has " + n(static_cast<std::int64_t>(s.v2p.size())) + " rows and p2v " +
+                  n(static_cast<std::int64_t>(s.p2v.size())) + "; SPEC 4 sizes them num_virtual + 1 = " +
+                  n(num_virtual + 1) + " and num_pages + 1 = " + n(num_pages + 1));
+  if (s.v2p[0] != 0 || s.p2v[0] != 0)
+    return broken(side + "the sink row is v2p[0] = " + n(s.v2p[0]) + ", p2v[0] = " + n(s.p2v[0]) + "; both must be 0");
+  if (s.v2p.back() != -1 || s.p2v.back() != -1) return broken(side + "the last row of v2p or p2v is not the -1 sentinel");
+  const bool up = g.direction == GrowDirection::up;
+  if (up ? (s.watermark < min_page || s.watermark > num_pages) : (s.watermark < min_page - 1 || s.watermark > num_pages - 1))
+    return broken(side + "watermark " + n(s.watermark) + " is outside its range");
+  band = up ? Band{min_page, s.watermark} : Band{s.watermark + 1, num_pages};
+  std::uint64_t bound = 0;
+  for (std::int64_t v = 1; v < num_virtual; ++v) {
+    const std::int64_t p = s.v2p[static_cast<std::size_t>(v)];
+    if (p == -1) continue;
+    if (v < owner_min)
+      return broken(side + "virtual page " + n(v) + " below the first usable page " + n(owner_min) + " is bound");
+    if (p < min_page || p >= num_pages)
+      return broken(side + "v2p[" + n(v) + "] = " + n(p) + " is outside the usable pages [" + n(min_page) + ", " +
+                    n(num_pages) + ")");
+    if (s.p2v[static_cast<std::size_t>(p)] != v)
+      return broken(side + "v2p[" + n(v) + "] = " + n(p) + " but p2v[" + n(p) + "] = " +
+                    n(s.p2v[static_cast<std::size_t>(p)]) + "; v2p and p2v must be mutual inverses");
+    ++bound;
+  }
+  if (bound != s.allocated_pages)
+    return broken(side + "allocated counter is " + std::to_string(s.allocated_pages) + " but " + std::to_string(bound) +
+                  " pages are bound");
+  for (std::size_t i = 0; i < s.holes.size(); ++i) {
+    const std::int64_t h = s.holes[i];
+    if (i > 0 && h <= s.holes[i - 1]) return broken(side + "holes are not ascending and unique at hole " + n(h));
+    if (!band.contains(h)) return broken(side + "hole " + n(h) + " lies outside the band [" + n(band.begin) + ", " + n(band.end) + ")");
+    if (s.p2v[static_cast<std::size_t>(h)] >= 0) return broken(side + "page " + n(h) + " is both bound and a hole");
+  }
+  if (mode == CompactionMode::eager && !s.holes.empty())
+    return broken(side + "an eager side has " + std::to_string(s.holes.size()) + " holes; eager compaction leaves none");
+  for (std::int64_t p = 1; p < num_pages; ++p) {
+    const std::int64_t v = s.p2v[static_cast<std::size_t>(p)];
+    if (v == -1) continue;
+    if (p < min_page) return broken(side + "reserved page " + n(p) + " below the sink floor is bound to virtual page " + n(v));
+    if (v < 1 || v >= num_virtual || s.v2p[static_cast<std::size_t>(v)] != p)
+      return broken(side + "p2v[" + n(p) + "] = " + n(v) + " but v2p of it is not " + n(p) +
+                    "; v2p and p2v must be mutual inverses");
+    if (!band.contains(p))
+      return broken(side + "page " + n(p) + " outside the band [" + n(band.begin) + ", " + n(band.end) + ") is bound");
+  }
+  // Every band page is bound or a hole (the holes are ascending, so one walk finds each).
+  std::size_t next_hole = 0;
+  for (std::int64_t p = band.begin; p < band.end; ++p) {
+    if (next_hole < s.holes.size() && s.holes[next_hole] == p) {
+      ++next_hole;
+      continue;
+    }
+    if (s.p2v[static_cast<std::size_t>(p)] < 0)
+      return broken(side + "page " + n(p) + " inside the band [" + n(band.begin) + ", " + n(band.end) +
+                    ") is neither bound nor a hole");
+  }
+  return ok_status();
+}
+
+}  // namespace
+
+Status check_table_invariants(const PoolTables& tables, const PoolDerived& derived, CompactionMode mode) {
+  const std::vector<SubPoolGeometry>& geometry = derived.geometry.sub_pools;
+  if (tables.sides.size() != geometry.size())
+    return broken("the tables have " + std::to_string(tables.sides.size()) + " sides but the pool has " +
+                  std::to_string(geometry.size()) + " sub-pools");
+  const auto num_virtual = static_cast<std::int64_t>(geometry[0].num_pages);
+  const auto owner_min = static_cast<std::int64_t>(geometry[0].min_page_index);
+  std::vector<Band> bands(geometry.size());
+  for (std::size_t i = 0; i < geometry.size(); ++i) {
+    if (tables.sides[i].name != geometry[i].name)
+      return broken("side " + std::to_string(i) + " is named '" + tables.sides[i].name + "' but the pool's is '" +
+                    geometry[i].name + "'");
+    KVTWIN_TRY_STATUS(check_side(tables.sides[i], geometry[i], num_virtual, owner_min, mode, bands[i]));
+  }
+  // The owner's free queue and its bound pages partition [min_page_index, num_virtual).
+  const SideTables& owner = tables.sides[0];
+  std::vector<bool> queued(static_cast<std::size_t>(num_virtual), false);
+  for (std::int64_t v : owner.free_queue) {
+    if (v < owner_min || v >= num_virtual) return broken("free queue holds virtual page " + n(v) + " outside the id range");
+    if (queued[static_cast<std::size_t>(v)]) return broken("free queue holds virtual page " + n(v) + " twice");
+    if (owner.v2p[static_cast<std::size_t>(v)] >= 0)
+      return broken("virtual page " + n(v) + " is both queued as free and bound to page " +
+                    n(owner.v2p[static_cast<std::size_t>(v)]));
+    queued[static_cast<std::size_t>(v)] = true;
+  }
+  for (std::int64_t v = owner_min; v < num_virtual; ++v)
+    if (!queued[static_cast<std::size_t>(v)] && owner.v2p[static_cast<std::size_t>(v)] < 0)
+      return broken("virtual page " + n(v) + " is neither free (queued) nor bound");
+  for (std::size_t i = 1; i < tables.sides.size(); ++i) {
+    const SideTables& other = tables.sides[i];
+    if (!other.free_queue.empty()) return broken("side '" + other.name + "' keeps a free queue; only the owner does");
+    for (std::int64_t v = 1; v < num_virtual; ++v)
+      if (other.v2p[static_cast<std::size_t>(v)] >= 0 && owner.v2p[static_cast<std::size_t>(v)] < 0)
+        return broken("virtual page " + n(v) + " is bound on side '" + other.name + "' but not on the owner side");
+  }
+  if (geometry.size() == 2) {
+    const std::uint64_t up_end = static_cast<std::uint64_t>(bands[0].end) * geometry[0].page_bytes;
+    const std::uint64_t down_begin = static_cast<std::uint64_t>(bands[1].begin) * geometry[1].page_bytes;
+    if (up_end > down_begin)
+      return broken("the '" + geometry[0].name + "' band ends at byte " + std::to_string(up_end) + ", past the '" +
+                    geometry[1].name + "' band's start at byte " + std::to_string(down_begin) + "; the sides overlap");
+  }
+  return ok_status();
+}
+
+}  // namespace kvtwin
