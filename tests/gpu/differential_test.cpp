@@ -1,11 +1,12 @@
 // The differential property: the reference model (sim/) and the CUDA implementation (gpu/) driven
 // by the same random operations, the model's property's generators and swarm weights (props/),
-// compared after every operation (answers and tables exactly) and at checkpoints and at the end
-// (whole raw pools, page by page). Captured-graph replays are in the mix (props generates
-// capture and replay with batches that grow and shrink).
+// played through the one runner (traces/runner.h) with the gate's observers (props/observers.h):
+// answers and tables compared after every operation, the bytes each operation wrote right after
+// it, whole raw pools at checkpoints and at the end, both backends' table invariants, and the
+// shadow's predictions. Captured-graph replays are in the mix.
 //
-// Also one short reproducer per GPU fault switch (SPEC.md section 10): with the switch off the
-// two agree; with it on, the same check reports a divergence.
+// Also one short reproducer per GPU fault switch (SPEC.md section 10), played through the same
+// runner: with the switch off the two agree; with it on, the run reports a divergence.
 //
 // Runs: the default is small (CI skips it: no device). For the H200 run set
 //   KVTWIN_DIFF_CASES=N  (RapidCheck cases; default 25)   KVTWIN_DIFF_SIZE=S (ops per case; default 40)
@@ -21,61 +22,23 @@
 #include <rapidcheck.h>
 #include <rapidcheck/state.h>
 
-#include "props/config_gen.h"
-#include "props/model_property.h"  // showValue of configurations and swarm weights
-#include "props/op_gen.h"
-#include "props/rc_choices.h"
-#include "props/shadow.h"
-#include "props/swarm.h"
-#include "tests/gpu/differential.h"
+#include "gpu/faults.h"
+#include "props/model_property.h"
+#include "props/observers.h"
 #include "tests/gpu/gpu_test_util.h"
+#include "traces/backends.h"
+#include "traces/runner.h"
 
 namespace kvtwin::gpu::testing {
 namespace {
 
-std::atomic<std::uint64_t> g_operations{0};
-std::atomic<std::uint64_t> g_pool_comparisons{0};
 std::atomic<std::uint64_t> g_cases{0};
 
-class TwinCommand : public rc::state::Command<props::PoolShadow, Twin> {
- public:
-  explicit TwinCommand(Op op) : op_(std::move(op)) {}
-  void apply(props::PoolShadow& shadow) const override { shadow.apply(op_); }
-  void run(const props::PoolShadow&, Twin& twin) const override {
-    ++g_operations;
-    if (const auto d = step(twin, op_)) RC_FAIL(*d);
-  }
-  void show(std::ostream& os) const override { os << to_string(op_); }
-
- private:
-  Op op_;
-};
-
 void twin_property() {
-  const PoolConfig config = *rc::gen::exec([] {
-    props::RapidCheckChoices choices;
-    return props::generate_config(choices);
+  props::runner_matches_shadow([]() -> Result<traces::BackendSet> {
+    ++g_cases;
+    return traces::make_backend_set(traces::BackendChoice::both);
   });
-  const props::SwarmWeights weights = *rc::gen::exec([] {
-    props::RapidCheckChoices choices;
-    return props::draw_swarm(choices);
-  });
-  RC_TAG(config.shape.name, config.mode == CompactionMode::lazy ? "lazy" : "eager",
-         config.tables_only ? "tables-only" : "bytes");
-  ++g_cases;
-  Twin twin;
-  if (const auto d = step(twin, BuildPool{config})) RC_FAIL(*d);
-  using CommandPtr = std::shared_ptr<const rc::state::Command<props::PoolShadow, Twin>>;
-  rc::state::check(props::PoolShadow(config), twin, [weights](const props::PoolShadow& shadow) {
-    return rc::gen::exec([shadow, weights]() -> CommandPtr {
-      props::RapidCheckChoices choices;
-      return std::make_shared<const TwinCommand>(props::generate_op(choices, shadow, weights));
-    });
-  });
-  // The end of every sequence is a checkpoint: whole pools, page by page.
-  ++g_pool_comparisons;
-  if (const auto d = pool_difference(twin.model, twin.gpu)) RC_FAIL("at the end: " + *d);
-  g_pool_comparisons += twin.pool_comparisons;
 }
 
 class Quiet : public rc::detail::TestListener {
@@ -101,15 +64,14 @@ TEST(Differential, ModelAndGpuAgreeOnRandomOperations) {
   metadata.description = metadata.id;
   Quiet quiet;
   const bool from_environment = std::getenv("RC_PARAMS") != nullptr;
-  g_operations = g_pool_comparisons = g_cases = 0;
+  g_cases = 0;
   const rc::detail::TestResult result = rc::detail::checkTestable(
       [] { twin_property(); }, metadata, params, quiet,
       from_environment ? rc::detail::configuration().reproduce : std::unordered_map<std::string, rc::detail::Reproduce>{});
   std::ostringstream message;
   rc::detail::printResultMessage(result, message);
-  std::printf("[ twin     ] %llu cases run (shrinking included), %llu operations on both, %llu whole-pool comparisons\n",
-              static_cast<unsigned long long>(g_cases.load()), static_cast<unsigned long long>(g_operations.load()),
-              static_cast<unsigned long long>(g_pool_comparisons.load()));
+  std::printf("[ twin     ] %llu cases run side by side (shrinking included)\n",
+              static_cast<unsigned long long>(g_cases.load()));
   rc::detail::FailureResult failure;
   if (result.match(failure)) {
     rc::detail::Configuration config;
@@ -177,30 +139,37 @@ struct Scenario {
   }
 };
 
-// With `fault` off, model and GPU agree on the whole scenario; with it on, the default check
-// reports a divergence. Prints the divergence (the reproducer's evidence).
+// Plays `ops` (the first a build) on the model and the GPU with `faults` through the one runner,
+// with the gate's observers from the first successful build on; the first failure, described.
+std::optional<std::string> play_side_by_side(const std::vector<Op>& ops, const std::string& faults) {
+  Result<traces::BackendSet> set = traces::make_backend_set(traces::BackendChoice::both, faults);
+  if (!set.ok()) return "the backends cannot be made: " + set.error().message;
+  traces::Runner runner(set->players);
+  std::vector<std::unique_ptr<traces::RunObserver>> observers;
+  for (const Op& op : ops) {
+    if (!runner.play(op)) return runner.failure()->describe();
+    if (observers.empty() && std::holds_alternative<BuildPool>(op) && runner.config()) {
+      observers = props::property_observer_factory()(*runner.config());
+      for (const auto& o : observers) runner.add_observer(o.get());
+    }
+  }
+  if (!runner.finish()) return runner.failure()->describe();
+  return std::nullopt;
+}
+
+// With `fault` off, model and GPU agree on the whole scenario; with it on, the gate's checks
+// report a divergence. Prints the divergence (the reproducer's evidence).
 void expect_caught(const std::string& fault, const Scenario& s, const std::vector<Op>& before_build = {}) {
   std::vector<Op> all = before_build;
   if (before_build.empty()) all.push_back(BuildPool{s.config});
   all.insert(all.end(), s.ops.begin(), s.ops.end());
   all.push_back(Checkpoint{});
-  {
-    Twin clean;
-    for (const Op& op : all) {
-      const auto d = step(clean, op);
-      ASSERT_FALSE(d.has_value()) << "without " << fault << ", the reproducer itself diverges: " << *d;
-    }
+  if (const auto d = play_side_by_side(all, "")) FAIL() << "without " << fault << ", the reproducer itself diverges: " << *d;
+  if (const auto d = play_side_by_side(all, fault)) {
+    std::printf("[ caught   ] %s: %s\n", fault.c_str(), d->c_str());
+    return;
   }
-  Faults faults;
-  ASSERT_TRUE(set_fault(faults, fault).ok());
-  Twin faulty(faults);
-  for (const Op& op : all) {
-    if (const auto d = step(faulty, op)) {
-      std::printf("[ caught   ] %s: %s\n", fault.c_str(), d->c_str());
-      return;
-    }
-  }
-  ADD_FAILURE() << "fault " << fault << " was not caught by the differential check";
+  ADD_FAILURE() << "fault " << fault << " was not caught by the gate's checks";
 }
 
 Scenario small(std::vector<LayerKind> layers = {LayerKind::full, LayerKind::full}, std::uint64_t ps = 2,
