@@ -141,7 +141,8 @@ std::string FaultChoice::joined() const {
   return s;
 }
 
-Result<FaultChoice> parse_fault_choice(std::string_view text) {
+namespace {
+Result<FaultChoice> parse_faults(std::string_view text, bool one_site) {
   FaultChoice choice;
   const std::vector<FaultInfo> known = fault_catalogue();
   bool have_site = false;
@@ -157,7 +158,7 @@ Result<FaultChoice> parse_fault_choice(std::string_view text) {
       return make_error(ErrorKind::invalid_argument, "unknown fault '" + name + "'; known faults (kvtwin faults): " + list +
                                                          (gpu_backend_built() ? "" : " (GPU faults: GPU backend not built)"));
     }
-    if (have_site && it->site != choice.site)
+    if (one_site && have_site && it->site != choice.site)
       return make_error(ErrorKind::invalid_argument, "faults '" + choice.joined() + "' and '" + name +
                                                          "' live in different backends; plant model faults or GPU faults, not both");
     choice.site = it->site;
@@ -166,6 +167,10 @@ Result<FaultChoice> parse_fault_choice(std::string_view text) {
   }
   return choice;
 }
+}  // namespace
+
+Result<FaultChoice> parse_fault_choice(std::string_view text) { return parse_faults(text, true); }
+Result<FaultChoice> parse_fault_choice_any_site(std::string_view text) { return parse_faults(text, false); }
 
 Player model_player(sim::Model& m) {
   Player p;

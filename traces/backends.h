@@ -70,6 +70,8 @@ struct FaultChoice {
   std::string joined() const;      // "a,b"
 };
 Result<FaultChoice> parse_fault_choice(std::string_view comma_separated);
+// The same, but names of both sites may be mixed (a list of faults to try one by one).
+Result<FaultChoice> parse_fault_choice_any_site(std::string_view comma_separated);
 
 // The model's Player: verify(), byte descriptions, touched bytes and the state digest.
 Player model_player(sim::Model& model);

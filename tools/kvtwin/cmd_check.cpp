@@ -26,6 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/check.h"
 #include "tools/kvtwin/command.h"
 #include "tools/kvtwin/trace_options.h"
 #include "props/fuzz.h"
@@ -54,7 +55,7 @@ struct CheckOptions {
   std::string regress_dir;
   std::string regress_large_dir;
   std::string samples_dir;
-  std::string out = "check-failures";
+  std::string out = "kvtwin-out/check-failures";  // git-ignored
   std::string fault;
   std::uint32_t jobs = 0;
   bool quiet = false;
@@ -69,6 +70,10 @@ struct ItemResult {
   std::uint64_t ops = 0;
   std::uint64_t checks = 0;
   double seconds = 0;
+  bool ran = false;  // false: not started (a selftest stopped before it)
+  // A failure's evidence, for selftest: the check that fired and the reproducer's length in ops.
+  std::string check;
+  std::uint64_t reproducer_ops = 0;
 };
 
 struct Item {
@@ -128,6 +133,10 @@ ItemResult run_property_item(const std::string& config, const props::BackendFact
     spec.seed = props::case_seed(o.seed, j, config);
     spec.config = config;
     spec.ops = o.ops;
+    set_failure_context("case " + std::to_string(j) + " of configuration " + config + " (case seed " +
+                        std::to_string(spec.seed) + "); reproduce with: kvtwin fuzz --seed " + std::to_string(o.seed) +
+                        " --case " + std::to_string(j) + " --ops " + std::to_string(o.ops) + " --config " + config +
+                        " --backend " + backend_flag);
     Result<props::CaseResult> c = props::run_case(spec, factory);
     if (!c.ok()) {
       r.state = ItemResult::State::failed;
@@ -161,6 +170,8 @@ ItemResult run_property_item(const std::string& config, const props::BackendFact
       const std::string path = (fs::path(o.out) / ("check-" + safe + "-case" + std::to_string(j) + ".jsonl")).string();
       Status written = traces::write_pool_trace_file(path, trace);
       r.state = ItemResult::State::failed;
+      r.check = c->failure->failure.check;
+      r.reproducer_ops = c->failure->shrunk.size();
       r.failure = "case " + std::to_string(j) + " (case seed " + std::to_string(spec.seed) + ", swarm " + c->swarm +
                   ") failed; shrunk " + std::to_string(c->failure->shrink_stats.ops_before) + " ops to " +
                   std::to_string(c->failure->shrink_stats.ops_after) + "\n" + c->failure->failure.describe();
@@ -184,6 +195,8 @@ ItemResult from_report(const traces::ReplayReport& report, const std::string& re
     r.state = ItemResult::State::failed;
     r.failure = report.failure->describe();
     r.reproduce = reproduce;
+    r.check = report.failure->check;
+    r.reproducer_ops = report.failure->step + 1;
   }
   return r;
 }
@@ -256,40 +269,71 @@ ItemResult run_request_item(const fs::path& path, const RequestSlice& slice, con
   return r;
 }
 
-int run_check(const CheckOptions& o) {
-  std::printf("kvtwin check: seed %llu\n", static_cast<unsigned long long>(o.seed));
-  std::fflush(stdout);
-  Result<Shard> shard = resolve_shard(o.shard);
-  if (!shard.ok()) return bad_input("check", shard.error());
+// What a gate run plays against and where its inputs are.
+struct GateSetup {
+  bool with_gpu = false;
+  std::string backend_flag;  // what a reproduce command passes: "model", "both --fault X"
+  std::string backend_names;
+  props::BackendFactory factory;
+  fs::path regress_dir, regress_large_dir, samples_dir, traces_dir;
+  std::uint32_t jobs = 1;
+};
+
+// Resolves the backends, the fault and the folders. Bad usage is an Error (exit 2): an unknown
+// backend or fault, a GPU asked for where none is, a folder named explicitly that is missing.
+Result<GateSetup> gate_setup(const CheckOptions& o) {
+  GateSetup g;
   if (o.backend != "auto" && o.backend != "model" && o.backend != "gpu" && o.backend != "both")
-    return bad_input("check", make_error(ErrorKind::invalid_argument,
-                                         "unknown backend '" + o.backend + "'; use auto, model, gpu or both"));
+    return make_error(ErrorKind::invalid_argument, "unknown backend '" + o.backend + "'; use auto, model, gpu or both");
   const bool gpu_here = traces::gpu_device_available();
   if ((o.backend == "gpu" || o.backend == "both") && !gpu_here)
-    return bad_input("check", make_error(ErrorKind::unsupported, traces::gpu_unavailable_reason()));
-  // What runs: the model alone, or the model and the GPU side by side.
-  const bool with_gpu = o.backend == "gpu" || o.backend == "both" || (o.backend == "auto" && gpu_here);
-  const traces::BackendChoice choice = with_gpu ? traces::BackendChoice::both : traces::BackendChoice::model;
-  const std::string backend_flag =
-      std::string(traces::backend_choice_name(choice)) + (o.fault.empty() ? "" : " --fault " + o.fault);
-  const std::string fault = o.fault;
-  const props::BackendFactory factory = [choice, fault] { return traces::make_backend_set(choice, fault); };
-  Result<traces::BackendSet> probe = factory();
-  if (!probe.ok()) return bad_input("check", probe.error());
-  const std::string backend_names = probe->names();
+    return make_error(ErrorKind::unsupported, traces::gpu_unavailable_reason());
+  KVTWIN_TRY(const traces::FaultChoice fault, traces::parse_fault_choice(o.fault));
+  const bool gpu_fault = !fault.names.empty() && fault.site == traces::FaultSite::gpu;
+  if (gpu_fault && !gpu_here)
+    return make_error(ErrorKind::unsupported,
+                      "fault '" + o.fault + "' is a GPU switch: " + traces::gpu_unavailable_reason());
+  // What runs: the model alone, or the model and the GPU side by side (`gpu` alone plays the GPU
+  // with every runner check: its table invariants, its own verify, the shadow's predictions).
+  g.with_gpu = o.backend == "gpu" || o.backend == "both" || (o.backend == "auto" && gpu_here);
+  const traces::BackendChoice choice = o.backend == "gpu" ? traces::BackendChoice::gpu
+                                       : g.with_gpu       ? traces::BackendChoice::both
+                                                          : traces::BackendChoice::model;
+  g.backend_flag = std::string(traces::backend_choice_name(choice)) + (o.fault.empty() ? "" : " --fault " + o.fault);
+  const std::string fault_text = o.fault;
+  g.factory = [choice, fault_text] { return traces::make_backend_set(choice, fault_text); };
+  KVTWIN_TRY(const traces::BackendSet probe, g.factory());
+  g.backend_names = probe.names();
 
   const fs::path root = repository_root();
-  const fs::path regress_dir = o.regress_dir.empty() ? root / "traces" / "regress" : fs::path(o.regress_dir);
-  const fs::path regress_large_dir =
-      o.regress_large_dir.empty() ? root / "traces" / "regress-large" : fs::path(o.regress_large_dir);
-  const fs::path samples_dir = o.samples_dir.empty() ? root / "traces" / "samples" : fs::path(o.samples_dir);
-  const fs::path traces_dir =
-      o.traces_dir.empty() ? root / ".." / "shared" / "traces-external" : fs::path(o.traces_dir);
-  if (!o.regress_dir.empty() && !fs::is_directory(regress_dir))
-    return bad_input("check", make_error(ErrorKind::io, "--regress-dir " + o.regress_dir + " is not a folder"));
+  g.regress_dir = o.regress_dir.empty() ? root / "traces" / "regress" : fs::path(o.regress_dir);
+  g.regress_large_dir = o.regress_large_dir.empty() ? root / "traces" / "regress-large" : fs::path(o.regress_large_dir);
+  g.samples_dir = o.samples_dir.empty() ? root / "traces" / "samples" : fs::path(o.samples_dir);
+  g.traces_dir = o.traces_dir.empty() ? root / ".." / "shared" / "traces-external" : fs::path(o.traces_dir);
+  // A folder named on the command line must exist: a typo must not turn into a skipped part.
+  const std::pair<const std::string*, const char*> named[] = {{&o.regress_dir, "--regress-dir"},
+                                                              {&o.regress_large_dir, "--regress-large-dir"},
+                                                              {&o.samples_dir, "--samples-dir"},
+                                                              {&o.traces_dir, "--traces-dir"}};
+  for (const auto& [value, flag] : named)
+    if (!value->empty() && !fs::is_directory(*value))
+      return make_error(ErrorKind::io, std::string(flag) + " " + *value + " is not a folder");
+  g.jobs = std::max<std::uint32_t>(1, o.jobs != 0 ? o.jobs : std::max(1u, std::thread::hardware_concurrency()));
+  return g;
+}
 
-  const std::uint32_t jobs =
-      std::max<std::uint32_t>(1, o.jobs != 0 ? o.jobs : std::max(1u, std::thread::hardware_concurrency()));
+// Every work item of the gate, in its fixed order: properties, regression traces, request traces,
+// then the GPU's parts skipped by name where they cannot run.
+std::vector<Item> gate_items(const CheckOptions& o, const GateSetup& g) {
+  const bool with_gpu = g.with_gpu;
+  const std::string& backend_flag = g.backend_flag;
+  const std::string& backend_names = g.backend_names;
+  const props::BackendFactory& factory = g.factory;
+  const fs::path& regress_dir = g.regress_dir;
+  const fs::path& regress_large_dir = g.regress_large_dir;
+  const fs::path& samples_dir = g.samples_dir;
+  const fs::path& traces_dir = g.traces_dir;
+  const std::uint32_t jobs = g.jobs;
   std::vector<Item> items;
   // Properties.
   std::vector<std::string> configs = {"random"};
@@ -433,21 +477,26 @@ int run_check(const CheckOptions& o) {
     }
   }
 
-  // Run this shard's items on --jobs threads; report in item order.
-  std::vector<std::size_t> mine;
-  for (std::size_t i = 0; i < items.size(); ++i)
-    if (shard->mine(i)) mine.push_back(i);
-  std::printf("%zu work items (shard %llu of %llu) on %s, %u threads\n", mine.size(),
-              static_cast<unsigned long long>(shard->index), static_cast<unsigned long long>(shard->count),
-              backend_names.c_str(), jobs);
-  std::fflush(stdout);
+  return items;
+}
+
+// Runs the items `mine` on `jobs` threads (reported in item order). With `stop_at_first_failure`
+// no item after the earliest failed one is started, so the failure reported is the same for
+// every number of threads. Each worker names its case in the failure context (check.h).
+void run_items(std::vector<Item>& items, const std::vector<std::size_t>& mine, std::uint32_t jobs,
+               bool stop_at_first_failure, bool quiet, const std::string& context,
+               std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt) {
   std::atomic<std::size_t> next{0};
   std::atomic<std::size_t> done{0};
+  std::atomic<std::size_t> first_failed{SIZE_MAX};
   std::mutex progress_mutex;
-  ProgressBar bar("check");
+  ProgressBar bar(quiet ? "" : "check");
   const auto worker = [&] {
     for (std::size_t k = next++; k < mine.size(); k = next++) {
+      if (stop_at_first_failure && k > first_failed.load()) continue;
+      if (deadline && std::chrono::steady_clock::now() > *deadline) continue;  // not started
       Item& item = items[mine[k]];
+      set_failure_context("work item '" + item.part + ": " + item.name + "' of " + context);
       const auto t0 = std::chrono::steady_clock::now();
       if (!item.skip.empty()) {
         item.result.state = ItemResult::State::skipped;
@@ -455,9 +504,15 @@ int run_check(const CheckOptions& o) {
       } else {
         item.result = item.run();
       }
+      item.result.ran = true;
       item.result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (item.result.state == ItemResult::State::failed) {
+        std::size_t seen = first_failed.load();
+        while (k < seen && !first_failed.compare_exchange_weak(seen, k)) {
+        }
+      }
       const std::size_t finished = ++done;
-      if (!o.quiet) {
+      if (!quiet) {
         std::lock_guard<std::mutex> lock(progress_mutex);
         bar.update(finished, mine.size());
       }
@@ -468,6 +523,28 @@ int run_check(const CheckOptions& o) {
   worker();
   for (std::thread& t : threads) t.join();
   bar.finish();
+}
+
+int run_check(const CheckOptions& o) {
+  std::printf("kvtwin check: seed %llu\n", static_cast<unsigned long long>(o.seed));
+  std::fflush(stdout);
+  Result<Shard> shard = resolve_shard(o.shard);
+  if (!shard.ok()) return bad_input("check", shard.error());
+  Result<GateSetup> setup = gate_setup(o);
+  if (!setup.ok()) return bad_input("check", setup.error());
+  const std::string& backend_names = setup->backend_names;
+  const std::uint32_t jobs = setup->jobs;
+  std::vector<Item> items = gate_items(o, *setup);
+
+  // Run this shard's items on --jobs threads; report in item order.
+  std::vector<std::size_t> mine;
+  for (std::size_t i = 0; i < items.size(); ++i)
+    if (shard->mine(i)) mine.push_back(i);
+  std::printf("%zu work items (shard %llu of %llu) on %s, %u threads\n", mine.size(),
+              static_cast<unsigned long long>(shard->index), static_cast<unsigned long long>(shard->count),
+              backend_names.c_str(), jobs);
+  std::fflush(stdout);
+  run_items(items, mine, jobs, false, o.quiet, "kvtwin check --seed " + std::to_string(o.seed));
 
   // The summary table, part by part.
   struct Tally {
@@ -522,7 +599,25 @@ int run_check(const CheckOptions& o) {
                 static_cast<unsigned long long>(t.failed), static_cast<unsigned long long>(t.skipped),
                 static_cast<unsigned long long>(t.ops), static_cast<unsigned long long>(t.checks), t.seconds);
   }
-  std::printf("%s\n", failed_total == 0 ? "kvtwin check: PASS" : "kvtwin check: FAIL");
+  // The last line says what was not checked: a pass with parts skipped is said to be one, and a
+  // run that checked nothing is not a pass.
+  std::uint64_t skipped_total = 0, passed_total = 0;
+  for (std::size_t i : mine) {
+    skipped_total += items[i].result.state == ItemResult::State::skipped;
+    passed_total += items[i].result.state == ItemResult::State::passed;
+  }
+  if (failed_total == 0 && passed_total == 0) {
+    std::printf("kvtwin check: FAIL (nothing was checked: every work item was skipped)\n");
+    failed_total = 1;
+  } else if (failed_total == 0) {
+    std::printf("kvtwin check: PASS%s\n",
+                skipped_total == 0 ? ""
+                                   : (" (" + std::to_string(skipped_total) + " of " + std::to_string(mine.size()) +
+                                      " work items skipped: see SKIP above)")
+                                         .c_str());
+  } else {
+    std::printf("kvtwin check: FAIL\n");
+  }
 
   if (!o.json_file.empty()) {
     nlohmann::json j;
@@ -615,6 +710,213 @@ Command add_check_command(CLI::App& root) {
   Command c;
   c.app = app;
   c.run = [o] { return run_check(*o); };
+  return c;
+}
+
+// ---------------------------------------------------------------- kvtwin faults, kvtwin selftest
+
+Command add_faults_command(CLI::App& root) {
+  auto json = std::make_shared<bool>(false);
+  CLI::App* app = root.add_subcommand(
+      "faults", "Every planted fault (the model's and the GPU's switches), the SPEC.md section 10 class it reproduces "
+                "and where it applies");
+  app->add_flag("--json", *json, "print JSON");
+  Command c;
+  c.app = app;
+  c.run = [json] {
+    const std::vector<traces::FaultInfo> all = traces::fault_catalogue();
+    if (*json) {
+      nlohmann::json list = nlohmann::json::array();
+      for (const traces::FaultInfo& f : all)
+        list.push_back({{"name", f.name}, {"site", traces::fault_site_name(f.site)}, {"spec_class", f.spec_class}, {"what", f.what}});
+      std::printf("%s\n", list.dump(2).c_str());
+      return kExitOk;
+    }
+    std::printf("%-28s %-6s %-6s %s\n", "fault", "where", "SPEC10", "the bug");
+    for (const traces::FaultInfo& f : all)
+      std::printf("%-28s %-6s %-6s %s\n", f.name.c_str(), std::string(traces::fault_site_name(f.site)).c_str(),
+                  f.spec_class.empty() ? "-" : f.spec_class.c_str(), f.what.c_str());
+    if (!traces::gpu_backend_built()) std::printf("(GPU faults: the GPU backend is not built)\n");
+    std::printf("Plant one with --fault NAME (kvtwin check, fuzz, replay); kvtwin selftest runs the gate with each.\n");
+    return kExitOk;
+  };
+  return c;
+}
+
+struct SelftestOptions {
+  CheckOptions gate;
+  std::string only;              // comma-separated fault names; empty: all
+  double fault_seconds = 60;     // each fault's time limit
+  bool skip_clean = false;
+  std::string json_file;
+};
+
+struct SelftestRow {
+  std::string fault;
+  std::string site;
+  std::string spec_class;
+  std::string state;  // caught, missed, skipped, false alarm, passed (the clean run)
+  std::string why;    // skipped: why; caught: the item that caught it
+  double seconds = 0;
+  std::uint64_t ops = 0;
+  std::uint64_t reproducer_ops = 0;
+  std::string check;
+  std::string reproduce;
+};
+
+// Runs the gate once with `o` (a fault or none), stopping at the first failure; fills the row.
+void selftest_run(const CheckOptions& o, double seconds_limit, SelftestRow& row) {
+  Result<GateSetup> setup = gate_setup(o);
+  if (!setup.ok()) {
+    row.state = "skipped";
+    row.why = setup.error().message;
+    return;
+  }
+  std::vector<Item> items = gate_items(o, *setup);
+  std::vector<std::size_t> all(items.size());
+  for (std::size_t i = 0; i < items.size(); ++i) all[i] = i;
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto deadline =
+      t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds_limit));
+  run_items(items, all, setup->jobs, true, true, "kvtwin selftest --seed " + std::to_string(o.seed), deadline);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // The earliest failed item (run_items started nothing after it); ops count what ran before it.
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    const ItemResult& r = items[i].result;
+    row.ops += r.ops;
+    if (r.state != ItemResult::State::failed) continue;
+    row.state = o.fault.empty() ? "false alarm" : "caught";
+    row.why = items[i].part + ": " + items[i].name;
+    row.check = r.check;
+    row.reproducer_ops = r.reproducer_ops;
+    row.reproduce = r.reproduce.substr(0, r.reproduce.find('\n'));
+    double until = 0;
+    for (std::size_t k = 0; k <= i; ++k) until += items[k].result.seconds;
+    row.seconds = std::min(wall, until);
+    return;
+  }
+  bool all_ran = true;
+  for (const Item& item : items) all_ran = all_ran && item.result.ran;
+  row.seconds = wall;
+  row.state = o.fault.empty() ? "passed" : "missed";
+  if (!all_ran) row.why = "time limit reached before the gate finished";
+}
+
+int run_selftest(const SelftestOptions& so) {
+  std::printf("kvtwin selftest: seed %llu\n", static_cast<unsigned long long>(so.gate.seed));
+  std::fflush(stdout);
+  if (so.gate.backend != "auto" && so.gate.backend != "model" && so.gate.backend != "gpu" && so.gate.backend != "both")
+    return bad_input("selftest", make_error(ErrorKind::invalid_argument,
+                                            "unknown backend '" + so.gate.backend + "'; use auto, model, gpu or both"));
+  const bool gpu_here = traces::gpu_device_available();
+  if ((so.gate.backend == "gpu" || so.gate.backend == "both") && !gpu_here)
+    return bad_input("selftest", make_error(ErrorKind::unsupported, traces::gpu_unavailable_reason()));
+  std::vector<traces::FaultInfo> faults = traces::fault_catalogue();
+  if (!so.only.empty()) {
+    Result<traces::FaultChoice> only = traces::parse_fault_choice_any_site(so.only);
+    if (!only.ok()) return bad_input("selftest", only.error());
+    std::vector<traces::FaultInfo> picked;
+    for (const traces::FaultInfo& f : faults)
+      if (std::find(only->names.begin(), only->names.end(), f.name) != only->names.end()) picked.push_back(f);
+    faults = picked;
+  }
+  const bool gpu_wanted = so.gate.backend != "model";
+  std::vector<SelftestRow> rows;
+  if (!so.skip_clean) {
+    SelftestRow clean;
+    clean.fault = "(none: the clean gate)";
+    clean.site = "-";
+    CheckOptions o = so.gate;
+    o.backend = gpu_here && gpu_wanted ? (so.gate.backend == "gpu" ? "gpu" : "both") : "model";
+    std::printf("clean gate on %s ...\n", o.backend.c_str());
+    std::fflush(stdout);
+    selftest_run(o, 1e9, clean);
+    rows.push_back(clean);
+  }
+  for (const traces::FaultInfo& f : faults) {
+    SelftestRow row;
+    row.fault = f.name;
+    row.site = std::string(traces::fault_site_name(f.site));
+    row.spec_class = f.spec_class;
+    CheckOptions o = so.gate;
+    o.fault = f.name;
+    o.out = so.gate.out + "/selftest";
+    if (f.site == traces::FaultSite::model) {
+      // A model fault runs the model alone: only checks that do not trust the model can catch it.
+      o.backend = "model";
+    } else if (!gpu_here || !gpu_wanted) {
+      row.state = "skipped";
+      row.why = gpu_here ? "--backend model" : traces::gpu_unavailable_reason();
+      rows.push_back(row);
+      continue;
+    } else {
+      o.backend = so.gate.backend == "gpu" ? "gpu" : "both";
+    }
+    std::printf("%s on %s ...\n", f.name.c_str(), o.backend.c_str());
+    std::fflush(stdout);
+    selftest_run(o, so.fault_seconds, row);
+    rows.push_back(row);
+  }
+  int fails = 0;
+  std::printf("\n%-28s %-5s %-6s %-11s %8s %10s %6s %-10s\n", "fault", "where", "SPEC10", "result", "seconds", "ops",
+              "repro", "check");
+  for (const SelftestRow& r : rows) {
+    const bool bad = r.state == "missed" || r.state == "false alarm";
+    fails += bad;
+    std::printf("%-28s %-5s %-6s %-11s %8.1f %10llu %6llu %-10s%s\n", r.fault.c_str(), r.site.c_str(),
+                r.spec_class.empty() ? "-" : r.spec_class.c_str(), r.state.c_str(), r.seconds,
+                static_cast<unsigned long long>(r.ops), static_cast<unsigned long long>(r.reproducer_ops),
+                r.check.c_str(), r.state == "skipped" ? ("  " + r.why).c_str() : "");
+  }
+  for (const SelftestRow& r : rows)
+    if (!r.reproduce.empty()) std::printf("%s: caught by %s; reproduce: %s\n", r.fault.c_str(), r.why.c_str(), r.reproduce.c_str());
+  std::uint64_t caught = 0, skipped = 0;
+  for (const SelftestRow& r : rows) {
+    caught += r.state == "caught";
+    skipped += r.state == "skipped";
+  }
+  std::printf("kvtwin selftest: %s (%llu caught, %d missed or false alarms, %llu skipped by name)\n",
+              fails == 0 ? "PASS" : "FAIL", static_cast<unsigned long long>(caught), fails,
+              static_cast<unsigned long long>(skipped));
+  if (!so.json_file.empty()) {
+    nlohmann::json j;
+    j["seed"] = so.gate.seed;
+    j["passed"] = fails == 0;
+    nlohmann::json list = nlohmann::json::array();
+    for (const SelftestRow& r : rows)
+      list.push_back({{"fault", r.fault}, {"site", r.site}, {"spec_class", r.spec_class}, {"state", r.state},
+                      {"why", r.why}, {"seconds", r.seconds}, {"ops", r.ops}, {"reproducer_ops", r.reproducer_ops},
+                      {"check", r.check}, {"reproduce", r.reproduce}});
+    j["rows"] = list;
+    if (Status st = write_json_file(so.json_file, j); !st.ok()) return bad_input("selftest", st.error());
+  }
+  return fails == 0 ? kExitOk : kExitCheckFailed;
+}
+
+Command add_selftest_command(CLI::App& root) {
+  auto so = std::make_shared<SelftestOptions>();
+  CLI::App* app = root.add_subcommand(
+      "selftest", "The gate with each planted fault (kvtwin faults), stopping at its first failure, and once clean: "
+                  "a table of what was caught, how fast, by which check, and the reproducer's length");
+  app->add_option("--backend", so->gate.backend,
+                  "auto (GPU faults too when a device exists), model, gpu or both; model faults always run the model "
+                  "alone")
+      ->capture_default_str();
+  app->add_option("--only", so->only, "only these faults (comma-separated)");
+  app->add_option("--seed", so->gate.seed, "the run's seed")->capture_default_str();
+  app->add_option("--fault-seconds", so->fault_seconds, "each fault's time limit")->capture_default_str();
+  app->add_option("--cases", so->gate.cases, "property cases per catalogue configuration")->capture_default_str();
+  app->add_option("--random-cases", so->gate.random_cases, "property cases over random configurations")
+      ->capture_default_str();
+  app->add_option("--ops", so->gate.ops, "operations per property case")->capture_default_str();
+  app->add_option("--jobs", so->gate.jobs, "threads (default: the machine's cores)");
+  app->add_option("--traces-dir", so->gate.traces_dir, "the shared request traces (default ../shared/traces-external)");
+  app->add_option("--out", so->gate.out, "where shrunk failures are written")->capture_default_str();
+  app->add_flag("--skip-clean", so->skip_clean, "do not run the clean gate first");
+  app->add_option("--json", so->json_file, "write a JSON report ('-': stdout)");
+  Command c;
+  c.app = app;
+  c.run = [so] { return run_selftest(*so); };
   return c;
 }
 

@@ -22,7 +22,7 @@ struct FuzzOptions {
   std::uint64_t cases = 0;
   std::uint64_t seed = 1;
   std::string config = "random";
-  std::string out = "fuzz-failures";
+  std::string out = "kvtwin-out/fuzz-failures";  // git-ignored
   std::uint64_t ops = 200;
   std::int64_t only_case = -1;
   std::string fault;

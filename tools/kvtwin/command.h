@@ -26,5 +26,7 @@ Command add_replay_command(CLI::App& root);
 Command add_record_command(CLI::App& root);
 Command add_fuzz_command(CLI::App& root);
 Command add_check_command(CLI::App& root);
+Command add_faults_command(CLI::App& root);
+Command add_selftest_command(CLI::App& root);
 
 }  // namespace kvtwin::cli

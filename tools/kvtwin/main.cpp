@@ -22,6 +22,8 @@ int main(int argc, char** argv) {
   commands.push_back(kvtwin::cli::add_record_command(app));
   commands.push_back(kvtwin::cli::add_fuzz_command(app));
   commands.push_back(kvtwin::cli::add_check_command(app));
+  commands.push_back(kvtwin::cli::add_faults_command(app));
+  commands.push_back(kvtwin::cli::add_selftest_command(app));
 
   try {
     app.parse(argc, argv);
