@@ -95,6 +95,8 @@ std::optional<std::string> step(Twin& twin, const Op& op, bool compare_pools) {
   if (tm.ok() != tg.ok()) return what + "tables available on one side only";
   if (tm.ok())
     if (auto d = table_difference(*tm, *tg)) return what + "tables differ: " + *d;
+  // The GPU's own check: its host counters against its device tables.
+  if (const Status v = twin.gpu.verify(); !v.ok()) return what + v.error().message;
   if (compare_pools || std::holds_alternative<Checkpoint>(op)) {
     ++twin.pool_comparisons;
     if (auto d = pool_difference(twin.model, twin.gpu)) return what + *d;

@@ -38,8 +38,9 @@ std::optional<std::string> table_difference(const PoolTables& model, const PoolT
 // first differing page and byte, described. Nothing to compare for a tables-only pool.
 std::optional<std::string> pool_difference(const sim::Model& model, const GpuPool& gpu);
 
-// Plays one operation on both and checks answers and tables (and whole pools at a checkpoint,
-// or always when `compare_pools`). Returns the divergence, described with the operation.
+// Plays one operation on both and checks answers, tables and the GPU's own invariants
+// (GpuPool::verify: host counters against device tables), and whole pools at a checkpoint, or
+// always when `compare_pools`. Returns the divergence, described with the operation.
 std::optional<std::string> step(Twin& twin, const Op& op, bool compare_pools = false);
 
 }  // namespace kvtwin::gpu::testing
