@@ -144,6 +144,8 @@ Result<BackendSet> make_backend_set(BackendChoice choice, const std::string& fau
     std::unique_ptr<Backend> device = gpu::make_gpu_backend(*faults);
     Player p;
     p.backend = device.get();
+    // The GPU's own invariant check: its host counters against its device tables.
+    p.verify = [backend = device.get()] { return gpu::verify_gpu_backend(*backend); };
     set.players.push_back(p);
     set.owned.push_back(std::move(device));
     return set;
