@@ -116,6 +116,7 @@ Result<std::unique_ptr<DecodeStep>> DecodeStep::create(const Capture& op, const 
   a.v_dim = step->v_dim_;
   a.rows = step->max_batch_;
   a.table_row_stride = step->max_pages_;
+  a.int32_offsets = faults.int32_offsets_attention;
 
   // Capture-stable buffers, zero-filled (the sink).
   const std::size_t mb = static_cast<std::size_t>(step->max_batch_);
@@ -150,11 +151,11 @@ Result<std::unique_ptr<DecodeStep>> DecodeStep::create(const Capture& op, const 
   a.scores = step->scores_.get();
   a.out = step->out_.get();
   KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
-  KVTWIN_TRY_STATUS(step->record(stream));
+  KVTWIN_TRY_STATUS(step->record(faults, stream));
   return step;
 }
 
-Status DecodeStep::record(cudaStream_t stream) {
+Status DecodeStep::record(const Faults& faults, cudaStream_t stream) {
   const std::size_t lens_bytes = static_cast<std::size_t>(max_batch_) * sizeof(std::int64_t);
   KVTWIN_CUDA_TRY(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   // Everything below is recorded at max_batch, not run. Errors end the capture before returning.
@@ -182,6 +183,10 @@ Status DecodeStep::record(cudaStream_t stream) {
     p.swa_v2p = pool_.swa->v2p();
     p.swa_v2p_len = pool_.swa->v2p_len();
     p.page_size = static_cast<std::int64_t>(pool_.config->page_size);
+    // SPEC 4.3: a tombstoned page goes to the sink. The fault leaves its negative loc unclamped,
+    // and the write then indexes the SWA view (max_slots rows) from its end, as PyTorch would.
+    if (faults.graph_swa_tombstone_live)
+      p.tombstone_wrap_slots = static_cast<std::int64_t>(pool_.derived->geometry.sub_pools[1].max_slots);
     err = launch_swa_translate(p, stream);
   }
   // 3. The write door for every layer at once; sink lanes write nothing. (A tables-only pool has
@@ -199,6 +204,7 @@ Status DecodeStep::record(cudaStream_t stream) {
     p.locs[1] = swa_loc_.get();
     p.lanes = max_batch_;
     p.vector16 = rows_vector16(p.pool, p.staging, lane_row_bytes_, host_segments_.data(), p.num_segments);
+    p.int32_offsets = faults.int32_offsets;  // the write door's kernel, inside the graph
     err = launch_scatter_rows(p, stream);
   }
   // 4. The reference attention through the page table.
@@ -286,7 +292,8 @@ Result<Decode> DecodeStep::replay(const Replay& op, const Faults& faults, cudaSt
     std::vector<std::uint32_t> flags(checked);
     KVTWIN_TRY_STATUS(flag_unallocated_rows(req_to_token_.get(), max_tokens_, next_lens_.get(),
                                             static_cast<std::int64_t>(checked), pool_.full->v2p(),
-                                            pool_.full->v2p_len(), ps, flags_.get(), stream));
+                                            pool_.full->v2p_len(), ps, faults.sink_counts_as_allocated, flags_.get(),
+                                            stream));
     KVTWIN_CUDA_TRY(cudaMemcpyAsync(flags.data(), flags_.get(), checked * sizeof(std::uint32_t),
                                     cudaMemcpyDeviceToHost, stream));
     KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
@@ -332,6 +339,7 @@ Result<Decode> DecodeStep::replay(const Replay& op, const Faults& faults, cudaSt
   pt.v2p = pool_.full->v2p();
   pt.v2p_len = pool_.full->v2p_len();
   pt.page_size = ps;
+  pt.tombstone_live = faults.page_table_tombstone_live;  // the page-table kernel's fault, wherever it runs
   KVTWIN_CUDA_TRY(launch_page_table(pt, stream));
   // 3. The rows every layer writes for each lane's new token, and the queries.
   std::vector<std::uint8_t> rows(ubs * lane_row_bytes_);

@@ -6,7 +6,9 @@
 // out of graph and bounded only by the batch being replayed, the refill translates the new
 // tokens into the loc buffer (every lane past the batch set to the sink) and rebuilds the live
 // prefix of each row of the page table from this batch's lengths. Two seed bugs live in that
-// refill behind fault switches: stale_loc_tail and stale_table_lengths.
+// refill behind fault switches: stale_loc_tail and stale_table_lengths. Inside the graph live
+// graph_swa_tombstone_live, int32_offsets_attention, stride_from_shape and int32_offsets (the
+// in-graph write door), fixed when the graph is captured.
 #pragma once
 
 #include <cstdint>
@@ -48,7 +50,8 @@ class DecodeStep {
 
  private:
   DecodeStep() = default;
-  Status record(cudaStream_t stream);
+  // Records the graph; the faults that live inside it are fixed at capture.
+  Status record(const Faults& faults, cudaStream_t stream);
 
   Capture shape_;
   PoolDeviceView pool_;

@@ -118,13 +118,13 @@ __global__ void sink_to_zero_kernel(const std::int64_t* values, std::int64_t n, 
 
 __global__ void flag_unallocated_kernel(const std::int64_t* tokens, std::int64_t row_stride, const std::int64_t* lens,
                                         std::int64_t rows, const std::int64_t* v2p, std::int64_t v2p_len,
-                                        std::int64_t page_size, std::uint32_t* flags) {
+                                        std::int64_t page_size, std::int64_t first_page, std::uint32_t* flags) {
   // One block per row, its threads over the row's tokens.
   for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     for (std::int64_t j = threadIdx.x; j < lens[r]; j += blockDim.x) {
       const std::int64_t t = tokens[r * row_stride + j];
       const std::int64_t v = t >= 0 ? t / page_size : -1;
-      if (v < 1 || v >= v2p_len - 1 || v2p[v] < 0) atomicOr(&flags[r], 1u);
+      if (v < first_page || v >= v2p_len - 1 || v2p[v] < 0) atomicOr(&flags[r], 1u);
     }
   }
 }
@@ -202,17 +202,17 @@ Status DeviceSide::init(const SubPoolGeometry& geometry, std::int64_t num_virtua
   KVTWIN_CUDA_TRY(cudaMemsetAsync(p2v_.get(), 0, sizeof(std::int64_t), stream));
   KVTWIN_CUDA_TRY(cudaMemsetAsync(hole_flags_.get(), 0, hole_flags_.bytes(), stream));
   KVTWIN_CUDA_TRY(cudaMemsetAsync(marks_.get(), 0, marks_.bytes(), stream));
-  watermark = grows_up() ? min_page() : pages - 1;
-  allocated = 0;
-  holes = 0;
-  queue_head = 0;
-  queue_count = 0;
+  watermark_ = grows_up() ? min_page() : pages - 1;
+  allocated_ = 0;
+  holes_ = 0;
+  queue_head_ = 0;
+  queue_count_ = 0;
   if (owner) {
     KVTWIN_TRY_STATUS(queue_.allocate(static_cast<std::size_t>(std::max<std::int64_t>(num_virtual, 1))));
     KVTWIN_CUDA_TRY(cudaMemsetAsync(queue_.get(), 0, queue_.bytes(), stream));  // no unwritten slot is ever read
-    queue_count = std::max<std::int64_t>(num_virtual - min_page(), 0);
-    if (queue_count > 0) {
-      iota_kernel<<<blocks_for(queue_count), kThreads, 0, stream>>>(queue_.get(), queue_count, min_page());
+    queue_count_ = std::max<std::int64_t>(num_virtual - min_page(), 0);
+    if (queue_count_ > 0) {
+      iota_kernel<<<blocks_for(queue_count_), kThreads, 0, stream>>>(queue_.get(), queue_count_, min_page());
       KVTWIN_CUDA_LAUNCHED();
     }
   }
@@ -221,79 +221,127 @@ Status DeviceSide::init(const SubPoolGeometry& geometry, std::int64_t num_virtua
 }
 
 Status DeviceSide::take_virtual(std::int64_t k, std::int64_t* out, cudaStream_t stream) {
-  KVTWIN_CHECK(owner_ && k <= queue_count, "take_virtual beyond the free queue");
+  KVTWIN_CHECK(owner_ && k <= queue_count_, "take_virtual beyond the free queue");
   if (k == 0) return ok_status();
   const std::int64_t capacity = static_cast<std::int64_t>(queue_.size());
-  queue_take_kernel<<<blocks_for(k), kThreads, 0, stream>>>(queue_.get(), capacity, queue_head, k, out);
+  queue_take_kernel<<<blocks_for(k), kThreads, 0, stream>>>(queue_.get(), capacity, queue_head_, k, out);
   KVTWIN_CUDA_LAUNCHED();
-  queue_head = (queue_head + k) % capacity;
-  queue_count -= k;
+  queue_head_ = (queue_head_ + k) % capacity;
+  queue_count_ -= k;
   return ok_status();
 }
 
 Status DeviceSide::put_virtual(const std::int64_t* pages, std::int64_t n, cudaStream_t stream) {
   const std::int64_t capacity = static_cast<std::int64_t>(queue_.size());
-  KVTWIN_CHECK(owner_ && queue_count + n <= capacity, "free queue overflow");
+  KVTWIN_CHECK(owner_ && queue_count_ + n <= capacity, "free queue overflow");
   if (n == 0) return ok_status();
-  queue_put_kernel<<<blocks_for(n), kThreads, 0, stream>>>(queue_.get(), capacity, (queue_head + queue_count) % capacity,
+  queue_put_kernel<<<blocks_for(n), kThreads, 0, stream>>>(queue_.get(), capacity, (queue_head_ + queue_count_) % capacity,
                                                            pages, n);
   KVTWIN_CUDA_LAUNCHED();
-  queue_count += n;
+  queue_count_ += n;
   return ok_status();
 }
 
 Status DeviceSide::bind(const std::int64_t* vpages, std::int64_t k, SelectScratch& scratch, std::int64_t* hole_scratch,
                         cudaStream_t stream) {
   if (k == 0) return ok_status();
-  const std::int64_t h = std::min(k, holes);
+  const std::int64_t h = std::min(k, holes_);
   if (h > 0) {
     // Holes lie inside the band: up [min_page, wm), down (wm, num_pages).
-    const std::int64_t lo = grows_up() ? min_page() : watermark + 1;
-    const std::int64_t hi = grows_up() ? watermark : num_pages();
+    const std::int64_t lo = grows_up() ? min_page() : watermark_ + 1;
+    const std::int64_t hi = grows_up() ? watermark_ : num_pages();
     KVTWIN_TRY(std::int64_t found, select_pages({nullptr, hole_flags_.get(), false}, lo, hi, hole_scratch, scratch, stream));
-    KVTWIN_CHECK(found == holes, "hole flags and the hole count disagree");
+    KVTWIN_CHECK(found == holes_, "hole flags and the hole count disagree");
   }
   const std::int64_t band = k - h;
-  const std::int64_t band_start = grows_up() ? watermark : watermark - band + 1;
+  const std::int64_t band_start = grows_up() ? watermark_ : watermark_ - band + 1;
   bind_kernel<<<blocks_for(k), kThreads, 0, stream>>>(v2p_.get(), p2v_.get(), hole_flags_.get(), vpages, hole_scratch, h,
                                                       band_start, k);
   KVTWIN_CUDA_LAUNCHED();
-  watermark = grows_up() ? watermark + band : watermark - band;
-  holes -= h;
-  allocated += k;
+  watermark_ = grows_up() ? watermark_ + band : watermark_ - band;
+  holes_ -= h;
+  allocated_ += k;
   return ok_status();
 }
 
-Status DeviceSide::unbind(const std::int64_t* vpages, std::int64_t n, bool only_positive, cudaStream_t stream) {
+Status DeviceSide::unbind(const std::int64_t* vpages, std::int64_t n, bool only_positive, std::int64_t bound,
+                          cudaStream_t stream) {
+  KVTWIN_CHECK(bound >= 0 && bound <= n && bound <= allocated_, "unbinding more pages than are bound");
   if (n == 0) return ok_status();
   unbind_kernel<<<blocks_for(n), kThreads, 0, stream>>>(v2p_.get(), p2v_.get(), vpages, n, only_positive);
   KVTWIN_CUDA_LAUNCHED();
+  allocated_ -= bound;
   return ok_status();
 }
 
-Status DeviceSide::apply_moves(const std::int64_t* src, const std::int64_t* dst, std::int64_t n, cudaStream_t stream) {
+Status DeviceSide::add_holes(const std::int64_t* pages, std::int64_t n, cudaStream_t stream) {
   if (n == 0) return ok_status();
-  apply_moves_kernel<<<blocks_for(n), kThreads, 0, stream>>>(v2p_.get(), p2v_.get(), src, dst, n);
+  set_flags_kernel<<<blocks_for(n), kThreads, 0, stream>>>(hole_flags_.get(), pages, n, 1);
   KVTWIN_CUDA_LAUNCHED();
+  holes_ += n;
+  return ok_status();
+}
+
+Status DeviceSide::apply_compaction(const std::int64_t* src, const std::int64_t* dst, std::int64_t n,
+                                    std::int64_t new_watermark, bool clears_holes, cudaStream_t stream) {
+  if (n > 0) {
+    apply_moves_kernel<<<blocks_for(n), kThreads, 0, stream>>>(v2p_.get(), p2v_.get(), src, dst, n);
+    KVTWIN_CUDA_LAUNCHED();
+  }
+  watermark_ = new_watermark;
+  if (clears_holes) {
+    KVTWIN_CUDA_TRY(cudaMemsetAsync(hole_flags_.get(), 0, hole_flags_.bytes(), stream));
+    holes_ = 0;
+  }
   return ok_status();
 }
 
 Result<std::vector<std::int64_t>> DeviceSide::queue_contents(cudaStream_t stream) const {
   std::vector<std::int64_t> out;
-  if (!owner_ || queue_count == 0) return out;
+  if (!owner_ || queue_count_ == 0) return out;
   std::vector<std::int64_t> ring(queue_.size());
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(ring.data(), queue_.get(), queue_.bytes(), cudaMemcpyDeviceToHost, stream));
   KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
-  out.reserve(static_cast<std::size_t>(queue_count));
-  for (std::int64_t i = 0; i < queue_count; ++i)
-    out.push_back(ring[static_cast<std::size_t>((queue_head + i) % static_cast<std::int64_t>(ring.size()))]);
+  out.reserve(static_cast<std::size_t>(queue_count_));
+  for (std::int64_t i = 0; i < queue_count_; ++i)
+    out.push_back(ring[static_cast<std::size_t>((queue_head_ + i) % static_cast<std::int64_t>(ring.size()))]);
   return out;
+}
+
+Result<SideSnapshot> DeviceSide::snapshot(std::int64_t first_virtual, cudaStream_t stream) const {
+  SideSnapshot s;
+  s.name = geometry_.name;
+  s.grows_up = grows_up();
+  s.owner = owner_;
+  s.min_page = min_page();
+  s.num_pages = num_pages();
+  s.num_virtual = num_virtual_;
+  s.first_virtual = first_virtual;
+  s.page_bytes = geometry_.page_bytes;
+  s.watermark = watermark_;
+  s.allocated = allocated_;
+  s.holes = holes_;
+  s.queue_head = queue_head_;
+  s.queue_count = queue_count_;
+  s.v2p.resize(v2p_.size());
+  s.p2v.resize(p2v_.size());
+  s.hole_flags.resize(hole_flags_.size());
+  s.marks.resize(marks_.size());
+  if (owner_) s.queue.resize(queue_.size());
+  KVTWIN_CUDA_TRY(cudaMemcpyAsync(s.v2p.data(), v2p_.get(), v2p_.bytes(), cudaMemcpyDeviceToHost, stream));
+  KVTWIN_CUDA_TRY(cudaMemcpyAsync(s.p2v.data(), p2v_.get(), p2v_.bytes(), cudaMemcpyDeviceToHost, stream));
+  KVTWIN_CUDA_TRY(cudaMemcpyAsync(s.hole_flags.data(), hole_flags_.get(), hole_flags_.bytes(), cudaMemcpyDeviceToHost, stream));
+  KVTWIN_CUDA_TRY(cudaMemcpyAsync(s.marks.data(), marks_.get(), marks_.bytes(), cudaMemcpyDeviceToHost, stream));
+  if (owner_)
+    KVTWIN_CUDA_TRY(cudaMemcpyAsync(s.queue.data(), queue_.get(), queue_.bytes(), cudaMemcpyDeviceToHost, stream));
+  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
+  return s;
 }
 
 Result<std::vector<std::int64_t>> DeviceSide::hole_list(SelectScratch& scratch, std::int64_t* out,
                                                         cudaStream_t stream) const {
   std::vector<std::int64_t> list;
-  if (holes == 0) return list;
+  if (holes_ == 0) return list;
   KVTWIN_TRY(std::int64_t found, select_pages({nullptr, hole_flags_.get(), false}, 0, num_pages() + 1, out, scratch, stream));
   list.resize(static_cast<std::size_t>(found));
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(list.data(), out, static_cast<std::size_t>(found) * sizeof(std::int64_t),
@@ -342,11 +390,13 @@ Status sink_to_zero(const std::int64_t* values, std::int64_t n, std::int64_t sin
 
 Status flag_unallocated_rows(const std::int64_t* tokens, std::int64_t row_stride, const std::int64_t* lens,
                              std::int64_t rows, const std::int64_t* v2p, std::int64_t v2p_len, std::int64_t page_size,
-                             std::uint32_t* flags, cudaStream_t stream) {
+                             bool sink_counts_as_allocated, std::uint32_t* flags, cudaStream_t stream) {
   if (rows == 0) return ok_status();
   KVTWIN_CUDA_TRY(cudaMemsetAsync(flags, 0, static_cast<std::size_t>(rows) * sizeof(std::uint32_t), stream));
+  // Allocated pages are v > 0 (0 is the sink, whose v2p row is 0); the fault tests v >= 0.
+  const std::int64_t first_page = sink_counts_as_allocated ? 0 : 1;
   flag_unallocated_kernel<<<static_cast<unsigned>(std::min<std::int64_t>(rows, 65535)), kThreads, 0, stream>>>(
-      tokens, row_stride, lens, rows, v2p, v2p_len, page_size, flags);
+      tokens, row_stride, lens, rows, v2p, v2p_len, page_size, first_page, flags);
   KVTWIN_CUDA_LAUNCHED();
   return ok_status();
 }

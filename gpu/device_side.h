@@ -1,6 +1,9 @@
 // One sub-pool's allocator on the device (SPEC.md section 4): its tables v2p, p2v, the owner's
 // free queue (a ring) and the lazy-mode hole flags live in device memory, as they would in a
-// server; the host keeps only scalar counters (watermark, counts, the queue's head).
+// server; the host keeps only scalar counters (watermark, counts, the queue's head). The counters
+// are private: they change only with the device work that changes the tables (the methods below),
+// and snapshot() copies both out for GpuPool::verify() (device_invariants.h) to hold against
+// each other.
 //
 // The device work here: binding pages (alloc), unbinding them (free), planning a compaction
 // (the survivors and the holes, each selected in ascending order with CUB and paired by
@@ -16,6 +19,7 @@
 
 #include "core/sizing.h"
 #include "gpu/device_buffer.h"
+#include "gpu/device_invariants.h"
 
 namespace kvtwin::gpu {
 
@@ -59,20 +63,19 @@ class DeviceSide {
 
   std::int64_t* v2p() const { return v2p_.get(); }
   std::int64_t* p2v() const { return p2v_.get(); }
-  std::uint8_t* hole_flags() const { return hole_flags_.get(); }
-  std::uint8_t* marks() const { return marks_.get(); }
+  const std::uint8_t* hole_flags() const { return hole_flags_.get(); }
+  std::uint8_t* marks() const { return marks_.get(); }  // planning scratch: all 0 between operations
 
-  // Host counters.
-  std::int64_t watermark = 0;
-  std::int64_t allocated = 0;
-  std::int64_t holes = 0;
-  std::int64_t queue_head = 0;
-  std::int64_t queue_count = 0;
+  // Host counters (read only; see the class comment).
+  std::int64_t watermark() const { return watermark_; }
+  std::int64_t allocated() const { return allocated_; }
+  std::int64_t holes() const { return holes_; }
+  std::int64_t queue_count() const { return queue_count_; }
 
   // Pages left for this side: num_pages - min_page_index - allocated.
-  std::int64_t remaining() const { return num_pages() - min_page() - allocated; }
+  std::int64_t remaining() const { return num_pages() - min_page() - allocated_; }
   // Pages the band can still grow by before it meets the end (single sub-pool, up side).
-  std::int64_t band_room_single() const { return num_pages() - watermark; }
+  std::int64_t band_room_single() const { return num_pages() - watermark_; }
 
   // Takes k virtual pages from the queue front into out (owner side).
   Status take_virtual(std::int64_t k, std::int64_t* out, cudaStream_t stream);
@@ -82,19 +85,33 @@ class DeviceSide {
   // band (SPEC 4, docs/decisions.md "Lazy mode, alloc").
   Status bind(const std::int64_t* vpages, std::int64_t k, SelectScratch& scratch, std::int64_t* hole_scratch,
               cudaStream_t stream);
-  // v2p[v] = -1 and p2v[old page] = -1 for each v (only where v2p[v] > 0 when only_positive).
-  Status unbind(const std::int64_t* vpages, std::int64_t n, bool only_positive, cudaStream_t stream);
-  // For each planned move: v2p[p2v[src]] = dst, p2v[dst] = that v, p2v[src] = -1.
-  Status apply_moves(const std::int64_t* src, const std::int64_t* dst, std::int64_t n, cudaStream_t stream);
+  // v2p[v] = -1 and p2v[old page] = -1 for each v (only where v2p[v] > 0 when only_positive);
+  // `bound` of them are bound (the caller checked, on the device): the allocated count drops by it.
+  Status unbind(const std::int64_t* vpages, std::int64_t n, bool only_positive, std::int64_t bound, cudaStream_t stream);
+  // Lazy mode (SPEC 4.2): the n freed physical pages become holes.
+  Status add_holes(const std::int64_t* pages, std::int64_t n, cudaStream_t stream);
+  // A planned compaction: for each move v2p[p2v[src]] = dst, p2v[dst] = that v, p2v[src] = -1;
+  // then the watermark moves to `new_watermark` and, when `clears_holes` (a flush), no hole is left.
+  Status apply_compaction(const std::int64_t* src, const std::int64_t* dst, std::int64_t n, std::int64_t new_watermark,
+                          bool clears_holes, cudaStream_t stream);
 
   // The queue, front first; holes ascending (host copies, for tables()).
   Result<std::vector<std::int64_t>> queue_contents(cudaStream_t stream) const;
   Result<std::vector<std::int64_t>> hole_list(SelectScratch& scratch, std::int64_t* out, cudaStream_t stream) const;
 
+  // The counters and the whole device tables, for the invariant check; `first_virtual` is the
+  // owner's first usable virtual page.
+  Result<SideSnapshot> snapshot(std::int64_t first_virtual, cudaStream_t stream) const;
+
  private:
   SubPoolGeometry geometry_;
   bool owner_ = false;
   std::int64_t num_virtual_ = 0;
+  std::int64_t watermark_ = 0;
+  std::int64_t allocated_ = 0;
+  std::int64_t holes_ = 0;
+  std::int64_t queue_head_ = 0;
+  std::int64_t queue_count_ = 0;
   DeviceBuffer<std::int64_t> v2p_;
   DeviceBuffer<std::int64_t> p2v_;
   DeviceBuffer<std::int64_t> queue_;  // ring of num_virtual entries (owner side)
@@ -115,8 +132,9 @@ Status sink_to_zero(const std::int64_t* values, std::int64_t n, std::int64_t sin
                     cudaStream_t stream);
 // flags[b] = 1 when a token of row b (its first lens[b] of a row_stride-wide table) is not an
 // allocated virtual token: v = t // ps must be in [1, v2p_len - 1) with v2p[v] >= 0. Else 0.
+// Fault sink_counts_as_allocated tests v >= 0 instead of v > 0: the sink page (v2p[0] = 0) passes.
 Status flag_unallocated_rows(const std::int64_t* tokens, std::int64_t row_stride, const std::int64_t* lens,
                              std::int64_t rows, const std::int64_t* v2p, std::int64_t v2p_len, std::int64_t page_size,
-                             std::uint32_t* flags, cudaStream_t stream);
+                             bool sink_counts_as_allocated, std::uint32_t* flags, cudaStream_t stream);
 
 }  // namespace kvtwin::gpu

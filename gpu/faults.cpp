@@ -1,31 +1,104 @@
-// Fault switches by name (faults.h).
+// Fault switches by name, with their catalogue (faults.h). One table is the single source: the
+// names, the struct members they set, their SPEC 10 classes and descriptions.
 #include "gpu/faults.h"
 
 #include <array>
-#include <utility>
 
 namespace kvtwin::gpu {
 namespace {
 
 using Member = bool Faults::*;
 
-const std::array<std::pair<std::string_view, Member>, 15>& table() {
-  static const std::array<std::pair<std::string_view, Member>, 15> kTable{{
-      {"skip_rebind", &Faults::skip_rebind},
-      {"no_mark_check", &Faults::no_mark_check},
-      {"split_drops_mark", &Faults::split_drops_mark},
-      {"cross_gets_batch_loc", &Faults::cross_gets_batch_loc},
-      {"stale_loc_tail", &Faults::stale_loc_tail},
-      {"stale_table_lengths", &Faults::stale_table_lengths},
-      {"remap_fresh_buffer", &Faults::remap_fresh_buffer},
-      {"stride_from_shape", &Faults::stride_from_shape},
-      {"negative_wraps", &Faults::negative_wraps},
-      {"tombstone_live", &Faults::tombstone_live},
-      {"pairing_out_of_order", &Faults::pairing_out_of_order},
-      {"move_under_reader", &Faults::move_under_reader},
-      {"alloc_many_partial", &Faults::alloc_many_partial},
-      {"row_misaligned_accepted", &Faults::row_misaligned_accepted},
-      {"int32_offsets", &Faults::int32_offsets},
+struct Entry {
+  FaultInfo info;
+  Member member;
+};
+
+constexpr std::size_t kSwitches = 22;
+// Every member of Faults is one switch of the table (a member added without a row fails here;
+// faults_test checks that the rows set distinct members).
+static_assert(sizeof(Faults) == kSwitches * sizeof(bool), "every fault switch needs a row in table()");
+
+const std::array<Entry, kSwitches>& table() {
+  static const std::array<Entry, kSwitches> kTable{{
+      {{"skip_rebind", 1, "rebind marks the batch loc physical but leaves the virtual ids in it",
+        "GpuPool::rebind; seen by write"},
+       &Faults::skip_rebind},
+      {{"no_mark_check", 2, "the unified pool's write door accepts an unmarked (possibly virtual) loc",
+        "GpuPool::write"},
+       &Faults::no_mark_check},
+      {{"split_drops_mark", 3, "a split's children fall back to \"virtual\" instead of the parent's mark",
+        "GpuPool::split; seen by split's answer and write"},
+       &Faults::split_drops_mark},
+      {{"cross_gets_batch_loc", 4, "a cross-attention layer writes through the batch's marked loc, not its encoder loc",
+        "GpuPool::write on a cross layer"},
+       &Faults::cross_gets_batch_loc},
+      {{"stale_loc_tail", 5, "the decode loc refill leaves lanes past the live batch as an earlier replay left them",
+        "DecodeStep::replay (translate kernel's out_width)"},
+       &Faults::stale_loc_tail},
+      {{"stale_table_lengths", 6, "the page-table refill is bounded by the graph's lengths (the previous replay's)",
+        "DecodeStep::replay (page-table kernel's seq_lens)"},
+       &Faults::stale_table_lengths},
+      {{"remap_stale_bound", 6,
+        "the in-place index remap is bounded by kv_indptr's last entry (a stale, larger batch), not kv_indptr[bs], so "
+        "the stale tail of kv_indices is remapped too",
+        "remap_indices kernel; seen by remap_indices"},
+       &Faults::remap_stale_bound},
+      {{"remap_fresh_buffer", 7, "the index remap writes a fresh buffer; the capture-stable one keeps virtual ids",
+        "GpuPool::remap_indices"},
+       &Faults::remap_fresh_buffer},
+      {{"stride_from_shape", 8, "the decode attention's in-page token stride is heads * head_dim, not the entry",
+        "DecodeStep (attention views); seen by replay"},
+       &Faults::stride_from_shape},
+      {{"move_stride_from_shape", 8,
+        "the page-move kernel sees a page as page_size rows of the first part's shape, not page_size entries: it "
+        "copies the wrong bytes from and to the wrong places",
+        "GpuPool::move_bytes (page-move kernel); seen by free, free_swa, flush and move_pages"},
+       &Faults::move_stride_from_shape},
+      {{"negative_wraps", 9, "a negative id indexes v2p from its end (Python style) instead of going to the sink",
+        "translate kernel; seen by translate, rebind and replay"},
+       &Faults::negative_wraps},
+      {{"tombstone_live", 10, "a tombstone (-1) in v2p or the SWA v2p is not clamped to the sink",
+        "translate and SWA-translate kernels; seen by translate, swa_translate, rebind, write and replay"},
+       &Faults::tombstone_live},
+      {{"page_table_tombstone_live", 10,
+        "the page-table kernel writes v2p's -1 (an unbound page or the sentinel row) into the block table instead of "
+        "the sink page 0",
+        "page-table kernel; seen by page_table (replay's refill uses it on allocated tokens only)"},
+       &Faults::page_table_tombstone_live},
+      {{"graph_swa_tombstone_live", 10,
+        "the decode graph's SWA translate does not route a tombstoned page to the sink; the negative loc indexes the "
+        "SWA view from its end (as a PyTorch index would), so the rows land on the top SWA page",
+        "DecodeStep's captured SWA translate; seen by replay on a full+SWA pool"},
+       &Faults::graph_swa_tombstone_live},
+      {{"sink_counts_as_allocated", 10,
+        "the decode step's allocated-token check takes virtual page v >= 0 where v > 0 is meant, so a token of the "
+        "sink page (whose v2p row is 0, not -1) passes as allocated and the replay is not refused",
+        "DecodeStep::replay's validation; seen by replay"},
+       &Faults::sink_counts_as_allocated},
+      {{"pairing_out_of_order", 11, "compaction pairs survivors with holes in reverse order",
+        "GpuPool::plan_compaction; seen by free, free_swa and flush"},
+       &Faults::pairing_out_of_order},
+      {{"move_under_reader", 12, "a move runs while a reader holds the physical address of a page it moves",
+        "GpuPool::check_readers; seen by free, free_swa, flush and move_pages"},
+       &Faults::move_under_reader},
+      {{"alloc_many_partial", 14, "alloc_many is not all-or-nothing: earlier grants stay behind on \"no room\"",
+        "GpuPool::alloc_many"},
+       &Faults::alloc_many_partial},
+      {{"row_misaligned_accepted", 17, "a row that is not a multiple of 16 bytes is accepted and stored misaligned",
+        "GpuPool::build (fault_layout.cpp)"},
+       &Faults::row_misaligned_accepted},
+      {{"int32_offsets", 18, "the write and read doors compute a row's byte offset in int32 (wraps past 2^31)",
+        "row-copy kernel; seen by write, read and replay's in-graph write on pools past 2 GiB"},
+       &Faults::int32_offsets},
+      {{"int32_offsets_move", 18, "the page-move kernel computes a page's byte offset in int32 (wraps past 2^31)",
+        "page-move kernel; seen by free, free_swa, flush and move_pages on pools past 2 GiB"},
+       &Faults::int32_offsets_move},
+      {{"int32_offsets_attention", 18,
+        "the decode attention computes K/V element offsets in int32 (wraps past 2^31 elements: 2 GiB of fp8, 4 GiB "
+        "of bf16)",
+        "decode attention kernel; seen by replay on pools past 2^31 elements"},
+       &Faults::int32_offsets_attention},
   }};
   return kTable;
 }
@@ -33,24 +106,33 @@ const std::array<std::pair<std::string_view, Member>, 15>& table() {
 }  // namespace
 
 bool Faults::any() const {
-  for (const auto& [name, member] : table())
-    if (this->*member) return true;
+  for (const Entry& e : table())
+    if (this->*e.member) return true;
   return false;
+}
+
+const std::vector<FaultInfo>& fault_catalogue() {
+  static const std::vector<FaultInfo> kCatalogue = [] {
+    std::vector<FaultInfo> out;
+    for (const Entry& e : table()) out.push_back(e.info);
+    return out;
+  }();
+  return kCatalogue;
 }
 
 const std::vector<std::string_view>& fault_names() {
   static const std::vector<std::string_view> kNames = [] {
     std::vector<std::string_view> names;
-    for (const auto& [name, member] : table()) names.push_back(name);
+    for (const Entry& e : table()) names.push_back(e.info.name);
     return names;
   }();
   return kNames;
 }
 
 Status set_fault(Faults& faults, std::string_view name) {
-  for (const auto& [known, member] : table()) {
-    if (known == name) {
-      faults.*member = true;
+  for (const Entry& e : table()) {
+    if (e.info.name == name) {
+      faults.*e.member = true;
       return ok_status();
     }
   }
@@ -74,8 +156,8 @@ Result<Faults> parse_faults(std::string_view list) {
 
 std::string to_string(const Faults& faults) {
   std::string out;
-  for (const auto& [name, member] : table())
-    if (faults.*member) out += (out.empty() ? "" : ",") + std::string(name);
+  for (const Entry& e : table())
+    if (faults.*e.member) out += (out.empty() ? "" : ",") + std::string(e.info.name);
   return out;
 }
 

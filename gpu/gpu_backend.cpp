@@ -32,4 +32,12 @@ std::string cuda_device_description() {
 
 std::unique_ptr<Backend> make_gpu_backend(const Faults& faults) { return std::make_unique<GpuPool>(faults); }
 
+Status verify_gpu_backend(const Backend& backend) {
+  const auto* gpu = dynamic_cast<const GpuPool*>(&backend);
+  if (gpu == nullptr)
+    return make_error(ErrorKind::invalid_argument, "verify_gpu_backend: backend '" + std::string(backend.name()) +
+                                                       "' is not the CUDA backend; it has no device tables to check");
+  return gpu->verify();
+}
+
 }  // namespace kvtwin::gpu

@@ -23,4 +23,9 @@ std::string cuda_device_description();
 // A fresh CUDA backend (no pool yet: BuildPool first), with the given fault switches.
 std::unique_ptr<Backend> make_gpu_backend(const Faults& faults = {});
 
+// The CUDA backend's own invariant check, for a runner Player's `verify`: every host counter
+// against the device tables and the tables' invariants (GpuPool::verify). An error when `backend`
+// is not one make_gpu_backend() made; ok before a pool is built.
+Status verify_gpu_backend(const Backend& backend);
+
 }  // namespace kvtwin::gpu

@@ -119,13 +119,13 @@ std::int64_t GpuPool::slot_count(std::size_t side) const {
 
 std::uint64_t GpuPool::band_begin_byte(std::size_t side) const {
   const DeviceSide& s = *sides_[side];
-  const std::int64_t page = s.grows_up() ? s.min_page() : s.watermark + 1;
+  const std::int64_t page = s.grows_up() ? s.min_page() : s.watermark() + 1;
   return static_cast<std::uint64_t>(page) * s.geometry().page_bytes;
 }
 
 std::uint64_t GpuPool::band_end_byte(std::size_t side) const {
   const DeviceSide& s = *sides_[side];
-  const std::int64_t page = s.grows_up() ? s.watermark : s.num_pages();
+  const std::int64_t page = s.grows_up() ? s.watermark() : s.num_pages();
   return static_cast<std::uint64_t>(page) * s.geometry().page_bytes;
 }
 
@@ -220,16 +220,16 @@ OpResult GpuPool::build(const BuildPool& op) {
 
 bool GpuPool::fits(std::int64_t k) const {
   const DeviceSide& full = *sides_[0];
-  if (k > full.queue_count) return false;  // free virtual ids
-  const std::int64_t need_full = std::max<std::int64_t>(k - full.holes, 0);  // lazy: holes first
+  if (k > full.queue_count()) return false;  // free virtual ids
+  const std::int64_t need_full = std::max<std::int64_t>(k - full.holes(), 0);  // lazy: holes first
   if (sides_.size() == 1) return need_full <= full.band_room_single();
   // Composite: joint pre-check (SPEC 4.3; lazy mode per docs/decisions.md).
   const DeviceSide& swa = *sides_[1];
   if (k > swa.remaining()) return false;
-  const std::int64_t need_swa = std::max<std::int64_t>(k - swa.holes, 0);
+  const std::int64_t need_swa = std::max<std::int64_t>(k - swa.holes(), 0);
   const std::int64_t epp_full = static_cast<std::int64_t>(full.geometry().page_bytes);
   const std::int64_t epp_swa = static_cast<std::int64_t>(swa.geometry().page_bytes);
-  const std::int64_t gap = (swa.watermark + 1) * epp_swa - full.watermark * epp_full;
+  const std::int64_t gap = (swa.watermark() + 1) * epp_swa - full.watermark() * epp_full;
   return need_full * epp_full + need_swa * epp_swa <= gap;
 }
 
@@ -253,7 +253,7 @@ OpResult GpuPool::alloc(const Alloc& op) {
                    std::to_string(ps) + " tokens; allocate a multiple of the page size");
   const std::uint64_t k = op.tokens / ps;
   if (k == 0) return ok(Allocated{});
-  if (k > static_cast<std::uint64_t>(sides_[0]->queue_count) || !fits(static_cast<std::int64_t>(k))) return ok(NoRoom{});
+  if (k > static_cast<std::uint64_t>(sides_[0]->queue_count()) || !fits(static_cast<std::int64_t>(k))) return ok(NoRoom{});
   KVTWIN_TRY(std::vector<std::int64_t> pages, bind_pages(static_cast<std::int64_t>(k)));
   return ok(Allocated{std::move(pages)});
 }
@@ -273,7 +273,7 @@ OpResult GpuPool::alloc_many(const AllocMany& op) {
     // Fault 14: one request at a time, leaving earlier grants behind when a later one fails.
     for (std::uint64_t tokens : op.tokens) {
       const std::uint64_t k = tokens / ps;
-      if (k > static_cast<std::uint64_t>(sides_[0]->queue_count) || !fits(static_cast<std::int64_t>(k))) return ok(NoRoom{});
+      if (k > static_cast<std::uint64_t>(sides_[0]->queue_count()) || !fits(static_cast<std::int64_t>(k))) return ok(NoRoom{});
       std::vector<std::int64_t> pages;
       if (k > 0) {
         KVTWIN_TRY(pages, bind_pages(static_cast<std::int64_t>(k)));
@@ -285,7 +285,7 @@ OpResult GpuPool::alloc_many(const AllocMany& op) {
   // All or nothing (SPEC 4): the requests fit one after another exactly when their sum fits;
   // then each is bound in turn (on a grow-down side, one combined band would order pages
   // differently from consecutive allocations).
-  if (total > static_cast<std::uint64_t>(sides_[0]->queue_count) || !fits(static_cast<std::int64_t>(total)))
+  if (total > static_cast<std::uint64_t>(sides_[0]->queue_count()) || !fits(static_cast<std::int64_t>(total)))
     return ok(NoRoom{});
   for (std::uint64_t tokens : op.tokens) {
     std::vector<std::int64_t> pages;
@@ -327,9 +327,9 @@ Result<GpuPool::SidePlan> GpuPool::plan_compaction(std::size_t index, const std:
   DeviceSide& side = *sides_[index];
   SidePlan plan;
   plan.side = index;
-  plan.freed = freed != nullptr ? count : side.holes;
+  plan.freed = freed != nullptr ? count : side.holes();
   const std::int64_t k = plan.freed;
-  std::uint8_t* flags = side.hole_flags();
+  const std::uint8_t* flags = side.hole_flags();
   if (freed != nullptr) {
     KVTWIN_TRY_STATUS(set_flags(side.marks(), freed, count, 1, stream_));
     flags = side.marks();
@@ -338,12 +338,12 @@ Result<GpuPool::SidePlan> GpuPool::plan_compaction(std::size_t index, const std:
   // new_wm = wm + K, survivors in (wm, new_wm], holes above new_wm; both ascending, paired in order.
   std::int64_t survivors_lo = 0, survivors_hi = 0, holes_lo = 0, holes_hi = 0;
   if (side.grows_up()) {
-    plan.new_watermark = side.watermark - k;
-    survivors_lo = plan.new_watermark, survivors_hi = side.watermark;
+    plan.new_watermark = side.watermark() - k;
+    survivors_lo = plan.new_watermark, survivors_hi = side.watermark();
     holes_lo = side.min_page(), holes_hi = plan.new_watermark;
   } else {
-    plan.new_watermark = side.watermark + k;
-    survivors_lo = side.watermark + 1, survivors_hi = plan.new_watermark + 1;
+    plan.new_watermark = side.watermark() + k;
+    survivors_lo = side.watermark() + 1, survivors_hi = plan.new_watermark + 1;
     holes_lo = plan.new_watermark + 1, holes_hi = side.num_pages();
   }
   std::int64_t* src = plan_src_[index].get();
@@ -384,22 +384,24 @@ Status GpuPool::move_bytes(std::size_t side, const std::int64_t* src, const std:
   PageMoveParams p;
   p.pool = pool_.get();
   p.pool_bytes = pool_.bytes();
-  p.page_bytes = sides_[side]->geometry().page_bytes;
+  p.page_bytes = sides_[side]->geometry().page_bytes;  // SPEC 4.1: the whole page envelope
+  if (faults_.move_stride_from_shape)  // the token stride taken from the first part's row shape
+    p.page_bytes = config_.page_size * derived_.layouts[side].parts.front().row_bytes();
   p.src = src;
   p.dst = dst;
   p.pages = n;
+  p.int32_offsets = faults_.int32_offsets_move;
   KVTWIN_CUDA_TRY(launch_move_pages(p, stream_));
   return ok_status();
 }
 
-Status GpuPool::commit_compaction(const SidePlan& plan) {
+Status GpuPool::commit_compaction(const SidePlan& plan, bool clears_holes) {
   DeviceSide& side = *sides_[plan.side];
   const std::int64_t n = static_cast<std::int64_t>(plan.src.size());
   // Each move copies the whole page envelope, then v2p[p2v[src]] = dst, p2v[dst] = v, p2v[src] = -1.
   KVTWIN_TRY_STATUS(move_bytes(plan.side, plan_src_[plan.side].get(), plan_dst_[plan.side].get(), n));
-  KVTWIN_TRY_STATUS(side.apply_moves(plan_src_[plan.side].get(), plan_dst_[plan.side].get(), n, stream_));
-  side.watermark = plan.new_watermark;
-  return ok_status();
+  return side.apply_compaction(plan_src_[plan.side].get(), plan_dst_[plan.side].get(), n, plan.new_watermark,
+                               clears_holes, stream_);
 }
 
 namespace {
@@ -454,24 +456,20 @@ OpResult GpuPool::free_pages(const Free& op) {
   Compaction out;
   if (sides_.size() == 2) {
     DeviceSide& swa = *sides_[1];
-    KVTWIN_TRY_STATUS(swa.unbind(dv, n, true, stream_));
-    swa.allocated -= swa_freed;
+    KVTWIN_TRY_STATUS(swa.unbind(dv, n, true, swa_freed, stream_));
     if (eager) {
-      KVTWIN_TRY_STATUS(commit_compaction(plans.front()));
+      KVTWIN_TRY_STATUS(commit_compaction(plans.front(), false));
       append_moves(out, derived_.layouts[1].sub_pool, plans.front().src, plans.front().dst);
     } else {
-      KVTWIN_TRY_STATUS(set_flags(swa.hole_flags(), swa_pages, swa_freed, 1, stream_));  // SPEC 4.2
-      swa.holes += swa_freed;
+      KVTWIN_TRY_STATUS(swa.add_holes(swa_pages, swa_freed, stream_));  // SPEC 4.2
     }
   }
-  KVTWIN_TRY_STATUS(full.unbind(dv, n, false, stream_));
-  full.allocated -= n;
+  KVTWIN_TRY_STATUS(full.unbind(dv, n, false, n, stream_));
   if (eager) {
-    KVTWIN_TRY_STATUS(commit_compaction(plans.back()));
+    KVTWIN_TRY_STATUS(commit_compaction(plans.back(), false));
     append_moves(out, derived_.layouts[0].sub_pool, plans.back().src, plans.back().dst);
   } else {
-    KVTWIN_TRY_STATUS(set_flags(full.hole_flags(), full_pages, n, 1, stream_));
-    full.holes += n;
+    KVTWIN_TRY_STATUS(full.add_holes(full_pages, n, stream_));
   }
   // Freed virtual ids go to the back of the queue, ascending.
   KVTWIN_TRY_STATUS(full.put_virtual(dv, n, stream_));
@@ -508,14 +506,12 @@ OpResult GpuPool::free_swa(const FreeSwa& op) {
   }
   KVTWIN_TRY_STATUS(check_readers(plans));
   Compaction out;
-  KVTWIN_TRY_STATUS(swa.unbind(dv, n, false, stream_));  // swa_v2p[v] = -1: a tombstone
-  swa.allocated -= n;
+  KVTWIN_TRY_STATUS(swa.unbind(dv, n, false, n, stream_));  // swa_v2p[v] = -1: a tombstone
   if (eager) {
-    KVTWIN_TRY_STATUS(commit_compaction(plans.front()));
+    KVTWIN_TRY_STATUS(commit_compaction(plans.front(), false));
     append_moves(out, derived_.layouts[1].sub_pool, plans.front().src, plans.front().dst);
   } else {
-    KVTWIN_TRY_STATUS(set_flags(swa.hole_flags(), swa_pages, n, 1, stream_));
-    swa.holes += n;
+    KVTWIN_TRY_STATUS(swa.add_holes(swa_pages, n, stream_));
   }
   KVTWIN_TRY_STATUS(sync());
   return ok(std::move(out));
@@ -526,7 +522,7 @@ OpResult GpuPool::flush(const Flush&) {
   // first, as in free.
   std::vector<std::size_t> order;
   for (std::size_t i = sides_.size(); i-- > 0;)
-    if (sides_[i]->holes > 0) order.push_back(i);
+    if (sides_[i]->holes() > 0) order.push_back(i);
   std::vector<SidePlan> plans;
   for (std::size_t i : order) {
     KVTWIN_TRY(SidePlan plan, plan_compaction(i, nullptr, 0));
@@ -535,10 +531,7 @@ OpResult GpuPool::flush(const Flush&) {
   KVTWIN_TRY_STATUS(check_readers(plans));
   Compaction out;
   for (const SidePlan& plan : plans) {
-    KVTWIN_TRY_STATUS(commit_compaction(plan));
-    DeviceSide& side = *sides_[plan.side];
-    KVTWIN_CUDA_TRY(cudaMemsetAsync(side.hole_flags(), 0, static_cast<std::size_t>(side.p2v_len()), stream_));
-    side.holes = 0;
+    KVTWIN_TRY_STATUS(commit_compaction(plan, true));  // a flushed side has no holes left
     append_moves(out, derived_.layouts[plan.side].sub_pool, plan.src, plan.dst);
   }
   KVTWIN_TRY_STATUS(sync());
@@ -1148,6 +1141,7 @@ OpResult GpuPool::page_table(const PageTable& op) {
   p.v2p = sides_[0]->v2p();
   p.v2p_len = sides_[0]->v2p_len();
   p.page_size = ps;
+  p.tombstone_live = faults_.page_table_tombstone_live;
   KVTWIN_CUDA_TRY(launch_page_table(p, stream_));
   KVTWIN_TRY(std::vector<std::int64_t> whole, download_ids(table_dev, static_cast<std::int64_t>(table.size())));
   Table out;
@@ -1183,7 +1177,9 @@ OpResult GpuPool::remap_indices(const RemapIndices& op) {
   }
   p.capacity = capacity;
   p.kv_indptr = indptr;
+  p.kv_indptr_len = static_cast<std::int64_t>(op.kv_indptr.size());
   p.bs = static_cast<std::int64_t>(op.bs);
+  p.stale_bound = faults_.remap_stale_bound;
   p.v2p = sides_[0]->v2p();
   p.v2p_len = sides_[0]->v2p_len();
   p.page_size = static_cast<std::int64_t>(config_.page_size);
@@ -1229,13 +1225,26 @@ Result<PoolTables> GpuPool::tables() const {
     KVTWIN_TRY(t.v2p, download_ids(side.v2p(), side.v2p_len()));
     KVTWIN_TRY(t.p2v, download_ids(side.p2v(), side.p2v_len()));
     KVTWIN_TRY(t.free_queue, side.queue_contents(stream_));
-    t.watermark = side.watermark;
+    t.watermark = side.watermark();
     KVTWIN_TRY_STATUS(ids_[4].reserve(static_cast<std::size_t>(side.p2v_len())));
     KVTWIN_TRY(t.holes, side.hole_list(select_, ids_[4].get(), stream_));
-    t.allocated_pages = static_cast<std::uint64_t>(side.allocated);
+    t.allocated_pages = static_cast<std::uint64_t>(side.allocated());
     out.sides.push_back(std::move(t));
   }
   return out;
+}
+
+Status GpuPool::verify() const {
+  if (!built_) return ok_status();  // nothing built, nothing to break (as the model's verify)
+  if (!config_.tables_only && pool_.bytes() != config_.total_bytes)
+    return make_error(ErrorKind::internal, "gpu invariant broken: the pool buffer holds " + std::to_string(pool_.bytes()) +
+                                               " bytes, not total_bytes " + std::to_string(config_.total_bytes));
+  std::vector<SideSnapshot> snapshots;
+  for (const auto& side : sides_) {
+    KVTWIN_TRY(SideSnapshot s, side->snapshot(sides_[0]->min_page(), stream_));
+    snapshots.push_back(std::move(s));
+  }
+  return check_device_sides(snapshots, config_.mode == CompactionMode::lazy);
 }
 
 Result<std::vector<std::uint8_t>> GpuPool::raw_bytes(std::uint64_t offset, std::uint64_t length) const {

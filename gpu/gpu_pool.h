@@ -46,6 +46,12 @@ class GpuPool final : public Backend {
   Result<PoolTables> tables() const override;
   Result<std::vector<std::uint8_t>> raw_bytes(std::uint64_t offset, std::uint64_t length) const override;
 
+  // The backend's own invariant check (gpu/device_invariants.h): downloads every side's device
+  // tables and holds the host counters (watermarks, allocated and hole counts, the free queue's
+  // head and length) against them, with the tables' own invariants; also the pool buffer's size.
+  // An ErrorKind::internal Error says what broke; ok before any pool is built.
+  Status verify() const;
+
   const Faults& faults() const { return faults_; }
   void set_faults(const Faults& faults) { faults_ = faults; }
 
@@ -109,7 +115,7 @@ class GpuPool final : public Backend {
   // or nullptr to compact the side's holes (flush).
   Result<SidePlan> plan_compaction(std::size_t side, const std::int64_t* freed, std::int64_t count);
   Status check_readers(const std::vector<SidePlan>& plans) const;
-  Status commit_compaction(const SidePlan& plan);
+  Status commit_compaction(const SidePlan& plan, bool clears_holes);
   Status move_bytes(std::size_t side, const std::int64_t* src, const std::int64_t* dst, std::int64_t n);
 
   // Uploads host values into the pool's id scratch (returns the device pointer).

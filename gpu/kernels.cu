@@ -29,6 +29,12 @@ __device__ __forceinline__ std::uint64_t grid_threads() {
   return static_cast<std::uint64_t>(gridDim.x) * blockDim.x;
 }
 
+// An offset as int32 arithmetic leaves it (int32 faults): the low 32 bits of the exact value, read
+// as a signed int32. Identical to doing every multiply and add in 32 bits.
+__device__ __forceinline__ std::int64_t wrapped_int32(std::int64_t exact) {
+  return static_cast<std::int32_t>(static_cast<std::uint32_t>(static_cast<std::uint64_t>(exact)));
+}
+
 __device__ __forceinline__ std::int64_t floor_div(std::int64_t a, std::int64_t b) {
   std::int64_t q = a / b;
   if (a % b != 0 && ((a < 0) != (b < 0))) --q;
@@ -86,7 +92,10 @@ __global__ void swa_translate_kernel(const SwaTranslateParams p) {
       const std::int64_t vpage = max(owner, std::int64_t{0});
       if (vpage < p.swa_v2p_len) {
         const std::int64_t s = p.swa_v2p[vpage] * p.page_size + k % p.page_size;
-        value = (p.tombstone_live || s > 0) ? s : 0;
+        if (p.tombstone_live || s > 0)
+          value = s;
+        else if (s < 0 && p.tombstone_wrap_slots > 0)
+          value = s + p.tombstone_wrap_slots;  // fault graph_swa_tombstone_live: indexed from the view's end
       }
     }
     p.out[i] = value;
@@ -105,13 +114,18 @@ __global__ void page_table_kernel(const PageTableParams p) {
     if (row < 0 || row >= p.rt_rows || col >= p.rt_cols) continue;  // validated on the host; a last guard
     const std::int64_t t = p.req_to_token[row * p.rt_row_stride + col];
     std::int64_t page = 0;
-    if (t >= 0 && t / p.page_size < p.v2p_len) page = max(p.v2p[t / p.page_size], std::int64_t{0});
+    if (t >= 0 && t / p.page_size < p.v2p_len) {
+      // SPEC 5: max(v2p[t // ps], 0); fault page_table_tombstone_live keeps a -1.
+      const std::int64_t entry = p.v2p[t / p.page_size];
+      page = p.tombstone_live ? entry : max(entry, std::int64_t{0});
+    }
     p.table[b * p.table_row_stride + c] = page;
   }
 }
 
 __global__ void remap_indices_kernel(const RemapParams p) {
-  const std::int64_t bound = min(p.kv_indptr[p.bs], p.capacity);  // read on the device: never a stale bound
+  // Read on the device: never a stale bound (fault remap_stale_bound reads the last entry instead).
+  const std::int64_t bound = min(p.kv_indptr[p.stale_bound ? p.kv_indptr_len - 1 : p.bs], p.capacity);
   for (std::uint64_t i = global_thread(); i < static_cast<std::uint64_t>(max(bound, std::int64_t{0}));
        i += grid_threads())
     p.out[i] = translate_one(p.in[i], p.v2p, p.v2p_len, p.page_size, false, false);
@@ -219,8 +233,16 @@ __global__ void __launch_bounds__(kThreads) move_pages_kernel(const PageMovePara
     const std::uint64_t limit = p.pool_bytes / p.page_bytes;  // pages wholly inside the pool
     if (src < 0 || dst < 0 || static_cast<std::uint64_t>(src) >= limit || static_cast<std::uint64_t>(dst) >= limit)
       continue;  // validated on the host; a last guard
-    const Unit* from = reinterpret_cast<const Unit*>(p.pool + static_cast<std::uint64_t>(src) * p.page_bytes);
-    Unit* to = reinterpret_cast<Unit*>(p.pool + static_cast<std::uint64_t>(dst) * p.page_bytes);
+    std::int64_t src_off = src * static_cast<std::int64_t>(p.page_bytes);
+    std::int64_t dst_off = dst * static_cast<std::int64_t>(p.page_bytes);
+    if (p.int32_offsets) {
+      // Fault int32_offsets_move: 32-bit offsets; a page that wraps outside the pool moves nothing.
+      src_off = wrapped_int32(src_off);
+      dst_off = wrapped_int32(dst_off);
+      if (src_off < 0 || dst_off < 0) continue;
+    }
+    const Unit* from = reinterpret_cast<const Unit*>(p.pool + src_off);
+    Unit* to = reinterpret_cast<Unit*>(p.pool + dst_off);
     for (std::uint64_t first = global_thread(); first < units; first += stride * kIlp) {
       Unit value[kIlp];
 #pragma unroll
@@ -284,8 +306,10 @@ __device__ void attend_row(const AttentionParams& p, std::int64_t b, std::uint32
     const std::int64_t base = p.k.storage_offset + page * p.k.page_stride + (j % p.page_size) * p.k.token_stride +
                               static_cast<std::int64_t>(g) * p.k.head_stride;
     float acc = 0.0f;
-    for (std::uint32_t d = 0; d < p.k_dim; ++d)
-      acc = det::add(acc, det::mul(q[d], load_element(p.k, base + d * p.k.dim_stride)));
+    for (std::uint32_t d = 0; d < p.k_dim; ++d) {
+      const std::int64_t at = base + d * p.k.dim_stride;
+      acc = det::add(acc, det::mul(q[d], load_element(p.k, p.int32_offsets ? wrapped_int32(at) : at)));  // fault
+    }
     s[j] = det::mul(acc, scale);
   }
   __syncthreads();
@@ -314,7 +338,7 @@ __device__ void attend_row(const AttentionParams& p, std::int64_t b, std::uint32
       const std::int64_t page = table[j / p.page_size];
       const std::int64_t at = p.v.storage_offset + page * p.v.page_stride + (j % p.page_size) * p.v.token_stride +
                               static_cast<std::int64_t>(g) * p.v.head_stride + e * p.v.dim_stride;
-      acc = det::add(acc, det::mul(s[j], load_element(p.v, at)));
+      acc = det::add(acc, det::mul(s[j], load_element(p.v, p.int32_offsets ? wrapped_int32(at) : at)));  // fault
     }
     p.out[row * p.v_dim + e] = det::div(acc, l);
   }

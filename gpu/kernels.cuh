@@ -57,6 +57,10 @@ struct SwaTranslateParams {
   std::int64_t swa_v2p_len = 0;
   std::int64_t page_size = 1;
   bool tombstone_live = false;       // fault 10
+  // Fault graph_swa_tombstone_live (the decode graph's translate only): when > 0, a tombstoned
+  // page's negative SWA id is not sent to the sink but indexes the SWA view of this many slots
+  // from its end, as a PyTorch index would.
+  std::int64_t tombstone_wrap_slots = 0;
 };
 cudaError_t launch_swa_translate(const SwaTranslateParams& p, cudaStream_t stream);
 
@@ -76,6 +80,7 @@ struct PageTableParams {
   const std::int64_t* v2p = nullptr;
   std::int64_t v2p_len = 0;
   std::int64_t page_size = 1;
+  bool tombstone_live = false;             // fault page_table_tombstone_live: v2p's -1 is not clamped to 0
 };
 cudaError_t launch_page_table(const PageTableParams& p, cudaStream_t stream);
 
@@ -86,7 +91,9 @@ struct RemapParams {
   std::int64_t* out = nullptr;
   std::int64_t capacity = 0;
   const std::int64_t* kv_indptr = nullptr;
+  std::int64_t kv_indptr_len = 0;          // entries of kv_indptr (>= bs + 1)
   std::int64_t bs = 0;
+  bool stale_bound = false;                // fault remap_stale_bound: bound by kv_indptr[kv_indptr_len - 1]
   const std::int64_t* v2p = nullptr;
   std::int64_t v2p_len = 0;
   std::int64_t page_size = 1;
@@ -137,6 +144,7 @@ struct PageMoveParams {
   const std::int64_t* src = nullptr;  // physical pages
   const std::int64_t* dst = nullptr;
   std::int64_t pages = 0;
+  bool int32_offsets = false;         // fault int32_offsets_move: a page's byte offset wraps in int32
 };
 // dst and src must be disjoint: the copies of one launch run in any order.
 cudaError_t launch_move_pages(const PageMoveParams& p, cudaStream_t stream);
@@ -175,6 +183,7 @@ struct AttentionParams {
   std::uint32_t kv_heads = 0;
   std::uint32_t k_dim = 0;
   std::uint32_t v_dim = 0;
+  bool int32_offsets = false;                // fault int32_offsets_attention: element offsets wrap in int32
 };
 cudaError_t launch_decode_attention(const AttentionParams& p, cudaStream_t stream);
 

@@ -123,8 +123,8 @@ std::string_view fault_site_name(FaultSite site) { return site == FaultSite::mod
 std::vector<FaultInfo> fault_catalogue() {
   std::vector<FaultInfo> all = model_faults();
 #if KVTWIN_HAVE_GPU
-  for (std::string_view name : gpu::fault_names())
-    all.push_back(FaultInfo{std::string(name), FaultSite::gpu, "", "GPU fault switch (gpu/faults.h)"});
+  for (const gpu::FaultInfo& f : gpu::fault_catalogue())
+    all.push_back(FaultInfo{std::string(f.name), FaultSite::gpu, std::to_string(f.spec_class), std::string(f.what)});
 #endif
   return all;
 }
@@ -227,6 +227,8 @@ Result<BackendSet> make_backend_set(BackendChoice choice, const std::string& fau
     std::unique_ptr<Backend> device = gpu::make_gpu_backend(*switches);
     Player p;
     p.backend = device.get();
+    // The GPU's own invariant check: its host counters against its device tables.
+    p.verify = [backend = device.get()] { return gpu::verify_gpu_backend(*backend); };
     set.players.push_back(p);
     set.owned.push_back(std::move(device));
 #endif

@@ -327,16 +327,22 @@ TEST(FaultSwitch, RowMisalignedAcceptedIsCaught) {
   expect_caught("row_misaligned_accepted", s, {BuildPool{c}});
 }
 
+// A pool of 2.5 GiB whose pages of 128 KiB (8 KiB entries) pass byte 2^31 from page 16384 on.
+Scenario past_2gib(DType dtype = DType::bf16) {
+  PoolConfig c;
+  c.shape = tiny_shape({LayerKind::full, LayerKind::full}, 8, 128);
+  c.shape.dtype = dtype;
+  c.page_size = 16;
+  c.seed = 9;
+  c.total_bytes = std::uint64_t{5} << 29;
+  return Scenario(c);
+}
+
 TEST(FaultSwitch, Int32OffsetsIsCaught) {
   KVTWIN_REQUIRE_CUDA();
   // 8 heads of dim 128 (2 KiB rows), two layers: 8 KiB entries; page size 16: 128 KiB pages.
   // A 2.5 GiB pool; pages past 16384 start beyond byte 2^31.
-  PoolConfig c;
-  c.shape = tiny_shape({LayerKind::full, LayerKind::full}, 8, 128);
-  c.page_size = 16;
-  c.seed = 9;
-  c.total_bytes = std::uint64_t{5} << 29;
-  Scenario s(c);
+  Scenario s = past_2gib();
   const std::int64_t pages = (std::int64_t{1} << 31) / (16 * 8192) + 8;  // reaches past 2^31
   s.ops.push_back(Alloc{static_cast<std::uint64_t>(pages * s.ps)});
   const std::vector<std::int64_t> top = s.tokens(s.m + pages - 2, 1);  // virtual = physical on a fresh pool
@@ -345,12 +351,104 @@ TEST(FaultSwitch, Int32OffsetsIsCaught) {
   expect_caught("int32_offsets", s);
 }
 
+TEST(FaultSwitch, RemapStaleBoundIsCaught) {
+  KVTWIN_REQUIRE_CUDA();
+  Scenario s = small();
+  s.shifted();
+  // One live request of 4 indices, then a stale tail of 2 from an earlier, larger batch whose end
+  // kv_indptr still holds (entry bs + 1). The tail's ids are virtual ids that translate elsewhere.
+  std::vector<std::int64_t> indices = s.tokens(s.m + 2, 2);
+  const std::vector<std::int64_t> tail = s.tokens(s.m + 3, 1);
+  indices.insert(indices.end(), tail.begin(), tail.end());
+  s.ops.push_back(RemapIndices{{0, 4, 6}, indices, 1});
+  expect_caught("remap_stale_bound", s);
+}
+
+TEST(FaultSwitch, MoveStrideFromShapeIsCaught) {
+  KVTWIN_REQUIRE_CUDA();
+  Scenario s = small();  // two layers: a 128-byte entry, 32-byte rows
+  s.ops.push_back(Alloc{static_cast<std::uint64_t>(4 * s.ps)});  // virtual = physical m .. m+3
+  const std::vector<std::int64_t> top = s.tokens(s.m + 3, 1);
+  s.ops.push_back(Write{0, 3, std::nullopt, top, true, top, false});
+  s.ops.push_back(Write{1, 3, std::nullopt, top, true, top, false});
+  s.ops.push_back(Free{IdUnit::pages, {s.m}});  // the survivor m+3 moves into m
+  s.ops.push_back(Read{1, "v", s.tokens(s.m, 1)});  // virtual m+3's rows, now on page m
+  expect_caught("move_stride_from_shape", s);
+}
+
+TEST(FaultSwitch, PageTableTombstoneLiveIsCaught) {
+  KVTWIN_REQUIRE_CUDA();
+  Scenario s = small();
+  s.ops.push_back(Alloc{static_cast<std::uint64_t>(2 * s.ps)});
+  // A request slot whose second page (m+5) is not allocated: v2p[m+5] = -1, the sink in the table.
+  std::vector<std::int64_t> row = s.tokens(s.m, 1);
+  const std::vector<std::int64_t> unbound = s.tokens(s.m + 5, 1);
+  row.insert(row.end(), unbound.begin(), unbound.end());
+  s.ops.push_back(PageTable{{row}, {0}, {2 * s.ps}, {{7, 7, 7}}});
+  expect_caught("page_table_tombstone_live", s);
+}
+
+TEST(FaultSwitch, GraphSwaTombstoneLiveIsCaught) {
+  KVTWIN_REQUIRE_CUDA();
+  Scenario s = small({LayerKind::full, LayerKind::swa});
+  // Virtual m and m+1 on SWA pages top-1 and top; m leaves the window (an SWA tombstone), and the
+  // top SWA page stays live with m+1.
+  s.ops.push_back(Alloc{static_cast<std::uint64_t>(2 * s.ps)});
+  s.ops.push_back(FreeSwa{IdUnit::pages, {s.m}});
+  s.ops.push_back(Capture{1, 1, 2, 0, 2});
+  // The new token (the last of page m) has no SWA page: its SWA rows go to the sink. With the
+  // fault they land on the top SWA page, live for m+1; the checkpoint's pool comparison sees them.
+  s.ops.push_back(Replay{1, {s.tokens(s.m, 1)}, 5, 9});
+  expect_caught("graph_swa_tombstone_live", s);
+}
+
+TEST(FaultSwitch, SinkCountsAsAllocatedIsCaught) {
+  KVTWIN_REQUIRE_CUDA();
+  Scenario s = small();
+  s.ops.push_back(Alloc{static_cast<std::uint64_t>(2 * s.ps)});
+  s.ops.push_back(Capture{1, 1, 2, 0, 2});
+  // Token 1 lies on the sink page (virtual page 0, whose v2p row is 0): not allocated, refused.
+  s.ops.push_back(Replay{1, {{s.m * s.ps, 1}}, 5, 9});
+  expect_caught("sink_counts_as_allocated", s);
+}
+
+TEST(FaultSwitch, Int32OffsetsMoveIsCaught) {
+  KVTWIN_REQUIRE_CUDA();
+  Scenario s = past_2gib();
+  const std::int64_t pages = (std::int64_t{1} << 31) / (16 * 8192) + 8;  // the last one starts past 2^31
+  s.ops.push_back(Alloc{static_cast<std::uint64_t>(pages * s.ps)});
+  const std::vector<std::int64_t> top = s.tokens(s.m + pages - 1, 1);  // virtual = physical on a fresh pool
+  s.ops.push_back(Write{1, 2, std::nullopt, top, true, top, false});
+  s.ops.push_back(Free{IdUnit::pages, {s.m}});  // compaction moves the top page (past 2^31) into page m
+  s.ops.push_back(Read{1, "v", s.tokens(s.m, 1)});
+  expect_caught("int32_offsets_move", s);
+}
+
+TEST(FaultSwitch, Int32OffsetsAttentionIsCaught) {
+  KVTWIN_REQUIRE_CUDA();
+  // fp8: one element per byte, so element offsets pass 2^31 where byte offsets do. 4 KiB entries,
+  // 64 KiB pages; pages from 32768 on start past element 2^31.
+  Scenario s = past_2gib(DType::fp8_e4m3);
+  const std::int64_t pages = (std::int64_t{1} << 31) / (16 * 4096) + 8;
+  s.ops.push_back(Alloc{static_cast<std::uint64_t>(pages * s.ps)});
+  const std::vector<std::int64_t> top = s.tokens(s.m + pages - 1, 1);  // virtual = physical on a fresh pool
+  s.ops.push_back(Write{0, 3, std::nullopt, top, true, top, false});
+  s.ops.push_back(Capture{1, 1, 1, 0, 8});
+  s.ops.push_back(Replay{1, {top}, 4, 11});  // attends over the top page's 16 tokens
+  expect_caught("int32_offsets_attention", s);
+}
+
 TEST(FaultSwitch, EverySwitchHasAReproducer) {
-  // The list above covers every GPU switch by name (keep them in step).
+  // The reproducers above cover every GPU switch by name (keep them in step with gpu/faults.h).
   const std::vector<std::string_view> covered = {
-      "skip_rebind",          "no_mark_check",   "split_drops_mark",    "cross_gets_batch_loc", "stale_loc_tail",
-      "stale_table_lengths",  "remap_fresh_buffer", "stride_from_shape", "negative_wraps",       "tombstone_live",
-      "pairing_out_of_order", "move_under_reader", "alloc_many_partial", "row_misaligned_accepted", "int32_offsets"};
+      "skip_rebind",          "no_mark_check",       "split_drops_mark",
+      "cross_gets_batch_loc", "stale_loc_tail",      "stale_table_lengths",
+      "remap_stale_bound",    "remap_fresh_buffer",  "stride_from_shape",
+      "move_stride_from_shape", "negative_wraps",    "tombstone_live",
+      "page_table_tombstone_live", "graph_swa_tombstone_live", "sink_counts_as_allocated",
+      "pairing_out_of_order", "move_under_reader",   "alloc_many_partial",
+      "row_misaligned_accepted", "int32_offsets",    "int32_offsets_move",
+      "int32_offsets_attention"};
   EXPECT_EQ(covered, fault_names());
 }
 

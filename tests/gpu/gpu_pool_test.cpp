@@ -229,6 +229,33 @@ TEST_F(GpuPoolTest, LazyModeUsesHolesFirstAndFlushCompacts) {
   EXPECT_EQ(s.watermark, m + 3);
 }
 
+// GpuPool::verify holds the host counters against the device tables after every operation of a
+// lazy composite (holes on both sides, tombstones, refusals, a flush), and after a rebuild.
+TEST_F(GpuPoolTest, VerifyHoldsCountersAgainstTablesThroughLazyCompositeOperations) {
+  EXPECT_TRUE(pool.verify().ok()) << "nothing built, nothing to break";
+  const std::int64_t ps = 2;
+  const PoolConfig c = tiny_config({LayerKind::full, LayerKind::swa}, ps, 30, CompactionMode::lazy);
+  const auto verified = [&](const Op& op) {
+    const OpResult r = pool.apply(op);
+    const Status v = pool.verify();
+    EXPECT_TRUE(v.ok()) << "after " << to_string(op) << ": " << v.error().message;
+    return r;
+  };
+  ASSERT_TRUE(verified(BuildPool{c}).ok());
+  const std::vector<std::int64_t> a = as<Allocated>(verified(Alloc{3 * ps})).pages;
+  const std::vector<std::int64_t> b = as<Allocated>(verified(Alloc{2 * ps})).pages;
+  (void)verified(FreeSwa{IdUnit::pages, {a[0]}});         // a tombstone and an SWA hole
+  (void)verified(Free{IdUnit::pages, {a[1], b[0]}});       // holes on both sides
+  EXPECT_FALSE(verified(Free{IdUnit::pages, {a[1]}}).ok());  // a double free changes nothing
+  EXPECT_TRUE(std::holds_alternative<NoRoom>(verified(Alloc{1000 * ps}).value()));  // nor does no room
+  (void)verified(Alloc{ps});                               // into the lowest holes
+  (void)verified(AllocMany{{2 * ps, 0, ps}});
+  (void)verified(Flush{});
+  (void)verified(Free{IdUnit::pages, {a[0], a[2]}});       // a[0] is left on the full side only
+  (void)verified(BuildPool{c});                            // a rebuild starts over
+  (void)verified(Alloc{4 * ps});
+}
+
 TEST_F(GpuPoolTest, CompositeSwaSideTombstonesAndDiscardsItsLanes) {
   const std::int64_t ps = 2;
   const PoolConfig c = tiny_config({LayerKind::swa, LayerKind::full, LayerKind::swa, LayerKind::full}, ps, 30);
