@@ -6,8 +6,12 @@
 #include <algorithm>
 #include <limits>
 
+#include <cstring>
+
 #include "core/check.h"
 #include "core/checked.h"
+#include "core/det_math.h"
+#include "core/oracle.h"
 
 namespace kvtwin::props {
 namespace {
@@ -19,9 +23,11 @@ constexpr std::uint64_t kMaxLanes = std::uint64_t{1} << 20;
 constexpr std::uint64_t kMaxTranslateElements = std::uint64_t{1} << 24;
 
 Expectation expect(Outcome outcome, bool bytes_by_size = false) {
-  return Expectation{OpResult(std::move(outcome)), bytes_by_size};
+  return Expectation{OpResult(std::move(outcome)), bytes_by_size, std::nullopt};
 }
-Expectation refuse(ErrorKind kind) { return Expectation{OpResult(Error{kind, "(predicted by the shadow)"}), false}; }
+Expectation refuse(ErrorKind kind) {
+  return Expectation{OpResult(Error{kind, "(predicted by the shadow)"}), false, std::nullopt};
+}
 
 // A translate buffer laid out with `stride` (0: contiguous) fits the model's limits.
 bool buffer_fits(bool two_dim, std::uint64_t lanes, std::uint64_t cols, std::int64_t stride) {
@@ -53,8 +59,23 @@ std::optional<std::string> mismatch(const Expectation& expected, const OpResult&
   if (expected.bytes_by_size) {
     if (const auto* w = std::get_if<Bytes>(&want.value())) {
       const auto* a = std::get_if<Bytes>(&actual.value());
-      if (a && a->size == w->size && a->bytes.size() == w->size) return std::nullopt;
-      return "expected " + std::to_string(w->size) + " bytes, got " + to_string(actual);
+      if (!a || a->size != w->size || a->bytes.size() != w->size)
+        return "expected " + std::to_string(w->size) + " bytes, got " + to_string(actual);
+      if (expected.rows) {
+        // Every row the shadow knows must hold exactly the oracle row of its last write.
+        const PredictedRows& r = *expected.rows;
+        for (std::size_t i = 0; i < r.known.size(); ++i) {
+          if (!r.known[i]) continue;
+          const std::uint64_t at = i * r.row_bytes;
+          if (std::memcmp(a->bytes.data() + at, r.bytes.data() + at, r.row_bytes) == 0) continue;
+          std::uint64_t k = 0;
+          while (a->bytes[at + k] == r.bytes[at + k]) ++k;
+          return "row " + std::to_string(i) + " of the read differs from the oracle row of its last write at byte " +
+                 std::to_string(k) + " of the row (expected " + std::to_string(r.bytes[at + k]) + ", got " +
+                 std::to_string(a->bytes[at + k]) + ")";
+        }
+      }
+      return std::nullopt;
     }
     if (const auto* w = std::get_if<Decode>(&want.value())) {
       const auto* a = std::get_if<Decode>(&actual.value());
@@ -88,6 +109,7 @@ PoolShadow::PoolShadow(const PoolConfig& config) : config_(config) {
     sides_.push_back(std::move(s));
   }
   for (std::int64_t v = sides_[0].min_page; v < sides_[0].num_pages; ++v) free_queue_.push_back(v);
+  rows_.assign(sides_.size(), {});
 }
 
 PoolTables PoolShadow::tables() const {
@@ -285,6 +307,7 @@ Expectation PoolShadow::free_steps(const std::vector<SideMoves>& steps, bool rel
       const std::int64_t p = s.v2p.at(v);
       s.v2p.erase(v);
       s.p2v.erase(p);
+      rows_[step.side].erase(v);  // a freed page holds no data
       if (!step.compact) s.holes.insert(p);
     }
     for (std::int64_t p : step.freed_physical)
@@ -477,7 +500,84 @@ Expectation PoolShadow::on(const Write& op) {
   }
   if (!marked) return refuse(ErrorKind::unmarked_loc);
   if (auto e = check_write(op.layer, loc)) return refuse(*e);
+  std::vector<std::int64_t> tokens = op.tokens;
+  if (op.batch) {
+    const ShadowBatch& b = batches_.at(*op.batch);
+    tokens = b.tokens;
+  }
+  tokens.resize(loc.size(), -1);
+  record_write(op.layer, loc, tokens, op.write_number);
   return expect(Done{});
+}
+
+// ---------------------------------------------------------------- content
+
+std::uint64_t PoolShadow::row_offset(std::size_t side, std::int64_t pt, std::uint32_t layer, std::size_t part) const {
+  // SPEC 2: byte(pt, part, l) = pt * E + part.offset + l * part.layer_stride.
+  const DenseEntryLayout& layout = derived_.layouts[side];
+  const DensePart& p = layout.parts[part];
+  return static_cast<std::uint64_t>(pt) * layout.entry_bytes + p.offset_bytes + std::uint64_t{layer} * p.layer_stride_bytes;
+}
+
+void PoolShadow::forget_overlaps(std::size_t written_side, std::uint64_t begin, std::uint64_t end) {
+  for (std::size_t o = 0; o < sides_.size(); ++o) {
+    if (o == written_side) continue;
+    const ShadowSide& other = sides_[o];
+    const DenseEntryLayout& layout = derived_.layouts[o];
+    for (std::int64_t p = static_cast<std::int64_t>(begin / other.page_bytes);
+         p <= static_cast<std::int64_t>((end - 1) / other.page_bytes) && p < other.num_pages; ++p) {
+      auto bound = other.p2v.find(p);
+      if (bound == other.p2v.end()) continue;
+      auto page = rows_[o].find(bound->second);
+      if (page == rows_[o].end()) continue;
+      for (auto it = page->second.begin(); it != page->second.end();) {
+        const std::uint64_t at = row_offset(o, p * page_size_ + it->first.slot, it->first.layer, it->first.part);
+        const std::uint64_t len = layout.parts[it->first.part].row_bytes();
+        it = at < end && begin < at + len ? page->second.erase(it) : std::next(it);
+      }
+    }
+  }
+}
+
+void PoolShadow::record_write(std::uint32_t model_layer, const std::vector<std::int64_t>& loc,
+                              const std::vector<std::int64_t>& tokens, std::uint64_t write_number) {
+  if (config_.tables_only) return;
+  const LayerPlacement& place = derived_.plan.layer_map[model_layer];
+  const bool swa = place.kind == LayerKind::swa;
+  const std::size_t side = place.sub_pool;
+  const ShadowSide& s = sides_[side];
+  const std::int64_t sink_end = s.min_page * page_size_;
+  const DenseEntryLayout& layout = derived_.layouts[side];
+  for (std::size_t i = 0; i < loc.size(); ++i) {
+    const std::int64_t pt = swa ? swa_of(loc[i]) : loc[i];
+    if (pt < sink_end) continue;  // SPEC 6: a lane at the sink is discarded
+    const std::int64_t page = pt / page_size_;
+    auto bound = s.p2v.find(page);
+    for (std::size_t part = 0; part < layout.parts.size(); ++part) {
+      const std::uint64_t at = row_offset(side, pt, place.local_layer, part);
+      forget_overlaps(side, at, at + layout.parts[part].row_bytes());
+      // A row of an unbound page is not data (its bytes are written, nobody will read them).
+      if (bound != s.p2v.end())
+        rows_[side][bound->second][RowKey{pt % page_size_, place.local_layer, part}] = RowSource{tokens[i], write_number};
+    }
+  }
+}
+
+std::optional<std::vector<std::uint8_t>> PoolShadow::known_row(std::size_t side, std::int64_t pt, std::uint32_t layer,
+                                                               std::size_t part) const {
+  const ShadowSide& s = sides_[side];
+  auto bound = s.p2v.find(pt / page_size_);
+  if (pt < s.min_page * page_size_ || bound == s.p2v.end()) return std::nullopt;
+  auto page = rows_[side].find(bound->second);
+  if (page == rows_[side].end()) return std::nullopt;
+  auto row = page->second.find(RowKey{pt % page_size_, layer, part});
+  if (row == page->second.end()) return std::nullopt;
+  const DensePart& p = derived_.layouts[side].parts[part];
+  std::vector<std::uint8_t> bytes(p.row_bytes());
+  const RowIdentity id{row->second.token, static_cast<std::uint32_t>(side), layer, static_cast<std::uint32_t>(part),
+                       row->second.write_number};
+  fill_oracle_row(config_.seed, id, p.dtype, bytes);
+  return bytes;
 }
 
 Expectation PoolShadow::on(const Read& op) {
@@ -490,8 +590,21 @@ Expectation PoolShadow::on(const Read& op) {
   for (std::int64_t id : op.ids)
     if (id < 0 || id >= slots(place.sub_pool)) return refuse(ErrorKind::out_of_range);
   Bytes b;
-  b.size = op.ids.size() * layout.parts[*part].row_bytes();
-  return expect(b, true);
+  const std::uint64_t row_bytes = layout.parts[*part].row_bytes();
+  b.size = op.ids.size() * row_bytes;
+  Expectation e = expect(b, true);
+  PredictedRows rows;
+  rows.row_bytes = row_bytes;
+  rows.bytes.assign(b.size, 0);
+  rows.known.assign(op.ids.size(), false);
+  for (std::size_t i = 0; i < op.ids.size(); ++i) {
+    if (std::optional<std::vector<std::uint8_t>> row = known_row(place.sub_pool, op.ids[i], place.local_layer, *part)) {
+      std::copy(row->begin(), row->end(), rows.bytes.begin() + static_cast<std::ptrdiff_t>(i * row_bytes));
+      rows.known[i] = true;
+    }
+  }
+  e.rows = std::move(rows);
+  return e;
 }
 
 // ---------------------------------------------------------------- translation
@@ -602,6 +715,10 @@ Expectation PoolShadow::on(const Replay& op) {
     if (auto e = check_write(l, loc)) return refuse(*e);
   }
   g.loc = loc;
+  std::vector<std::int64_t> new_tokens(loc.size(), -1);
+  for (std::size_t b = 0; b < bs; ++b) new_tokens[b] = op.requests[b].back();
+  for (std::uint32_t l = 0; l < derived_.plan.layer_map.size(); ++l)
+    if (derived_.plan.layer_map[l].kind != LayerKind::cross) record_write(l, loc, new_tokens, op.write_number);
   for (std::size_t b = 0; b < bs; ++b)
     for (std::uint64_t c = 0; c < ceil_div(op.requests[b].size(), ps); ++c)
       g.table[b][c] = translate(op.requests[b][c * ps]) / page_size_;
@@ -610,7 +727,100 @@ Expectation PoolShadow::on(const Replay& op) {
   d.attention.size = config_.tables_only ? 0
                                          : std::uint64_t{bs} * g.shape.query_heads *
                                                derived_.plan.sub_pools[place.sub_pool].v_head_dim * sizeof(float);
+  if (config_.tables_only) {
+    d.attention = Bytes::of({});  // no bytes, no attention
+    return expect(std::move(d));
+  }
+  std::vector<std::int64_t> lengths(bs);
+  for (std::size_t b = 0; b < bs; ++b) lengths[b] = static_cast<std::int64_t>(op.requests[b].size());
+  if (std::optional<std::vector<std::uint8_t>> attention = predict_attention(g, bs, lengths, op.query_seed)) {
+    d.attention = Bytes::of(std::move(*attention));
+    return expect(std::move(d));
+  }
   return expect(std::move(d), true);
+}
+
+namespace {
+// An element of a row as float, exactly (the pool's dtype to fp32).
+float element(const std::vector<std::uint8_t>& row, DType dtype, std::uint64_t index) {
+  const std::uint8_t* p = row.data() + index * dtype_size_bytes(dtype);
+  std::uint16_t half = 0;
+  std::uint32_t word = 0;
+  switch (dtype) {
+    case DType::bf16:
+      std::memcpy(&half, p, 2);
+      return det::bf16_to_float(half);
+    case DType::fp16:
+      std::memcpy(&half, p, 2);
+      return det::fp16_to_float(half);
+    case DType::fp8_e4m3:
+      return det::fp8e4m3_to_float(*p);
+    case DType::fp32:
+      std::memcpy(&word, p, 4);
+      return det::from_bits(word);
+  }
+  return 0.0f;
+}
+}  // namespace
+
+std::optional<std::vector<std::uint8_t>> PoolShadow::predict_attention(const ShadowGraph& g, std::size_t bs,
+                                                                       const std::vector<std::int64_t>& lengths,
+                                                                       std::uint64_t query_seed) const {
+  // docs/decisions.md "The decode step and its reference attention", written again from the
+  // formulas: position j of request b is physical token table[b][j // ps] * ps + j % ps; scores
+  // s_j = (sum_d q[d] * k_j[d]) * scale in order; m the running maximum; p_j = exp(s_j - m);
+  // out[e] = (sum_j p_j * v_j[e]) / (sum_j p_j). Every row must be known, else nullopt.
+  const LayerPlacement& place = derived_.plan.layer_map[g.shape.layer];
+  const SubPoolSpec& spec = derived_.plan.sub_pools[place.sub_pool];
+  const DenseEntryLayout& layout = derived_.layouts[place.sub_pool];
+  const bool mla = spec.kind == SubPoolKind::mla;
+  const std::size_t k_part = *layout.part_index(mla ? "kv" : "k");
+  const std::size_t v_part = *layout.part_index(mla ? "kv" : "v");
+  const DType k_dtype = layout.parts[k_part].dtype, v_dtype = layout.parts[v_part].dtype;
+  const std::uint64_t v_head_stride = layout.parts[v_part].head_dim();
+  const std::uint32_t group = g.shape.query_heads / spec.heads_per_rank;
+  const float scale = det::div(1.0f, det::sqrt(static_cast<float>(spec.k_head_dim)));
+  std::vector<float> out(bs * g.shape.query_heads * spec.v_head_dim, 0.0f);
+  for (std::size_t b = 0; b < bs; ++b) {
+    const auto len = static_cast<std::size_t>(lengths[b]);
+    std::vector<std::vector<std::uint8_t>> k_rows(len), v_rows(len);
+    for (std::size_t j = 0; j < len; ++j) {
+      const std::int64_t pt = g.table[b][j / static_cast<std::size_t>(page_size_)] * page_size_ +
+                              static_cast<std::int64_t>(j) % page_size_;
+      std::optional<std::vector<std::uint8_t>> k = known_row(place.sub_pool, pt, place.local_layer, k_part);
+      std::optional<std::vector<std::uint8_t>> v = known_row(place.sub_pool, pt, place.local_layer, v_part);
+      if (!k || !v) return std::nullopt;
+      k_rows[j] = std::move(*k);
+      v_rows[j] = std::move(*v);
+    }
+    for (std::uint32_t h = 0; h < g.shape.query_heads; ++h) {
+      const std::uint32_t kv_head = h / group;
+      std::vector<float> s(len), p(len);
+      for (std::size_t j = 0; j < len; ++j) {
+        float acc = 0.0f;
+        for (std::uint32_t d = 0; d < spec.k_head_dim; ++d)
+          acc = det::add(acc, det::mul(oracle_query_value(query_seed, static_cast<std::uint32_t>(b), h, d),
+                                       element(k_rows[j], k_dtype, std::uint64_t{kv_head} * spec.k_head_dim + d)));
+        s[j] = det::mul(acc, scale);
+      }
+      float m = len > 0 ? s[0] : 0.0f;
+      for (std::size_t j = 1; j < len; ++j) m = s[j] > m ? s[j] : m;
+      float l = 0.0f;
+      for (std::size_t j = 0; j < len; ++j) {
+        p[j] = det::exp_nonpositive(det::sub(s[j], m));
+        l = det::add(l, p[j]);
+      }
+      for (std::uint32_t e = 0; e < spec.v_head_dim; ++e) {
+        float acc = 0.0f;
+        for (std::size_t j = 0; j < len; ++j)
+          acc = det::add(acc, det::mul(p[j], element(v_rows[j], v_dtype, kv_head * v_head_stride + e)));
+        out[(b * g.shape.query_heads + h) * spec.v_head_dim + e] = det::div(acc, l);
+      }
+    }
+  }
+  std::vector<std::uint8_t> bytes(out.size() * sizeof(float));
+  if (!bytes.empty()) std::memcpy(bytes.data(), out.data(), bytes.size());
+  return bytes;
 }
 
 Expectation PoolShadow::on(const Checkpoint&) { return expect(Done{}); }

@@ -11,8 +11,13 @@
 // readers and graphs are plain records. apply(op) validates in the model's documented order,
 // returns the expected result, and takes the step.
 //
-// What it does not cover: bytes. Rows, reads and the attention are the model's own business
-// (its verify() checks them); here a read or a decode step is predicted by size only.
+// Content: the shadow also remembers, per bound virtual page, slot, layer and part of each side,
+// which write last put a row there (the source token and the write number), and from that and
+// the content oracle's row function (core/oracle.h) predicts the exact bytes of every row a read
+// returns that holds data, and the exact attention of a decode step whose rows are all known
+// (its own transcription of the reference attention's formulas). Rows that hold no data (the
+// sink, unbound pages, rows never written since their page was bound) are not predicted: a read
+// of them is checked by size only, and a decode step over one by size only.
 #pragma once
 
 #include <cstdint>
@@ -29,11 +34,21 @@
 
 namespace kvtwin::props {
 
-// What an operation must answer. Errors compare by kind; bytes (a read, a decode step's
-// attention) by size only.
+// The rows of a read the shadow can predict: row i of the answer is bytes[i*row_bytes ..] where
+// known[i]; other rows are checked by size only.
+struct PredictedRows {
+  std::uint64_t row_bytes = 0;
+  std::vector<std::uint8_t> bytes;
+  std::vector<bool> known;
+};
+
+// What an operation must answer. Errors compare by kind. A read compares its predicted rows
+// exactly (`rows`) and the rest by size; a decode step's attention compares exactly when every
+// row it reads is known, else by size (`bytes_by_size`).
 struct Expectation {
   OpResult result = OpResult(Outcome(Done{}));
   bool bytes_by_size = false;
+  std::optional<PredictedRows> rows;
 };
 
 // nullopt when `actual` is what `expected` says; otherwise what differs, in words.
@@ -146,6 +161,33 @@ class PoolShadow {
                                          std::set<std::int64_t>& out) const;
   std::optional<ErrorKind> check_write(std::uint32_t model_layer, const std::vector<std::int64_t>& loc) const;
   std::int64_t slots(std::size_t side) const;
+
+  // ---- content (see the header comment)
+  struct RowKey {
+    std::int64_t slot = 0;
+    std::uint32_t layer = 0;  // inside the sub-pool
+    std::size_t part = 0;
+    auto operator<=>(const RowKey&) const = default;
+  };
+  struct RowSource {
+    std::int64_t token = 0;
+    std::uint64_t write_number = 0;
+  };
+  using PageRows = std::map<RowKey, RowSource>;
+  // Records the rows of one layer's write at final locs `loc` (of the layer's sub-pool) from
+  // `tokens`; lanes at the sink are discarded.
+  void record_write(std::uint32_t model_layer, const std::vector<std::int64_t>& loc,
+                    const std::vector<std::int64_t>& tokens, std::uint64_t write_number);
+  // Forgets every known row of another side whose bytes overlap [begin, end).
+  void forget_overlaps(std::size_t written_side, std::uint64_t begin, std::uint64_t end);
+  // The row's bytes when known (nullopt otherwise): physical token `pt` of side `side`.
+  std::optional<std::vector<std::uint8_t>> known_row(std::size_t side, std::int64_t pt, std::uint32_t layer,
+                                                     std::size_t part) const;
+  std::uint64_t row_offset(std::size_t side, std::int64_t pt, std::uint32_t layer, std::size_t part) const;
+  std::optional<std::vector<std::uint8_t>> predict_attention(const ShadowGraph& g, std::size_t bs,
+                                                             const std::vector<std::int64_t>& lengths,
+                                                             std::uint64_t query_seed) const;
+  std::vector<std::map<std::int64_t, PageRows>> rows_;  // per side: virtual page -> its known rows
 
   PoolConfig config_;
   PoolDerived derived_;

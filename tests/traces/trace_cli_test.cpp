@@ -263,16 +263,32 @@ XmlCount parse_junit(const std::string& text) {
   return c;
 }
 
+// An existing folder with no traces in it: the request parts skip by name.
+std::string empty_dir(const fs::path& dir) {
+  fs::create_directories(dir / "empty");
+  return (dir / "empty").string();
+}
+
+TEST(CheckCli, AFolderNamedOnTheCommandLineMustExist) {
+  const fs::path dir = scratch();
+  for (const char* flag : {"--traces-dir", "--samples-dir", "--regress-dir", "--regress-large-dir"}) {
+    CliRun r = kvtwin({"check", flag, (dir / "absent").string(), "--quiet"});
+    EXPECT_EQ(r.exit_code, 2) << flag << r.out << r.err;
+    EXPECT_THAT(r.err, HasSubstr(std::string(flag) + " " + (dir / "absent").string() + " is not a folder")) << r.err;
+  }
+}
+
 TEST(CheckCli, ASmallGateRunsSkipsByNameAndWritesReports) {
   const fs::path dir = scratch();
   CliRun r = kvtwin({"check", "--cases", "1", "--random-cases", "3", "--ops", "60", "--traces-dir",
-                     (dir / "absent").string(), "--samples-dir", (dir / "absent").string(), "--junit",
+                     empty_dir(dir), "--samples-dir", empty_dir(dir), "--junit",
                      (dir / "junit.xml").string(), "--json", (dir / "check.json").string(), "--quiet"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.out.rfind("kvtwin check: seed 1\n", 0), 0u);
   EXPECT_THAT(r.out, HasSubstr("SKIP requests: shared/mooncake deepseek-v2-lite lazy (MLA): "));
   EXPECT_THAT(r.out, HasSubstr("conversation_trace.jsonl not found"));
-  EXPECT_THAT(r.out, HasSubstr("kvtwin check: PASS"));
+  EXPECT_THAT(r.out, HasSubstr("kvtwin check: PASS ("));
+  EXPECT_THAT(r.out, HasSubstr("work items skipped: see SKIP above)")) << "the last line says what was not checked";
   EXPECT_THAT(r.out, HasSubstr("part "));
   if (r.out.find("SKIP properties: gpu") != std::string::npos) {
     EXPECT_THAT(r.out, ::testing::AnyOf(HasSubstr("GPU backend not built"), HasSubstr("no CUDA device")));
@@ -302,7 +318,7 @@ TEST(CheckCli, ShardsPartitionTheWorkAndBadUsageExitsTwo) {
   for (int i = 0; i < 2; ++i) {
     const std::string json = (dir / ("s" + std::to_string(i) + ".json")).string();
     CliRun r = kvtwin({"check", "--cases", "1", "--random-cases", "1", "--ops", "20", "--traces-dir",
-                       (dir / "absent").string(), "--samples-dir", (dir / "absent").string(), "--shard-index",
+                       empty_dir(dir), "--samples-dir", empty_dir(dir), "--shard-index",
                        std::to_string(i), "--shard-count", "2", "--json", json, "--quiet"});
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     const nlohmann::json report = nlohmann::json::parse(read_file(json));
@@ -314,8 +330,8 @@ TEST(CheckCli, ShardsPartitionTheWorkAndBadUsageExitsTwo) {
   }
   EXPECT_EQ(seen.size(), total) << "no item runs on two shards";
   CliRun whole =
-      kvtwin({"check", "--cases", "1", "--random-cases", "1", "--ops", "20", "--traces-dir", (dir / "absent").string(),
-              "--samples-dir", (dir / "absent").string(), "--json", (dir / "all.json").string(), "--quiet"});
+      kvtwin({"check", "--cases", "1", "--random-cases", "1", "--ops", "20", "--traces-dir", empty_dir(dir),
+              "--samples-dir", empty_dir(dir), "--json", (dir / "all.json").string(), "--quiet"});
   ASSERT_EQ(whole.exit_code, 0);
   EXPECT_EQ(nlohmann::json::parse(read_file(dir / "all.json"))["items"].size(), total) << "and none is lost";
   CliRun bad = kvtwin({"check", "--backend", "fpga"});
@@ -331,7 +347,7 @@ TEST(CheckCli, ResultsDoNotDependOnTheNumberOfThreads) {
   for (const char* jobs : {"1", "2"}) {
     const std::string json = (dir / (std::string("j") + jobs + ".json")).string();
     CliRun r = kvtwin({"check", "--cases", "1", "--random-cases", "4", "--ops", "50", "--traces-dir",
-                       (dir / "absent").string(), "--samples-dir", (dir / "absent").string(), "--jobs", jobs,
+                       empty_dir(dir), "--samples-dir", empty_dir(dir), "--jobs", jobs,
                        "--json", json, "--quiet"});
     ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
     nlohmann::json j = nlohmann::json::parse(read_file(json));
