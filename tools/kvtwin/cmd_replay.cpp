@@ -9,6 +9,7 @@
 #include "tools/kvtwin/command.h"
 #include "tools/kvtwin/trace_options.h"
 #include "props/observers.h"
+#include "sim/model.h"
 #include "traces/replay.h"
 
 namespace kvtwin::cli {
@@ -23,9 +24,28 @@ struct ReplayOptions {
   bool quiet = false;
   ServingOptions serving;
   CadenceOptions cadence;
+  std::string bless_out;
 };
 
+// --bless OUT: the pool trace's operations with the reference model's answers as expectations
+// (for hand-written regression traces: the model is the definition, SPEC.md's preamble).
+int run_bless(const ReplayOptions& o) {
+  Result<traces::PoolTrace> trace = traces::read_pool_trace_file(o.file);
+  if (!trace.ok()) return bad_input("replay", trace.error());
+  sim::Model model;
+  const OpResult built = model.apply(Op(BuildPool{trace->header.config}));
+  if (!built.ok())
+    return bad_input("replay", make_error(ErrorKind::invalid_argument,
+                                          o.file + ":1: the trace's pool cannot be built: " + built.error().message));
+  for (traces::TraceLine& line : trace->lines) line.expect = model.apply(line.op);
+  if (Status s = traces::write_pool_trace_file(o.bless_out, *trace); !s.ok()) return bad_input("replay", s.error());
+  std::printf("kvtwin replay: wrote %s: %zu lines, each expecting the reference model's answer\n", o.bless_out.c_str(),
+              trace->lines.size());
+  return kExitOk;
+}
+
 int run_replay(const ReplayOptions& o, const std::string& command) {
+  if (!o.bless_out.empty()) return run_bless(o);
   Result<traces::BackendChoice> choice = traces::parse_backend_choice(o.backend);
   if (!choice.ok()) return bad_input("replay", choice.error());
   traces::TraceFormat format{};
@@ -97,6 +117,8 @@ Command add_replay_command(CLI::App& root) {
   app->add_option("--format", options->format, "auto, pool, mooncake or azure")->capture_default_str();
   app->add_option("--backend", options->backend, "model, gpu or both")->capture_default_str();
   app->add_option("--json", options->json_file, "also write the report as JSON to FILE ('-': stdout)");
+  app->add_option("--bless", options->bless_out,
+                  "write the pool trace to FILE with the reference model's answers as every line's expectation");
   app->add_option("--fault", options->fault,
                   "plant a named bug in the second backend (a self-test: the replay must fail)");
   app->add_flag("--quiet", options->quiet, "no progress bar");
