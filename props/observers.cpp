@@ -144,6 +144,7 @@ traces::ObserverFactory property_observer_factory() {
 }
 
 std::optional<std::uint64_t> observable_digest(const traces::Player& player, const PoolConfig& config) {
+  (void)config;
   if (player.state_digest) return player.state_digest();
   Result<PoolTables> t = player.backend->tables();
   if (!t.ok()) return std::nullopt;
@@ -158,10 +159,6 @@ std::optional<std::uint64_t> observable_digest(const traces::Player& player, con
     for (std::int64_t v : s.holes) add(v);
     add(s.watermark);
     add(static_cast<std::int64_t>(s.allocated_pages));
-  }
-  if (!config.tables_only) {
-    Result<std::vector<std::uint8_t>> bytes = player.backend->raw_bytes(0, config.total_bytes);
-    if (bytes.ok()) add(static_cast<std::int64_t>(digest_bytes(*bytes)));
   }
   return digest_bytes(flat);
 }
@@ -183,6 +180,10 @@ std::optional<traces::RunObserver::Finding> RefusalObserver::after(const traces:
     if (observable_digest(runner.player(i), *runner.config()) != digests_[i])
       return Finding{"refusal", std::string(runner.player(i).backend->name()) + " refused the operation (" +
                                     results[i].error().message + ") but its state changed"};
+    if (runner.player(i).touched && !runner.player(i).touched().empty())
+      return Finding{"refusal", std::string(runner.player(i).backend->name()) + " refused the operation (" +
+                                    results[i].error().message + ") but wrote " +
+                                    std::to_string(runner.player(i).touched().size()) + " byte ranges of the pool"};
   }
   return std::nullopt;
 }

@@ -10,8 +10,9 @@
 //                    policy names, a compaction's moves are ascending, distinct and cross the new
 //                    watermark, carrying their virtual pages ("policy");
 //   RefusalObserver  an operation the shadow expects to be refused leaves every backend's state
-//                    exactly as it was: its state digest (the model's, or a digest of tables and
-//                    bytes for a backend without one) is equal before and after ("refusal").
+//                    exactly as it was: its state digest (the model's, or a digest of its tables
+//                    for a backend without one) is equal before and after, and it wrote no byte
+//                    of the pool ("refusal").
 //
 // Add them in this order (the refusal observer reads the shadow's prediction). Each reads only
 // what core/backend.h and the runner's Player expose.
@@ -86,8 +87,9 @@ traces::ObserverFactory property_observer_factory();
 std::string policy_violation(const Op& op, const PoolTables& before, const PoolTables& after, const OpResult& result,
                              CompactionMode mode);
 
-// A digest of a backend's state as the runner sees it: the Player's own state digest when it has
-// one, else its tables and (when it holds bytes) its raw pool.
+// A digest of a backend's state as the runner sees it, without the pool's bytes (what a refused
+// operation wrote shows in the Player's touched bytes): the Player's own state digest when it
+// has one, else its tables.
 std::optional<std::uint64_t> observable_digest(const traces::Player& player, const PoolConfig& config);
 
 }  // namespace kvtwin::props

@@ -900,7 +900,7 @@ Status Model::verify() const {
   return verify_rows();
 }
 
-std::uint64_t Model::state_digest() const {
+std::uint64_t Model::state_digest(bool with_bytes) const {
   Digest d;
   if (!pool_) return d.value();
   d.add(pool_config_to_json(pool_->config).dump());
@@ -941,7 +941,7 @@ std::uint64_t Model::state_digest() const {
     d.add(g.loc);
     for (const auto& row : g.table) d.add(row);
   }
-  if (pool_->bytes) d.add(digest_bytes(pool_->bytes->all()));
+  if (pool_->bytes && with_bytes) d.add(digest_bytes(pool_->bytes->all()));
   return d.value();
 }
 

@@ -94,8 +94,10 @@ class Model : public Backend {
   Status verify() const;
 
   // A digest of everything observable: configuration, tables, queue, holes, batches, readers,
-  // graphs, remembered rows and bytes. Equal before and after a refused operation.
-  std::uint64_t state_digest() const;
+  // graphs, remembered rows and (with_bytes) the raw bytes. Equal before and after a refused
+  // operation. Without the bytes it costs what the tables hold, not the pool: a checker then
+  // asks touched_bytes() whether the refused operation wrote anything.
+  std::uint64_t state_digest(bool with_bytes = true) const;
 
   // The identity the oracle expects in row (physical token, layer, part) of a sub-pool: the
   // identity last written to that row of the virtual page bound there; nullopt when the page is

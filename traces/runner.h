@@ -55,8 +55,9 @@ struct Player {
   std::function<std::string(std::uint64_t)> describe_byte;
   // The bytes the last operation wrote; empty when the backend cannot say.
   std::function<std::vector<ByteRange>()> touched;
-  // A digest of the backend's whole observable state (for "a refusal changes nothing"); empty
-  // when the backend has none (observers then digest its tables and bytes).
+  // A digest of the backend's observable state except the pool's bytes (for "a refusal changes
+  // nothing"; with `touched`, a refusal that wrote a byte shows too); empty when the backend
+  // has none (observers then digest its tables, and whole pools are compared at checkpoints).
   std::function<std::uint64_t()> state_digest;
 };
 
