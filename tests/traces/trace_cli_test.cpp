@@ -2,7 +2,7 @@
 // ($KVTWIN_BINARY_DIR/tools/kvtwin) and checks exit codes (0 pass, 1 a check failed, 2 bad usage
 // or input), what is printed, and the files written: a planted failure found by kvtwin fuzz,
 // shrunk, written, and failing again under the printed kvtwin replay command; byte-identical
-// recordings; kvtwin check's skips by name, reports and sharding.
+// recordings; kvtwin check's skips by name, reports and sharding; merging shard reports.
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -355,6 +355,234 @@ TEST(CheckCli, ResultsDoNotDependOnTheNumberOfThreads) {
     reports.push_back(j);
   }
   EXPECT_EQ(reports[0], reports[1]);
+}
+
+// Merging shard reports (kvtwin check --merge, kvtwin fuzz --merge).
+
+nlohmann::json without_seconds(nlohmann::json j) {
+  for (auto& item : j["items"]) item.erase("seconds");  // durations are the only field that may differ
+  return j;
+}
+
+// The table's rows without their last column (seconds), and the lines before it.
+std::string table_without_seconds(const std::string& out) {
+  std::istringstream lines(out);
+  std::string text;
+  bool inside = false;
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("SKIP ", 0) == 0 || line.rfind("FAIL ", 0) == 0 || line.rfind("  ", 0) == 0) text += line + "\n";
+    if (line.rfind("part ", 0) == 0) inside = true;
+    if (inside) text += line.substr(0, line.rfind(' ')) + "\n";
+  }
+  return text;
+}
+
+std::vector<std::string> check_args(const fs::path& dir, std::vector<std::string> more) {
+  fs::create_directories(dir / "empty");
+  std::vector<std::string> args = {"check",         "--cases", "1", "--random-cases",     "1",  "--ops", "20",
+                                   "--traces-dir",  (dir / "empty").string(), "--samples-dir", (dir / "empty").string(),
+                                   "--quiet"};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+std::vector<std::string> shard_args(int index, int count, const std::string& json) {
+  return {"--shard-index", std::to_string(index), "--shard-count", std::to_string(count), "--json", json};
+}
+
+TEST(CheckCli, MergedShardsEqualTheUnshardedRun) {
+  const fs::path dir = scratch();
+  for (int i = 0; i < 3; ++i) {
+    CliRun r = kvtwin(check_args(dir, shard_args(i, 3, (dir / ("s" + std::to_string(i) + ".json")).string())));
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  }
+  CliRun whole = kvtwin(
+      check_args(dir, {"--json", (dir / "whole.json").string(), "--junit", (dir / "whole.xml").string()}));
+  ASSERT_EQ(whole.exit_code, 0) << whole.out << whole.err;
+  // Given in any order.
+  CliRun merged = kvtwin({"check", "--merge", (dir / "s2.json").string(), (dir / "s0.json").string(),
+                          (dir / "s1.json").string(), "--json", (dir / "merged.json").string(), "--junit",
+                          (dir / "merged.xml").string()});
+  ASSERT_EQ(merged.exit_code, 0) << merged.out << merged.err;
+  EXPECT_THAT(merged.out, HasSubstr("kvtwin check: seed 1, merging 3 shard reports"));
+  EXPECT_THAT(merged.out, HasSubstr("\nkvtwin check: PASS\n"));
+  const nlohmann::json whole_json = nlohmann::json::parse(read_file(dir / "whole.json"));
+  const nlohmann::json merged_json = nlohmann::json::parse(read_file(dir / "merged.json"));
+  EXPECT_EQ(without_seconds(merged_json), without_seconds(whole_json));
+  EXPECT_EQ(merged_json["shard_count"], 1);
+  EXPECT_GE(merged_json["items"].size(), 30u);
+  EXPECT_EQ(table_without_seconds(merged.out), table_without_seconds(whole.out));
+  EXPECT_THAT(table_without_seconds(merged.out), HasSubstr("properties (model)         19     19"));
+  const XmlCount merged_xml = parse_junit(read_file(dir / "merged.xml"));
+  const XmlCount whole_xml = parse_junit(read_file(dir / "whole.xml"));
+  EXPECT_EQ(merged_xml.testcases, whole_xml.testcases);
+  EXPECT_EQ(merged_xml.skipped, whole_xml.skipped);
+  EXPECT_EQ(merged_xml.failures, 0);
+  // A whole run's report is one complete shard: merging it alone gives it back.
+  CliRun alone = kvtwin({"check", "--merge", (dir / "whole.json").string(), "--json", "-"});
+  ASSERT_EQ(alone.exit_code, 0) << alone.out << alone.err;
+  EXPECT_EQ(without_seconds(nlohmann::json::parse(alone.out.substr(alone.out.find("\n{") + 1))),
+            without_seconds(whole_json));
+}
+
+TEST(CheckCli, AMergeOfShardsThatAreNotOneWholeRunExitsTwoNamingWhy) {
+  const fs::path dir = scratch();
+  const auto shard = [&](int i) { return (dir / ("s" + std::to_string(i) + ".json")).string(); };
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(kvtwin(check_args(dir, shard_args(i, 3, shard(i)))).exit_code, 0);
+  CliRun missing = kvtwin({"check", "--merge", shard(0), shard(2)});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.err, HasSubstr("shard 1 of 3 is missing"));
+  CliRun twice = kvtwin({"check", "--merge", shard(0), shard(1), shard(2), shard(1)});
+  EXPECT_EQ(twice.exit_code, 2);
+  EXPECT_THAT(twice.err, HasSubstr("shard 1 of 3 is given twice: " + shard(1) + " and " + shard(1)));
+  // A shard of another seed, of other options, of another number of shards.
+  const std::string other_seed = (dir / "seed2.json").string();
+  ASSERT_EQ(kvtwin(check_args(dir, {"--seed", "2", "--shard-index", "1", "--shard-count", "3", "--json", other_seed}))
+                .exit_code,
+            0);
+  CliRun seed = kvtwin({"check", "--merge", shard(0), other_seed, shard(2)});
+  EXPECT_EQ(seed.exit_code, 2);
+  EXPECT_THAT(seed.err, HasSubstr(shard(0) + " and " + other_seed + " differ in /seed (1 and 2)"));
+  nlohmann::json edited = nlohmann::json::parse(read_file(shard(1)));
+  edited["options"]["ops"] = 21;
+  std::ofstream(dir / "ops21.json") << edited.dump();
+  CliRun ops = kvtwin({"check", "--merge", shard(0), (dir / "ops21.json").string(), shard(2)});
+  EXPECT_EQ(ops.exit_code, 2);
+  EXPECT_THAT(ops.err, HasSubstr("differ in /options/ops (20 and 21)"));
+  CliRun count = kvtwin({"check", "--merge", shard(0), shard(1), shard(2), (dir / "other.json").string()});
+  EXPECT_EQ(count.exit_code, 2) << "a file that does not exist";
+  EXPECT_THAT(count.err, HasSubstr((dir / "other.json").string() + ": cannot open the report"));
+  // A report cut short, and one written by another command.
+  edited = nlohmann::json::parse(read_file(shard(1)));
+  edited["items"].erase(edited["items"].size() - 1);
+  std::ofstream(dir / "short.json") << edited.dump();
+  CliRun cut = kvtwin({"check", "--merge", shard(0), (dir / "short.json").string(), shard(2)});
+  EXPECT_EQ(cut.exit_code, 2);
+  EXPECT_THAT(cut.err, HasSubstr("is not in the report of shard 1 (cut short?)"));
+  ASSERT_EQ(kvtwin({"fuzz", "--cases", "2", "--quiet", "--json", (dir / "fuzz.json").string()}).exit_code, 0);
+  CliRun fuzz = kvtwin({"check", "--merge", (dir / "fuzz.json").string()});
+  EXPECT_EQ(fuzz.exit_code, 2);
+  EXPECT_THAT(fuzz.err, HasSubstr("field /report: is 'kvtwin fuzz'"));
+  CliRun with_run_option = kvtwin({"check", "--merge", shard(0), shard(1), shard(2), "--cases", "3"});
+  EXPECT_EQ(with_run_option.exit_code, 2);
+  EXPECT_THAT(with_run_option.err, HasSubstr("--cases is an option of a run"));
+}
+
+TEST(CheckCli, AFailureInOneShardFailsTheMergeWithItsReproduceCommand) {
+  const fs::path dir = scratch();
+  // Two regression traces: the docs' example, and a copy whose line 3 expects another page.
+  fs::create_directories(dir / "regress");
+  const std::string clean = read_file(docs_example(dir));
+  std::string broken = clean;
+  const std::string expect = R"("expect":{"pages":[3]})";
+  ASSERT_NE(broken.find(expect), std::string::npos);
+  broken.replace(broken.find(expect), expect.size(), R"("expect":{"pages":[4]})");
+  std::ofstream(dir / "regress" / "broken.jsonl") << broken;
+  std::ofstream(dir / "regress" / "example.jsonl") << clean;
+  const std::string regress = (dir / "regress").string();
+  int failed_shards = 0;
+  for (int i = 0; i < 2; ++i) {
+    CliRun r = kvtwin(check_args(
+        dir, {"--regress-dir", regress, "--shard-index", std::to_string(i), "--shard-count", "2", "--json",
+              (dir / ("s" + std::to_string(i) + ".json")).string()}));
+    ASSERT_LE(r.exit_code, 1) << r.out << r.err;
+    failed_shards += r.exit_code;
+  }
+  EXPECT_EQ(failed_shards, 1) << "the broken trace is one item, on one shard";
+  CliRun whole = kvtwin(check_args(dir, {"--regress-dir", regress, "--json", (dir / "whole.json").string()}));
+  ASSERT_EQ(whole.exit_code, 1) << whole.out << whole.err;
+  CliRun merged = kvtwin({"check", "--merge", (dir / "s0.json").string(), (dir / "s1.json").string(), "--json",
+                          (dir / "merged.json").string(), "--junit", (dir / "merged.xml").string()});
+  EXPECT_EQ(merged.exit_code, 1) << merged.out << merged.err;
+  EXPECT_THAT(merged.out, HasSubstr("FAIL regress: broken.jsonl (model)"));
+  EXPECT_THAT(merged.out, HasSubstr("  reproduce: kvtwin replay " + (dir / "regress" / "broken.jsonl").string() +
+                                    " --backend model\n"));
+  EXPECT_THAT(merged.out, HasSubstr("\nkvtwin check: FAIL\n"));
+  EXPECT_EQ(table_without_seconds(merged.out), table_without_seconds(whole.out));
+  EXPECT_EQ(without_seconds(nlohmann::json::parse(read_file(dir / "merged.json"))),
+            without_seconds(nlohmann::json::parse(read_file(dir / "whole.json"))));
+  EXPECT_EQ(parse_junit(read_file(dir / "merged.xml")).failures, 1);
+}
+
+std::vector<std::string> fuzz_args(std::vector<std::string> more) {
+  std::vector<std::string> args = {"fuzz", "--cases", "12", "--ops", "30", "--seed", "9", "--quiet"};
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+TEST(FuzzCli, MergedShardsEqualTheUnshardedRunAndOthersExitTwo) {
+  const fs::path dir = scratch();
+  const auto shard = [&](int i) { return (dir / ("s" + std::to_string(i) + ".json")).string(); };
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(kvtwin(fuzz_args(shard_args(i, 3, shard(i)))).exit_code, 0);
+  CliRun whole = kvtwin(fuzz_args({"--json", (dir / "whole.json").string()}));
+  ASSERT_EQ(whole.exit_code, 0) << whole.out << whole.err;
+  CliRun merged = kvtwin({"fuzz", "--merge", shard(1), shard(2), shard(0), "--json", (dir / "merged.json").string(),
+                          "--junit", (dir / "merged.xml").string()});
+  ASSERT_EQ(merged.exit_code, 0) << merged.out << merged.err;
+  EXPECT_EQ(read_file(dir / "merged.json"), read_file(dir / "whole.json")) << "a fuzz report has no durations";
+  const nlohmann::json j = nlohmann::json::parse(read_file(dir / "merged.json"));
+  EXPECT_EQ(j["cases"], 12);
+  EXPECT_EQ(j["shard_count"], 1);
+  const std::string totals = whole.out.substr(whole.out.find("12 cases, "));
+  EXPECT_EQ(merged.out.substr(merged.out.find("12 cases, ")), totals);  // the totals and "kvtwin fuzz: PASS"
+  EXPECT_THAT(totals, HasSubstr("kvtwin fuzz: PASS"));
+  EXPECT_EQ(parse_junit(read_file(dir / "merged.xml")).failures, 0);
+
+  CliRun missing = kvtwin({"fuzz", "--merge", shard(1)});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.err, HasSubstr("shards 0, 2 of 3 are missing"));
+  CliRun twice = kvtwin({"fuzz", "--merge", shard(0), shard(0), shard(1), shard(2)});
+  EXPECT_EQ(twice.exit_code, 2);
+  EXPECT_THAT(twice.err, HasSubstr("shard 0 of 3 is given twice"));
+  const std::string other_ops = (dir / "ops31.json").string();
+  ASSERT_EQ(kvtwin({"fuzz", "--cases", "12", "--ops", "31", "--seed", "9", "--quiet", "--shard-index", "2",
+                    "--shard-count", "3", "--json", other_ops})
+                .exit_code,
+            0);
+  CliRun ops = kvtwin({"fuzz", "--merge", shard(0), shard(1), other_ops});
+  EXPECT_EQ(ops.exit_code, 2);
+  EXPECT_THAT(ops.err, HasSubstr(shard(0) + " and " + other_ops + " differ in /options/ops (30 and 31)"));
+  const std::string other_config = (dir / "config.json").string();
+  ASSERT_EQ(kvtwin({"fuzz", "--cases", "12", "--ops", "30", "--seed", "9", "--quiet", "--config", "qwen3-8b",
+                    "--shard-index", "2", "--shard-count", "3", "--json", other_config})
+                .exit_code,
+            0);
+  CliRun config = kvtwin({"fuzz", "--merge", shard(0), shard(1), other_config});
+  EXPECT_EQ(config.exit_code, 2);
+  EXPECT_THAT(config.err, HasSubstr("differ in /config (\"random\" and \"qwen3-8b\")"));
+  CliRun with_run_option = kvtwin({"fuzz", "--merge", shard(0), shard(1), shard(2), "--seed", "4"});
+  EXPECT_EQ(with_run_option.exit_code, 2);
+  EXPECT_THAT(with_run_option.err, HasSubstr("--seed is an option of a run"));
+}
+
+TEST(FuzzCli, AFailureInOneShardFailsTheMergeWithItsReproduceCommand) {
+  const fs::path dir = scratch();
+  // Seed 3 with this fault: case 0 fails, cases 1 and 2 pass. Shard 0 of 2 runs case 0, shard 1 case 1.
+  const auto run = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = {"fuzz",    "--fault", "model_pairing_out_of_order", "--seed", "3", "--cases", "3",
+                                     "--quiet", "--out",   (dir / "failures").string()};
+    args.insert(args.end(), more.begin(), more.end());
+    return kvtwin(args);
+  };
+  EXPECT_EQ(run(shard_args(0, 2, (dir / "s0.json").string())).exit_code, 1);
+  EXPECT_EQ(run(shard_args(1, 2, (dir / "s1.json").string())).exit_code, 0);
+  CliRun whole = run({"--json", (dir / "whole.json").string()});
+  ASSERT_EQ(whole.exit_code, 1) << whole.out << whole.err;
+  CliRun merged = kvtwin({"fuzz", "--merge", (dir / "s0.json").string(), (dir / "s1.json").string(), "--json",
+                          (dir / "merged.json").string(), "--junit", (dir / "merged.xml").string()});
+  EXPECT_EQ(merged.exit_code, 1) << merged.out << merged.err;
+  const nlohmann::json m = nlohmann::json::parse(read_file(dir / "merged.json"));
+  const nlohmann::json w = nlohmann::json::parse(read_file(dir / "whole.json"));
+  ASSERT_EQ(m["failures"].size(), 1u);
+  EXPECT_EQ(m["failures"], w["failures"]) << "the failure the unsharded run stops at, with its commands";
+  EXPECT_EQ(m["passed"], false);
+  EXPECT_EQ(m["cases"], 2) << "shard 0 stopped at case 0; shard 1 ran case 1";
+  const std::string replay = w["failures"][0]["replay"];
+  EXPECT_THAT(replay, HasSubstr("kvtwin replay " + (dir / "failures").string()));
+  EXPECT_THAT(merged.out, HasSubstr("\nreproduce: " + replay + "\n"));
+  EXPECT_THAT(merged.out, HasSubstr("\nreproduce the case: kvtwin fuzz --seed 3 --case 0 "));
+  EXPECT_THAT(merged.out, HasSubstr("\nkvtwin fuzz: FAIL\n"));
+  EXPECT_EQ(parse_junit(read_file(dir / "merged.xml")).failures, 1);
 }
 
 }  // namespace

@@ -10,8 +10,9 @@
 // the shared traces are skipped, by name, when their folder is absent. Work items run on
 // --jobs threads and are reported in a fixed order; --shard-index/--shard-count (or GoogleTest's
 // GTEST_SHARD_INDEX/GTEST_TOTAL_SHARDS) split them over machines. A summary table ends the run;
-// --junit and --json write reports for CI systems. Durations appear only in those reports and
-// the table; no result depends on them (except the property cases --seconds allows).
+// --junit and --json write reports for CI systems (check_report.h); --merge combines the JSON
+// reports of every shard into the report of the whole run. Durations appear only in those reports
+// and the table; no result depends on them (except the property cases --seconds allows).
 //
 // Exit: 0 everything passed, 1 something failed, 2 bad usage.
 #include <algorithm>
@@ -27,7 +28,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "tools/kvtwin/check_report.h"
 #include "tools/kvtwin/command.h"
+#include "tools/kvtwin/shard_reports.h"
 #include "tools/kvtwin/trace_options.h"
 #include "props/fuzz.h"
 #include "props/observers.h"
@@ -60,20 +63,7 @@ struct CheckOptions {
   std::uint32_t jobs = 0;
   bool quiet = false;
   ShardOptions shard;
-};
-
-struct ItemResult {
-  enum class State { passed, failed, skipped } state = State::passed;
-  std::string detail;     // one line: what ran
-  std::string failure;    // the failure report
-  std::string reproduce;  // the command that reproduces a failure
-  std::uint64_t ops = 0;
-  std::uint64_t checks = 0;
-  double seconds = 0;
-  bool ran = false;  // false: not started (a selftest stopped before it)
-  // A failure's evidence, for selftest: the check that fired and the reproducer's length in ops.
-  std::string check;
-  std::uint64_t reproducer_ops = 0;
+  std::vector<std::string> merge;  // shard reports to combine instead of running
 };
 
 struct Item {
@@ -90,35 +80,6 @@ struct Item {
 fs::path repository_root() {
   if (fs::exists("traces/regress")) return fs::path(".");
   return fs::path(KVTWIN_SOURCE_DIR);
-}
-
-std::string xml_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t')
-          out += ' ';
-        else
-          out += c;
-    }
-  }
-  return out;
 }
 
 // A property item: `cases` seeded cases of one configuration (or cases until `deadline`).
@@ -546,134 +507,16 @@ int run_check(const CheckOptions& o) {
   std::fflush(stdout);
   run_items(items, mine, jobs, false, o.quiet, "kvtwin check --seed " + std::to_string(o.seed));
 
-  // The summary table, part by part.
-  struct Tally {
-    std::uint64_t items = 0, passed = 0, failed = 0, skipped = 0, ops = 0, checks = 0;
-    double seconds = 0;
-  };
-  std::map<std::string, Tally> tallies;
-  std::vector<std::string> part_order;
-  std::uint64_t failed_total = 0;
-  for (std::size_t i : mine) {
-    const Item& item = items[i];
-    const std::string key = item.part + " (" + item.backend + ")";
-    if (!tallies.count(key)) part_order.push_back(key);
-    Tally& t = tallies[key];
-    ++t.items;
-    t.ops += item.result.ops;
-    t.checks += item.result.checks;
-    t.seconds += item.result.seconds;
-    switch (item.result.state) {
-      case ItemResult::State::passed:
-        ++t.passed;
-        break;
-      case ItemResult::State::failed:
-        ++t.failed;
-        ++failed_total;
-        break;
-      case ItemResult::State::skipped:
-        ++t.skipped;
-        break;
-    }
-  }
-  for (std::size_t i : mine) {
-    const Item& item = items[i];
-    if (item.result.state == ItemResult::State::skipped)
-      std::printf("SKIP %s: %s: %s\n", item.part.c_str(), item.name.c_str(), item.result.detail.c_str());
-  }
-  for (std::size_t i : mine) {
-    const Item& item = items[i];
-    if (item.result.state != ItemResult::State::failed) continue;
-    std::printf("FAIL %s: %s (%s)\n  %s\n", item.part.c_str(), item.name.c_str(), item.backend.c_str(),
-                item.result.failure.c_str());
-    if (!item.result.reproduce.empty()) std::printf("  reproduce: %s\n", item.result.reproduce.c_str());
-  }
-  int width = 4;
-  for (const std::string& key : part_order) width = std::max(width, static_cast<int>(key.size()));
-  std::printf("\n%-*s %6s %6s %6s %7s %10s %12s %8s\n", width, "part", "items", "passed", "failed", "skipped", "ops",
-              "checks", "seconds");
-  for (const std::string& key : part_order) {
-    const Tally& t = tallies[key];
-    std::printf("%-*s %6llu %6llu %6llu %7llu %10llu %12llu %8.1f\n", width, key.c_str(),
-                static_cast<unsigned long long>(t.items), static_cast<unsigned long long>(t.passed),
-                static_cast<unsigned long long>(t.failed), static_cast<unsigned long long>(t.skipped),
-                static_cast<unsigned long long>(t.ops), static_cast<unsigned long long>(t.checks), t.seconds);
-  }
-  // The last line says what was not checked: a pass with parts skipped is said to be one, and a
-  // run that checked nothing is not a pass.
-  std::uint64_t skipped_total = 0, passed_total = 0;
-  for (std::size_t i : mine) {
-    skipped_total += items[i].result.state == ItemResult::State::skipped;
-    passed_total += items[i].result.state == ItemResult::State::passed;
-  }
-  if (failed_total == 0 && passed_total == 0) {
-    std::printf("kvtwin check: FAIL (nothing was checked: every work item was skipped)\n");
-    failed_total = 1;
-  } else if (failed_total == 0) {
-    std::printf("kvtwin check: PASS%s\n",
-                skipped_total == 0 ? ""
-                                   : (" (" + std::to_string(skipped_total) + " of " + std::to_string(mine.size()) +
-                                      " work items skipped: see SKIP above)")
-                                         .c_str());
-  } else {
-    std::printf("kvtwin check: FAIL\n");
-  }
-
-  if (!o.json_file.empty()) {
-    nlohmann::json j;
-    j["seed"] = o.seed;
-    j["backend"] = backend_names;
-    j["shard_index"] = shard->index;
-    j["shard_count"] = shard->count;
-    j["passed"] = failed_total == 0;
-    nlohmann::json list = nlohmann::json::array();
-    for (std::size_t i : mine) {
-      const Item& item = items[i];
-      const char* state = item.result.state == ItemResult::State::passed   ? "passed"
-                          : item.result.state == ItemResult::State::failed ? "failed"
-                                                                           : "skipped";
-      list.push_back({{"part", item.part},
-                      {"name", item.name},
-                      {"backend", item.backend},
-                      {"state", state},
-                      {"detail", item.result.detail},
-                      {"failure", item.result.failure},
-                      {"reproduce", item.result.reproduce},
-                      {"ops", item.result.ops},
-                      {"checks", item.result.checks},
-                      {"seconds", item.result.seconds}});
-    }
-    j["items"] = list;
-    if (Status s = write_json_file(o.json_file, j); !s.ok()) return bad_input("check", s.error());
-  }
-  if (!o.junit_file.empty()) {
-    std::ofstream out(o.junit_file, std::ios::binary | std::ios::trunc);
-    if (!out) return bad_input("check", make_error(ErrorKind::io, o.junit_file + ": cannot open for writing"));
-    out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"kvtwin check\">\n";
-    for (const std::string& key : part_order) {
-      const Tally& t = tallies[key];
-      out << "  <testsuite name=\"" << xml_escape(key) << "\" tests=\"" << t.items << "\" failures=\"" << t.failed
-          << "\" errors=\"0\" skipped=\"" << t.skipped << "\" time=\"" << t.seconds << "\">\n";
-      for (std::size_t i : mine) {
-        const Item& item = items[i];
-        if (item.part + " (" + item.backend + ")" != key) continue;
-        out << "    <testcase classname=\"" << xml_escape(key) << "\" name=\"" << xml_escape(item.name) << "\" time=\""
-            << item.result.seconds << "\">";
-        if (item.result.state == ItemResult::State::failed) {
-          out << "\n      <failure message=\"" << xml_escape(item.result.failure.substr(0, 200)) << "\">"
-              << xml_escape(item.result.failure + "\nreproduce: " + item.result.reproduce) << "</failure>\n    ";
-        } else if (item.result.state == ItemResult::State::skipped) {
-          out << "\n      <skipped message=\"" << xml_escape(item.result.detail) << "\"/>\n    ";
-        }
-        out << "</testcase>\n";
-      }
-      out << "  </testsuite>\n";
-    }
-    out << "</testsuites>\n";
-    out.close();
-    if (out.fail()) return bad_input("check", make_error(ErrorKind::io, o.junit_file + ": writing failed"));
-  }
-  return failed_total == 0 ? kExitOk : kExitCheckFailed;
+  CheckReport report;
+  report.seed = o.seed;
+  report.backend = backend_names;
+  report.options = {{"cases", o.cases}, {"random_cases", o.random_cases}, {"ops", o.ops}, {"seconds", o.seconds},
+                    {"fault", o.fault}};
+  report.shard_index = shard->index;
+  report.shard_count = shard->count;
+  report.items_total = items.size();
+  for (std::size_t i : mine) report.items.push_back({i, items[i].part, items[i].name, items[i].backend, items[i].result});
+  return finish_check_report(report, o.json_file, o.junit_file);
 }
 
 }  // namespace
@@ -707,9 +550,15 @@ Command add_check_command(CLI::App& root) {
                   "the gate must fail");
   app->add_flag("--quiet", o->quiet, "no progress bar");
   add_shard_options(*app, o->shard);
+  app->add_option("--merge", o->merge,
+                  "instead of running, combine the --json reports of every shard of one run into its report");
   Command c;
   c.app = app;
-  c.run = [o] { return run_check(*o); };
+  c.run = [o, app] {
+    if (o->merge.empty()) return run_check(*o);
+    if (Status s = only_merge_options(*app); !s.ok()) return bad_input("check", s.error());
+    return merge_check_reports(o->merge, o->json_file, o->junit_file);
+  };
   return c;
 }
 

@@ -1,6 +1,7 @@
 // kvtwin fuzz: seeded swarm fuzzing of the stateful properties (traces/fuzz.h). The seed is
 // printed first; a failing case is shrunk, written to --out as a pool trace that reproduces it
-// alone, and the exact kvtwin replay command is printed.
+// alone, and the exact kvtwin replay command is printed. --json and --junit write the report
+// (fuzz_report.h); --merge combines the JSON reports of every shard into the report of the run.
 //
 // Exit: 0 no case failed, 1 a case failed (its trace is written), 2 bad usage.
 #include <chrono>
@@ -10,6 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "tools/kvtwin/command.h"
+#include "tools/kvtwin/fuzz_report.h"
+#include "tools/kvtwin/shard_reports.h"
 #include "tools/kvtwin/trace_options.h"
 #include "props/fuzz.h"
 
@@ -27,8 +30,10 @@ struct FuzzOptions {
   std::int64_t only_case = -1;
   std::string fault;
   std::string json_file;
+  std::string junit_file;
   bool quiet = false;
   ShardOptions shard;
+  std::vector<std::string> merge;  // shard reports to combine instead of running
 };
 
 int run_fuzz(const FuzzOptions& o) {
@@ -88,27 +93,26 @@ int run_fuzz(const FuzzOptions& o) {
     }
   }
   bar.finish();
-  std::printf("%llu cases, %llu ops, %llu checks passed\n", static_cast<unsigned long long>(ran),
-              static_cast<unsigned long long>(ops), static_cast<unsigned long long>(checks));
-  nlohmann::json report = {{"seed", o.seed},
-                           {"backend", o.backend},
-                           {"config", o.config},
-                           {"cases", ran},
-                           {"ops", ops},
-                           {"checks_passed", checks},
-                           {"fault", o.fault},
-                           {"passed", !failed},
-                           {"shard_index", shard->index},
-                           {"shard_count", shard->count}};
-  int exit_code = kExitOk;
+  FuzzReport report;
+  report.seed = o.seed;
+  report.backend = o.backend;
+  report.config = o.config;
+  report.fault = o.fault;
+  report.options = {{"cases", o.cases},
+                    {"seconds", o.seconds},
+                    {"ops", o.ops},
+                    {"case", o.only_case >= 0 ? nlohmann::json(o.only_case) : nlohmann::json()}};
+  report.shard_index = shard->index;
+  report.shard_count = shard->count;
+  report.cases = ran;
+  report.ops = ops;
+  report.checks_passed = checks;
   if (failed) {
     props::CaseResult& r = *failed;
-    std::printf("FAIL: case %llu (case seed %llu), configuration %s, swarm %s\n",
-                static_cast<unsigned long long>(r.spec.index), static_cast<unsigned long long>(r.spec.seed),
-                r.config.shape.name.c_str(), r.swarm.c_str());
-    std::printf("  op %llu of the case: %s check failed\n  %s\n",
-                static_cast<unsigned long long>(r.failure->ops.size()), r.failure->failure.check.c_str(),
-                r.failure->failure.message.c_str());
+    std::printf("case %llu failed: %s check at op %llu of the case; shrinking\n",
+                static_cast<unsigned long long>(r.spec.index), r.failure->failure.check.c_str(),
+                static_cast<unsigned long long>(r.failure->ops.size()));
+    std::fflush(stdout);
     props::shrink_case(r, factory);
     std::printf("shrunk %llu ops to %llu in %llu replays\n",
                 static_cast<unsigned long long>(r.failure->shrink_stats.ops_before),
@@ -135,26 +139,23 @@ int run_fuzz(const FuzzOptions& o) {
                                                               std::to_string(r.spec.index) + ".jsonl"))
                                  .string();
     if (Status s = traces::write_pool_trace_file(path, trace); !s.ok()) return bad_input("fuzz", s.error());
-    const std::string replay =
-        "kvtwin replay " + path + " --backend " + o.backend + (o.fault.empty() ? "" : " --fault " + o.fault);
     std::printf("wrote the shrunk failure (%zu ops) to %s\n", trace.lines.size(), path.c_str());
-    std::printf("%s\n", r.failure->failure.describe().c_str());
-    std::printf("reproduce: %s\n", replay.c_str());
-    std::printf("reproduce the case: %s\n", reproduce_fuzz.c_str());
-    report["failure"] = {{"case", r.spec.index},
-                         {"case_seed", r.spec.seed},
-                         {"check", r.failure->failure.check},
-                         {"message", r.failure->failure.message},
-                         {"trace", path},
-                         {"replay", replay},
-                         {"ops_before", r.failure->shrink_stats.ops_before},
-                         {"ops_after", r.failure->shrink_stats.ops_after}};
-    exit_code = kExitCheckFailed;
+    FuzzFailure f;
+    f.case_index = r.spec.index;
+    f.case_seed = r.spec.seed;
+    f.configuration = r.config.shape.name;
+    f.swarm = r.swarm;
+    f.check = r.failure->failure.check;
+    f.message = r.failure->failure.message;
+    f.description = r.failure->failure.describe();
+    f.trace = path;
+    f.replay = "kvtwin replay " + path + " --backend " + o.backend + (o.fault.empty() ? "" : " --fault " + o.fault);
+    f.reproduce = reproduce_fuzz;
+    f.ops_before = r.failure->shrink_stats.ops_before;
+    f.ops_after = r.failure->shrink_stats.ops_after;
+    report.failures.push_back(std::move(f));
   }
-  if (!o.json_file.empty()) {
-    if (Status s = write_json_file(o.json_file, report); !s.ok()) return bad_input("fuzz", s.error());
-  }
-  return exit_code;
+  return finish_fuzz_report(report, o.json_file, o.junit_file);
 }
 
 }  // namespace
@@ -176,11 +177,18 @@ Command add_fuzz_command(CLI::App& root) {
   app->add_option("--case", o->only_case, "run only this case of the run (to reproduce one)");
   app->add_option("--fault", o->fault, "plant a named bug in the second backend (a self-test: the run must fail)");
   app->add_option("--json", o->json_file, "also write the report as JSON to FILE ('-': stdout)");
+  app->add_option("--junit", o->junit_file, "also write a JUnit XML report to FILE");
   app->add_flag("--quiet", o->quiet, "no progress bar");
   add_shard_options(*app, o->shard);
+  app->add_option("--merge", o->merge,
+                  "instead of running, combine the --json reports of every shard of one run into its report");
   Command c;
   c.app = app;
-  c.run = [o] { return run_fuzz(*o); };
+  c.run = [o, app] {
+    if (o->merge.empty()) return run_fuzz(*o);
+    if (Status s = only_merge_options(*app); !s.ok()) return bad_input("fuzz", s.error());
+    return merge_fuzz_reports(o->merge, o->json_file, o->junit_file);
+  };
   return c;
 }
 
