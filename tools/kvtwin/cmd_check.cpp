@@ -64,6 +64,7 @@ struct CheckOptions {
   bool quiet = false;
   ShardOptions shard;
   std::vector<std::string> merge;  // shard reports to combine instead of running
+  std::uint64_t cases_per_item = 0;  // 0: one property item per configuration (selftest: small items)
 };
 
 struct Item {
@@ -83,12 +84,15 @@ fs::path repository_root() {
 }
 
 // A property item: `cases` seeded cases of one configuration (or cases until `deadline`).
+// Cases [first, first + cases) of one configuration (or, with a deadline, from `first` until it).
 ItemResult run_property_item(const std::string& config, const props::BackendFactory& factory, const CheckOptions& o,
-                             std::uint64_t cases, std::optional<std::chrono::steady_clock::time_point> deadline,
+                             std::uint64_t first, std::uint64_t cases,
+                             std::optional<std::chrono::steady_clock::time_point> deadline,
                              const std::string& backend_flag) {
   ItemResult r;
   std::uint64_t ran = 0;
-  for (std::uint64_t j = 0; deadline ? (j == 0 || std::chrono::steady_clock::now() < *deadline) : j < cases; ++j) {
+  for (std::uint64_t j = first;
+       deadline ? (j == first || std::chrono::steady_clock::now() < *deadline) : j < first + cases; ++j) {
     props::CaseSpec spec;
     spec.index = j;
     spec.seed = props::case_seed(o.seed, j, config);
@@ -300,7 +304,27 @@ std::vector<Item> gate_items(const CheckOptions& o, const GateSetup& g) {
   std::vector<std::string> configs = {"random"};
   for (const std::string& c : props::catalogue_config_names()) configs.push_back(c);
   const std::uint64_t property_items = configs.size();
+  if (o.cases_per_item != 0) {
+    // Small items, case-major (cases 0..k-1 of every configuration, then the next k, ...): a
+    // self-test that stops at the earliest failed item reaches it soon, on any number of threads.
+    const std::uint64_t most = std::max(o.cases, o.random_cases);
+    for (std::uint64_t first = 0; first < most; first += o.cases_per_item)
+      for (const std::string& config : configs) {
+        const std::uint64_t total = config == "random" ? o.random_cases : o.cases;
+        if (first >= total) continue;
+        const std::uint64_t cases = std::min(o.cases_per_item, total - first);
+        Item item;
+        item.part = "properties";
+        item.name = config + " cases " + std::to_string(first) + ".." + std::to_string(first + cases - 1);
+        item.backend = backend_names;
+        item.run = [config, factory, &o, first, cases, backend_flag] {
+          return run_property_item(config, factory, o, first, cases, std::nullopt, backend_flag);
+        };
+        items.push_back(std::move(item));
+      }
+  }
   for (const std::string& config : configs) {
+    if (o.cases_per_item != 0) break;
     Item item;
     item.part = "properties";
     item.name = config;
@@ -315,7 +339,7 @@ std::vector<Item> gate_items(const CheckOptions& o, const GateSetup& g) {
             static_cast<double>(o.seconds) * jobs / static_cast<double>(property_items)));
         deadline = std::chrono::steady_clock::now() + share;
       }
-      return run_property_item(config, factory, o, cases, deadline, backend_flag);
+      return run_property_item(config, factory, o, 0, cases, deadline, backend_flag);
     };
     items.push_back(std::move(item));
   }
@@ -690,6 +714,7 @@ int run_selftest(const SelftestOptions& so) {
     CheckOptions o = so.gate;
     o.fault = f.name;
     o.out = so.gate.out + "/selftest";
+    o.cases_per_item = 2;
     if (f.site == traces::FaultSite::model) {
       // A model fault runs the model alone: only checks that do not trust the model can catch it.
       o.backend = "model";
@@ -701,9 +726,12 @@ int run_selftest(const SelftestOptions& so) {
     } else {
       o.backend = so.gate.backend == "gpu" ? "gpu" : "both";
     }
-    std::printf("%s on %s ...\n", f.name.c_str(), o.backend.c_str());
-    std::fflush(stdout);
     selftest_run(o, so.fault_seconds, row);
+    std::printf("%s on %s: %s in %.1f s (%s%s)\n", f.name.c_str(), o.backend.c_str(), row.state.c_str(), row.seconds,
+                row.check.empty() ? "" : ("check " + row.check + ", reproducer " + std::to_string(row.reproducer_ops) +
+                                          " ops, by ").c_str(),
+                row.why.c_str());
+    std::fflush(stdout);
     rows.push_back(row);
   }
   int fails = 0;
