@@ -23,6 +23,7 @@
 
 #include <rapidcheck/state.h>
 
+#include "props/policy.h"
 #include "props/shadow.h"
 #include "props/swarm.h"
 #include "sim/model.h"
@@ -49,11 +50,6 @@ class ModelCommand : public rc::state::Command<PoolShadow, sim::Model> {
  private:
   Op op_;
 };
-
-// Checks the postconditions of the policy on one step of a model (tables before and after,
-// and the answer). Returns what is wrong, or an empty string.
-std::string policy_violation(const Op& op, const PoolTables& before, const PoolTables& after, const OpResult& result,
-                             CompactionMode mode);
 
 // The property body: call inside a RapidCheck property. `make_model` builds the system under
 // test (a test-only subclass can plant a wrong policy).

@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,11 @@ class Model : public Backend {
 
   // `length` raw bytes from `offset` (an error in tables-only mode, before `build`, or out of range).
   Result<std::vector<std::uint8_t>> raw_bytes(std::uint64_t offset, std::uint64_t length) const override;
+
+  // The whole raw pool buffer, read-only and without a copy (the Python binding hands it out as a
+  // numpy view). The same errors as raw_bytes before `build` and in tables-only mode. The span
+  // stays valid until the next `build` replaces the pool, or the model is destroyed.
+  Result<std::span<const std::uint8_t>> bytes_view() const;
 
   // Whether a pool has been built.
   bool built() const { return pool_ != nullptr; }
