@@ -76,18 +76,19 @@ json convert(PyObject* o, std::string_view what, int depth) {
       j.push_back(convert(list ? PyList_GET_ITEM(o, i) : PyTuple_GET_ITEM(o, i), what, depth + 1));
     return j;
   }
-  // numpy integer scalars (and anything else that is an index).
-  if (PyIndex_Check(o)) {
-    py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(o));
-    if (!index) throw py::error_already_set();
-    return int_to_json(index.ptr(), what);
-  }
-  // numpy arrays and scalars, torch tensors: their Python values.
+  // numpy arrays and scalars, torch tensors: their Python values (before the index check, which
+  // numpy arrays pass too).
   py::handle handle(o);
   if (py::hasattr(handle, "tolist")) {
     py::object values = handle.attr("tolist")();
     if (values.ptr() == o) type_error(what, handle);
     return convert(values.ptr(), what, depth + 1);
+  }
+  // Other integer types (anything that is an index).
+  if (PyIndex_Check(o)) {
+    py::object index = py::reinterpret_steal<py::object>(PyNumber_Index(o));
+    if (!index) throw py::error_already_set();
+    return int_to_json(index.ptr(), what);
   }
   type_error(what, handle);
 }
