@@ -38,6 +38,13 @@ using nlohmann::json;
 
 Error invalid(std::string message) { return make_error(ErrorKind::invalid_argument, std::move(message)); }
 
+template <class... Fs>
+struct Overloaded : Fs... {
+  using Fs::operator()...;
+};
+template <class... Fs>
+Overloaded(Fs...) -> Overloaded<Fs...>;
+
 // A std::vector handed to numpy without a copy: the capsule owns it.
 template <class T>
 py::array_t<T> vector_to_array(std::vector<T>&& values, std::vector<py::ssize_t> shape) {
@@ -53,17 +60,62 @@ py::dict bytes_dict(Bytes&& b) {
   return d;
 }
 
-// An answer as a dict; reads and decode steps also carry their bytes under "data".
+py::list int_list(const std::vector<std::int64_t>& values) {
+  py::list list(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i)
+    PyList_SET_ITEM(list.ptr(), static_cast<Py_ssize_t>(i), PyLong_FromLongLong(values[i]));
+  return list;
+}
+
+py::list int_rows(const std::vector<std::vector<std::int64_t>>& rows) {
+  py::list list(rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) list[i] = int_list(rows[i]);
+  return list;
+}
+
+// An answer as a dict, in trace syntax: result_to_json's keys and values (tests/python checks the
+// two agree on every kind of answer), built directly as Python objects because this is the
+// binding's per-operation cost. Refusals (rare) go through result_to_json itself. Reads and
+// decode steps also carry their bytes under "data".
 py::dict answer_dict(OpResult&& r) {
-  if (r.ok()) {
-    if (auto* b = std::get_if<Bytes>(&r.value())) return bytes_dict(std::move(*b));
-    if (auto* d = std::get_if<Decode>(&r.value())) {
-      py::dict out = from_json(result_to_json(r)).cast<py::dict>();
-      out["attention"] = bytes_dict(std::move(d->attention));
-      return out;
-    }
-  }
-  return from_json(result_to_json(r)).cast<py::dict>();
+  if (!r.ok()) return from_json(result_to_json(r)).cast<py::dict>();
+  py::dict d;
+  std::visit(Overloaded{
+                 [&](Done&) { d["ok"] = true; },
+                 [&](NoRoom&) { d["no_room"] = true; },
+                 [&](Allocated& o) { d["pages"] = int_list(o.pages); },
+                 [&](AllocatedMany& o) {
+                   d["pages"] = int_rows(o.pages);
+                   if (o.pages.empty()) d["many"] = true;  // as result_to_json says which it is
+                 },
+                 [&](Compaction& o) {
+                   py::list moves(o.moves.size());
+                   for (std::size_t i = 0; i < o.moves.size(); ++i) {
+                     py::list m(3);
+                     m[0] = py::str(o.moves[i].sub_pool);
+                     m[1] = py::int_(o.moves[i].src);
+                     m[2] = py::int_(o.moves[i].dst);
+                     moves[i] = std::move(m);
+                   }
+                   d["moves"] = std::move(moves);
+                 },
+                 [&](Ids& o) { d["ids"] = int_list(o.values); },
+                 [&](Table& o) { d["table"] = int_rows(o.rows); },
+                 [&](Bytes& o) { d = bytes_dict(std::move(o)); },
+                 [&](Marks& o) {
+                   py::list marks(2);
+                   marks[0] = py::bool_(o.left_physical);
+                   marks[1] = py::bool_(o.right_physical);
+                   d["marks"] = std::move(marks);
+                 },
+                 [&](Decode& o) {
+                   d["loc"] = int_list(o.loc);
+                   d["table"] = int_rows(o.table);
+                   d["attention"] = bytes_dict(std::move(o.attention));
+                 },
+             },
+             r.value());
+  return d;
 }
 
 py::dict tables_dict(const PoolTables& tables) {

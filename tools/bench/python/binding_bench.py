@@ -9,7 +9,9 @@ from numpy at least half the speed of the C++ call).
             Model.translate (a fresh int64 array, and in place), against sim::Model::apply of the
             same translate op in C++. Speed ratio = C++ time / Python time (1.0: no overhead).
 
-Each figure is the best of several repetitions (the machine is shared). Run it from a Release build:
+Times are the process's CPU time on both sides (time.process_time, CLOCK_PROCESS_CPUTIME_ID): on a
+shared machine wall time counts other processes' turns. Each figure is the best of several
+repetitions. Run it from a Release build:
 build/default/tools/bench/kvtwin_python_bench (a script that sets PYTHONPATH and the interpreter).
 """
 
@@ -37,7 +39,7 @@ def best(fn, repeats=REPEATS):
 def python_alloc_free(form):
     model = kvtwin.Model(CONFIG)
     apply = model.apply
-    start = time.perf_counter()
+    start = time.process_time()
     if form == "keywords":
         for _ in range(ROUNDS):
             pages = apply("alloc", tokens=PAGE_TOKENS)["pages"]
@@ -46,20 +48,20 @@ def python_alloc_free(form):
         for _ in range(ROUNDS):
             pages = apply({"op": "alloc", "tokens": PAGE_TOKENS})["pages"]
             apply({"op": "free", "pages": pages})
-    return time.perf_counter() - start
+    return time.process_time() - start
 
 
 def python_translate(ids, in_place, reps=3):
     model = kvtwin.Model(CONFIG)
     model.apply("alloc", tokens=LIVE_TOKENS)
     buffers = [ids.copy() for _ in range(reps)] if in_place else None
-    start = time.perf_counter()
+    start = time.process_time()
     for i in range(reps):
         if in_place:
             model.translate(buffers[i], out=buffers[i])
         else:
             model.translate(ids)
-    return (time.perf_counter() - start) / reps
+    return (time.process_time() - start) / reps
 
 
 def main():
