@@ -97,6 +97,58 @@ def test_the_docs_example_answers_as_its_trace_expects():
             assert answer == expect, op
 
 
+EVERY_KIND_OF_ANSWER = [
+    {"op": "alloc", "tokens": 8},                                   # pages
+    {"op": "alloc", "tokens": 4096},                                # no_room
+    {"op": "alloc_many", "tokens": [4, 4]},                         # pages, one list a request
+    {"op": "free", "pages": [1]},                                   # moves
+    {"op": "translate", "ids": [8, 9, -1]},                         # ids
+    {"op": "batch", "batch": 0, "tokens": [8, 9, 12]},              # ok
+    {"op": "rebind", "batch": 0},
+    {"op": "split", "batch": 0, "at": 1, "into": [1, 2]},           # marks
+    {"op": "write", "batch": 0, "layer": 0, "write_number": 1},
+    {"op": "read", "layer": 0, "part": "v", "ids": [4, 5]},         # bytes and digest
+    {"op": "page_table", "req_to_token": [[8, 9, 10, 11, 12, 13, 14, 15]], "req": [0], "seq_len": [6],
+     "prior": [[0, 0, 0]]},                                         # table
+    {"op": "capture", "graph": 0, "max_batch": 2, "max_pages": 4, "layer": 1, "query_heads": 2},
+    {"op": "replay", "graph": 0, "requests": [[8, 9, 10, 11, 12]], "write_number": 2, "query_seed": 5},  # decode
+    {"op": "remap_indices", "kv_indptr": [0, 2], "kv_indices": [8, 9, 77], "bs": 1},
+    {"op": "alloc_many", "tokens": []},                             # an error
+    {"op": "checkpoint"},
+]
+
+
+def without_data(answer):
+    """An answer as a trace stores it: the bytes themselves left out, their size and digest kept."""
+    out = {k: v for k, v in answer.items() if k != "data"}
+    if "attention" in out:
+        out["attention"] = without_data(out["attention"])
+    return out
+
+
+def test_every_kind_of_answer_is_in_trace_syntax(tmp_path):
+    # The answers are built as Python objects directly; written as expectations and read back
+    # through core/'s result_from_json and result_to_json, they must come back unchanged.
+    model = kvtwin.Model(CONFIG)
+    ops = []
+    for op in EVERY_KIND_OF_ANSWER:
+        answer = model.try_apply(op)
+        if "data" in answer:
+            assert kvtwin.bytes_result(answer["data"]) == without_data(answer)
+        ops.append(dict(op, expect=without_data(answer)))
+    assert {next(iter(op["expect"])) for op in ops} == {"pages", "no_room", "moves", "ids", "ok", "marks", "bytes",
+                                                          "table", "loc", "error"}
+    path = tmp_path / "answers.jsonl"
+    kvtwin.write_trace(path, {"header": {"config": CONFIG}, "ops": ops})
+    read_back = kvtwin.read_trace(path)["ops"]
+    for mine, theirs in zip(ops, read_back):
+        if "error" in mine["expect"]:
+            assert theirs["expect"]["error"] == mine["expect"]["error"]
+        else:
+            assert theirs["expect"] == mine["expect"], mine["op"]
+    assert kvtwin.replay(path)["passed"]
+
+
 def test_a_refusal_raises_with_the_models_message_and_changes_nothing():
     model = kvtwin.Model(CONFIG)
     model.apply("alloc", tokens=12)

@@ -17,7 +17,7 @@ from spec_allocator import BrokenPairing, DoubleFree, SpecAllocator, spec_geomet
 MODEL = "llama-3.1-8b"  # at TP 8 one KV head per rank: a single sub-pool, 16 KiB entries
 
 
-def pool(page_size, mode, pages=24):
+def pool(page_size, mode, pages=16):
     entry_bytes = kvtwin.layout(MODEL, tp=8, page_size=page_size)["sub_pools"][0]["entry_bytes"]
     total_bytes = entry_bytes * page_size * pages + entry_bytes // 2  # not a whole number of pages
     config = {"model": MODEL, "tp": 8, "page_size": page_size, "total_bytes": total_bytes, "mode": mode,
