@@ -22,6 +22,12 @@ if(NOT KVTWIN_WITH_PYTHON)
   set(KVTWIN_PYTHON_MISSING "KVTWIN_WITH_PYTHON is OFF")
   return()
 endif()
+# A sanitizer build's libraries need the sanitizer runtime loaded first, which a stock python3 does
+# not do: the module is not built there (the asan preset), and its tests skip saying so.
+if(KVTWIN_SANITIZE)
+  set(KVTWIN_PYTHON_MISSING "a build without sanitizers (KVTWIN_SANITIZE is ON)")
+  return()
+endif()
 
 if(NOT DEFINED Python3_EXECUTABLE AND EXISTS /usr/bin/python3)
   set(Python3_EXECUTABLE /usr/bin/python3 CACHE FILEPATH
