@@ -26,6 +26,7 @@ endif()
 # not do: the module is not built there (the asan preset), and its tests skip saying so.
 if(KVTWIN_SANITIZE)
   set(KVTWIN_PYTHON_MISSING "a build without sanitizers (KVTWIN_SANITIZE is ON)")
+  message(STATUS "kvtwin: the Python module is not built in a sanitizer build")
   return()
 endif()
 
