@@ -6,9 +6,11 @@
 //   m.apply({"op": "free", "pages": [1]}) -> {"moves": [["full", 2, 1]]}
 //   m.apply("free", pages=[1])            raises kvtwin.Error (kind "double_free"), model unchanged
 //
-// Operations and answers are dicts in trace syntax (docs/traces.md), read and written by core/'s
-// own functions (op_from_json, result_to_json). A refused operation raises kvtwin.Error with the
-// model's message and leaves the model as it was (the model validates before it mutates);
+// Operations and answers are dicts in trace syntax (docs/traces.md): operations are read by core/'s
+// own op_from_json, answers are result_to_json's keys built directly as Python objects (the
+// per-operation cost; tests/python checks the two agree on every kind of answer). A refused
+// operation raises kvtwin.Error with the model's message and leaves the model as it was (the model
+// validates before it mutates);
 // try_apply returns the refusal as {"error": kind, "message": ...} instead. A read's bytes come
 // back under "data" as well (a numpy uint8 array), next to their size and digest.
 //
