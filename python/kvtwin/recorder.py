@@ -205,6 +205,12 @@ class Recorder:
         self.close()
         return False
 
+    def sync(self):
+        """Hands the lines recorded so far to the file, so that they survive the process crashing.
+        (``flush()`` records the flush operation.)"""
+        with self._lock:
+            self._writer.flush()
+
     def close(self):
         """Puts every wrapped method back and closes the trace."""
         self.unwrap()

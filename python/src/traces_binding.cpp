@@ -106,6 +106,11 @@ class TraceWriter {
     return line;
   }
 
+  void flush() {
+    if (!writer_) raise(make_error(ErrorKind::io, path_ + ": the trace is closed"));
+    unwrap(writer_->flush());
+  }
+
   void close() {
     if (!writer_) return;
     closed_lines_ = writer_->lines_written();
@@ -180,6 +185,7 @@ void bind_traces(py::module_& m) {
       .def(py::init<const py::object&, const py::object&>(), py::arg("path"), py::arg("header"))
       .def("append", &TraceWriter::append, py::arg("op"), py::arg("expect") = py::none(),
            "Appends one operation (and its expected result); returns its line number.")
+      .def("flush", &TraceWriter::flush, "Hands the lines written so far to the file.")
       .def("close", &TraceWriter::close)
       .def_property_readonly("lines_written", &TraceWriter::lines_written)
       .def_property_readonly("path", &TraceWriter::path)

@@ -172,6 +172,8 @@ def test_one_call_per_operation_and_token_ids(tmp_path):
         rec.refused("alloc", "invalid_argument", tokens=5)
         rec.flush()                                    # answer unknown: no expectation
         assert rec.lines_written == 7
+        rec.sync()  # every line so far is in the file while recording goes on
+        assert len(kvtwin.read_trace(path)["ops"]) == 7
     ops = kvtwin.read_trace(path)["ops"]
     assert ops[0] == {"op": "alloc", "tokens": 8, "expect": {"pages": [1, 2]}}
     assert ops[1] == {"op": "free", "tokens": [4, 5, 6, 7], "expect": {"moves": [["full", 2, 1]]}}
