@@ -6,8 +6,8 @@ from numpy at least half the speed of the C++ call).
             Python (keywords, and a dict) against sim::Model::apply called in a C++ loop
             (kvtwin_bench_baseline, cpp_baseline.cpp). Overhead = (Python - C++) / operations.
   translate 1,048,576 virtual token ids of live pages, int64 and int32 numpy arrays, through
-            Model.translate (a fresh int64 array, and in place), against sim::Model::apply of the
-            same translate op in C++. Speed ratio = C++ time / Python time (1.0: no overhead).
+            Model.translate (a fresh int64 array, and in place), each against sim::Model::apply of
+            the same translate op in C++. Speed ratio = C++ time / Python time (1.0: no overhead).
 
 Times are the process's CPU time on both sides (time.process_time, CLOCK_PROCESS_CPUTIME_ID): on a
 shared machine wall time counts other processes' turns. Each figure is the best of several
@@ -85,20 +85,21 @@ def main():
     # Deterministic ids over the live tokens (and a few past them, to the sink).
     ids64 = (np.arange(IDS, dtype=np.int64) * 7919) % (LIVE_TOKENS + 64) + PAGE_TOKENS
     ids32 = ids64.astype(np.int32)
-    cpp_t = best(lambda: cpp.translate_seconds(config_json, LIVE_TOKENS, ids64, 3) / 3)
-    print(f"\ntranslate {IDS} ids")
-    print(f"  {'path':40} {'ms':>8} {'Mids/s':>8} {'speed vs C++':>13}")
-    cases = [("C++ sim::Model::apply(translate)", cpp_t),
-             ("Python Model.translate(int64)", best(lambda: python_translate(ids64, False))),
-             ("Python Model.translate(int32)", best(lambda: python_translate(ids32, False))),
-             ("Python Model.translate(int64, in place)", best(lambda: python_translate(ids64, True)))]
-    for name, seconds in cases:
-        print(f"  {name:40} {seconds * 1e3:8.2f} {IDS / seconds / 1e6:8.1f} {cpp_t / seconds:13.2f}")
+    print(f"\ntranslate {IDS} ids: Model.translate from Python against the same translate op in C++")
+    print(f"  {'ids':22} {'C++ ms':>8} {'Python ms':>10} {'Mids/s':>8} {'speed vs C++':>13}")
+    speeds = {}
+    for name, ids, int32, in_place in (("int64, fresh output", ids64, False, False),
+                                       ("int32, fresh output", ids32, True, False),
+                                       ("int64, in place", ids64, False, True)):
+        cpp_t = best(lambda: cpp.translate_seconds(config_json, LIVE_TOKENS, ids64, 3, int32, in_place) / 3)
+        py_t = best(lambda: python_translate(ids, in_place))
+        speeds[name] = cpp_t / py_t
+        print(f"  {name:22} {cpp_t * 1e3:8.2f} {py_t * 1e3:10.2f} {IDS / py_t / 1e6:8.1f} {cpp_t / py_t:13.2f}")
 
     keyword_overhead = (rows[1][1] - cpp_s) / ops * 1e6
-    translate_speed = cpp_t / cases[1][1]
+    translate_speed = min(speeds.values())
     print(f"\nbinding overhead per operation: {keyword_overhead:.2f} us (target < 2); "
-          f"translate speed vs C++: {translate_speed:.2f} (target >= 0.5)")
+          f"translate speed vs C++: {translate_speed:.2f} at worst (target >= 0.5)")
 
 
 if __name__ == "__main__":

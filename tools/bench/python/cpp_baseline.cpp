@@ -52,14 +52,19 @@ double alloc_free_seconds(const std::string& config_json, std::uint64_t tokens, 
   return cpu_seconds() - start;
 }
 
-// translate(ids) `reps` times on a pool with `alloc_tokens` allocated first; seconds for all.
+// translate(ids) `reps` times on a pool with `alloc_tokens` allocated first; seconds for all. The
+// op is the one the binding plays for the same call: int32 or int64 ids, a fresh output or the ids
+// themselves (in place).
 double translate_seconds(const std::string& config_json, std::uint64_t alloc_tokens,
-                         const py::array_t<std::int64_t, py::array::c_style>& ids, std::uint64_t reps) {
+                         const py::array_t<std::int64_t, py::array::c_style>& ids, std::uint64_t reps, bool int32,
+                         bool in_place) {
   auto model = built_model(config_json);
   if (!model->apply(Op(Alloc{alloc_tokens})).ok()) throw std::runtime_error("the pool has no room for the ids");
   Translate op;
   op.ids.assign(ids.data(), ids.data() + ids.size());
   op.shape = {static_cast<std::int64_t>(ids.size())};
+  op.index_dtype = int32 ? IndexDtype::int32 : IndexDtype::int64;
+  op.out = in_place ? OutPlacement::alias : OutPlacement::fresh;
   const Op translate(std::move(op));
   const double start = cpu_seconds();
   for (std::uint64_t i = 0; i < reps; ++i) {
@@ -75,5 +80,5 @@ PYBIND11_MODULE(kvtwin_bench_baseline, m) {
   m.doc() = "The C++ model timed directly, for tools/bench/python/binding_bench.py";
   m.def("alloc_free_seconds", &alloc_free_seconds, py::arg("config_json"), py::arg("tokens"), py::arg("reps"));
   m.def("translate_seconds", &translate_seconds, py::arg("config_json"), py::arg("alloc_tokens"), py::arg("ids"),
-        py::arg("reps"));
+        py::arg("reps"), py::arg("int32") = false, py::arg("in_place") = false);
 }
