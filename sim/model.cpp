@@ -747,6 +747,12 @@ Result<std::vector<std::uint8_t>> Model::raw_bytes(std::uint64_t offset, std::ui
   return std::vector<std::uint8_t>(r.begin(), r.end());
 }
 
+Result<std::span<const std::uint8_t>> Model::bytes_view() const {
+  if (!pool_) return invalid("raw_bytes: no pool is built yet");
+  if (!pool_->bytes) return make_error(ErrorKind::unsupported, "raw_bytes: a tables-only pool has no bytes");
+  return std::as_const(*pool_->bytes).all();
+}
+
 std::optional<RowIdentity> Model::expected_row(std::size_t sub_pool, std::int64_t physical_token, std::uint32_t layer,
                                                std::size_t part) const {
   if (!pool_ || !pool_->bytes || sub_pool >= pool_->allocator.side_count() || physical_token < 0) return std::nullopt;

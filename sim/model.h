@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -79,6 +80,10 @@ class Model : public Backend {
   // of moves), in the order written, adjacent repeats merged; empty for tables-only pools. The
   // runner compares exactly these bytes between two backends after every operation.
   const std::vector<ByteRange>& touched_bytes() const;
+  // The whole raw pool buffer, read-only and without a copy (the Python binding hands it out as a
+  // numpy view). The same errors as raw_bytes before `build` and in tables-only mode. The span
+  // stays valid until the next `build` replaces the pool, or the model is destroyed.
+  Result<std::span<const std::uint8_t>> bytes_view() const;
 
   // Whether a pool has been built.
   bool built() const { return pool_ != nullptr; }

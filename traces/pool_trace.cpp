@@ -215,6 +215,13 @@ Status PoolTraceWriter::append(const Op& op, const std::optional<OpResult>& expe
   return ok_status();
 }
 
+Status PoolTraceWriter::flush() {
+  KVTWIN_CHECK(out_ != nullptr, "flush after close");
+  out_->flush();
+  if (!*out_) return make_error(ErrorKind::io, path_ + ": write failed after " + std::to_string(lines_) + " lines");
+  return ok_status();
+}
+
 Status PoolTraceWriter::close() {
   if (!out_) return ok_status();
   out_->close();

@@ -101,6 +101,8 @@ class PoolTraceWriter {
  public:
   static Result<PoolTraceWriter> open(const std::string& path, const TraceHeader& header);
   Status append(const Op& op, const std::optional<OpResult>& expect);
+  // Hands the lines written so far to the file (a recording that may end in a crash).
+  Status flush();
   Status close();
   std::uint64_t lines_written() const { return lines_; }
 

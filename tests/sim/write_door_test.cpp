@@ -221,10 +221,17 @@ TEST(ReadDoor, SinkLanesReadAsZerosAndTablesOnlyPoolsRefuseReads) {
   expected.insert(expected.end(), row.begin(), row.end());
   EXPECT_EQ(b.bytes, expected);
   EXPECT_EQ(b.size, 3 * kRow);
+  // The view without a copy (the Python binding's raw_bytes) shows the same row where the byte
+  // law puts it: physical token 4, layer 0, part k at 4 * E.
+  const std::span<const std::uint8_t> view = *m.bytes_view();
+  EXPECT_EQ(view.size(), m.config().total_bytes);
+  EXPECT_EQ(std::vector<std::uint8_t>(view.begin() + 4 * kEntry, view.begin() + 4 * kEntry + kRow), row);
   Model t;
   must(t, BuildPool{config_with_pages(mha_shape({LayerKind::full}), 4, 10, CompactionMode::eager, true)});
   refused(t, Read{0, "k", {4}}, ErrorKind::unsupported);
   EXPECT_EQ(t.raw_bytes(0, 1).error().kind, ErrorKind::unsupported);
+  EXPECT_EQ(t.bytes_view().error().kind, ErrorKind::unsupported);
+  EXPECT_FALSE(Model().bytes_view().ok());  // nothing built yet
 }
 
 }  // namespace

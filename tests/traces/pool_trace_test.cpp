@@ -102,6 +102,21 @@ TEST(PoolTrace, BlankLinesAreSkippedButCounted) {
   EXPECT_EQ(t->lines[0].line, 3u);
 }
 
+TEST(PoolTrace, AFlushedWriterHasItsLinesInTheFileBeforeItCloses) {
+  const std::string path = ::testing::TempDir() + "kvtwin_flushed.jsonl";
+  Result<PoolTraceWriter> w = PoolTraceWriter::open(path, TraceHeader{small_config(), 5, {}});
+  ASSERT_TRUE(w.ok()) << w.error().message;
+  ASSERT_TRUE(w->append(Op(Alloc{4}), std::nullopt).ok());
+  ASSERT_TRUE(w->append(Op(Flush{}), OpResult(Outcome(Compaction{}))).ok());
+  ASSERT_TRUE(w->flush().ok());
+  Result<PoolTrace> read = read_pool_trace_file(path);  // the writer is still open
+  ASSERT_TRUE(read.ok()) << read.error().message;
+  EXPECT_EQ(read->lines.size(), 2u);
+  EXPECT_EQ(read->header.seed, 5u);
+  ASSERT_TRUE(w->close().ok());
+  std::remove(path.c_str());
+}
+
 TEST(PoolTrace, UnwritableFileIsAnIoError) {
   Result<PoolTraceWriter> w = PoolTraceWriter::open("/nonexistent-folder/x.jsonl", TraceHeader{small_config(), 1, {}});
   ASSERT_FALSE(w.ok());
