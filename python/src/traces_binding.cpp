@@ -14,6 +14,7 @@
 #include "python/src/convert.h"
 #include "traces/backends.h"
 #include "traces/pool_trace.h"
+#include "props/observers.h"
 #include "traces/replay.h"
 
 namespace kvtwin::python {
@@ -146,16 +147,24 @@ py::dict replay(const py::object& trace, const std::string& backend, const std::
   traces::BackendSet backends = unwrap(traces::make_backend_set(choice, fault));
   const traces::CheckCadence cadence = cadence_from(verify_every, tables_every, compare_pools);
   std::optional<traces::ReplayReport> report;
+  // As kvtwin replay: the shadow, the policy and the refusal checks join the trace's expectations
+  // whenever tables are checked after every line.
+  const traces::ObserverFactory observers =
+      cadence.tables_every == 1 ? props::property_observer_factory() : traces::ObserverFactory{};
   if (PyDict_Check(trace.ptr())) {
     const traces::PoolTrace t = trace_from(trace);
-    py::gil_scoped_release released;
-    report = traces::replay_lines(t.header, t.lines, backends, cadence, "<memory>");
+    Result<traces::ReplayReport> r = make_error(ErrorKind::internal, "not run");
+    {
+      py::gil_scoped_release released;
+      r = traces::replay_lines(t.header, t.lines, backends, cadence, "<memory>", observers);
+    }
+    report = unwrap(std::move(r));
   } else {
     const std::string path = path_string(trace);
     Result<traces::ReplayReport> r = make_error(ErrorKind::internal, "not run");
     {
       py::gil_scoped_release released;
-      r = traces::replay_pool_trace_file(path, backends, cadence);
+      r = traces::replay_pool_trace_file(path, backends, cadence, {}, observers);
     }
     report = unwrap(std::move(r));
   }
