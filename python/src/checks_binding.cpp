@@ -131,7 +131,7 @@ void bind_checks(py::module_& m) {
 
   m.def("catalogue_config_names", &props::catalogue_config_names,
         "The configurations `kvtwin check` covers (every catalogue model, eager and lazy, several page sizes).");
-  m.def("planted_faults", &traces::planted_faults, "The bugs `fault=` can plant in the model's second copy.");
+  m.def("planted_faults", &traces::planted_faults, "The bugs `fault=` can plant in the model (which then runs alone, checked by the shadow).");
   m.def("gpu_available", &traces::gpu_device_available, "Whether the GPU backend is built and a CUDA device exists.");
 }
 
