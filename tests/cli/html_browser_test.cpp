@@ -13,8 +13,6 @@
 // samples), a pool trace with a planted bug (the failure view), a failing fuzz campaign, and
 // the gate with a planted bug (failures with their reproduce commands). Where no browser is
 // installed each test skips, saying so.
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,6 +23,9 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 
 namespace {
 
@@ -206,9 +207,26 @@ TEST_F(HtmlInBrowser, TheGateReportOpensWithItsPartsAndEachFailuresReproduceComm
   const fs::path page = out_dir() / "check-planted-failure.html";
   const fs::path empty = out_dir() / "no-traces";
   fs::create_directories(empty);
-  ASSERT_EQ(kvtwin({"check", "--cases", "1", "--random-cases", "2", "--fault", "pairing_out_of_order", "--traces-dir",
-                    empty.string(), "--samples-dir", empty.string(), "--out", (out_dir() / "check-failures").string(),
-                    "--jobs", "2", "--quiet", "--html", page.string()},
+  ASSERT_EQ(kvtwin({"check",
+                    "--cases",
+                    "1",
+                    "--random-cases",
+                    "1",
+                    "--ops",
+                    "20",
+                    "--fault",
+                    "pairing_out_of_order",
+                    "--traces-dir",
+                    empty.string(),
+                    "--samples-dir",
+                    empty.string(),
+                    "--out",
+                    (out_dir() / "check-failures").string(),
+                    "--jobs",
+                    "2",
+                    "--quiet",
+                    "--html",
+                    page.string()},
                    out_dir() / "check-planted-failure.log"),
             1);
   expect_opens_clean(page, 2);

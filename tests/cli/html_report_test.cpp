@@ -7,12 +7,6 @@
 //   - the page is well-formed (parsed as XML with expat), self-contained (a policy that loads
 //     nothing, no src attribute, no link out of the page), every chart has an id of its own and
 //     marks to draw, and the page says how it was downsampled.
-#include "tools/kvtwin/html_report.h"
-
-#include <expat.h>
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -22,8 +16,13 @@
 #include <tuple>
 #include <vector>
 
+#include <expat.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include "core/catalogue.h"
 #include "tools/kvtwin/downsample.h"
+#include "tools/kvtwin/html_report.h"
 #include "tools/kvtwin/run_recorder.h"
 #include "tools/kvtwin/svg_chart.h"
 #include "traces/backends.h"

@@ -263,8 +263,8 @@ std::string run_sections(const RunRecording& run, const std::string& id_prefix) 
          " pools; the charts show the last one.</p>\n";
 
   s += "<h2>Occupancy over " + std::string(run.serving ? "simulated time" : "the run") + "</h2>\n";
-  s += "<p class=\"small\">Per sub-pool: pages bound, holes (lazy mode), and the gap between the two frontiers "
-       "in that sub-pool's pages; under each chart, " +
+  s += "<p class=\"small\">Per sub-pool: pages bound and holes (lazy mode), stacked, and the gap between the two "
+       "frontiers in that sub-pool's pages (a line); under each chart, " +
        std::string(run.serving ? "admissions, retractions, prefix-cache evictions (in pages) and no_room answers"
                                : "allocations, frees, no_room answers and errors") +
        " between two samples.</p>\n";
@@ -273,7 +273,7 @@ std::string run_sections(const RunRecording& run, const std::string& id_prefix) 
     TimeChart c = base_chart(run, id_prefix + "occupancy-" + side.name, "pages", ValueFormat::count);
     ChartSeries bound{"bound", i == 0 ? "#2a7ab8" : "#2a9d8f", ChartSeries::Style::stacked_area, {}};
     ChartSeries holes{"holes", "#d33", ChartSeries::Style::stacked_area, {}};
-    ChartSeries gap{"gap", "#cfd8dc", ChartSeries::Style::stacked_area, {}};
+    ChartSeries gap{"gap (free between the frontiers)", "#78909c", ChartSeries::Style::line, {}};
     for (const RunSample& sample : run.samples) {
       const SideSample v = i < sample.sides.size() ? sample.sides[i] : SideSample{};
       bound.y.push_back(static_cast<double>(v.bound_pages));
@@ -334,6 +334,9 @@ std::string run_sections(const RunRecording& run, const std::string& id_prefix) 
       c.series = {interval, overall};
       c.y_max = 1;
       s += "<h3>Prefix-hit rate</h3>\n" + render_time_chart(c);
+      if (run.samples.back().cached_tokens == 0)
+        s += "<p class=\"note\">No prompt token came from the prefix cache in this run (a trace without prefix "
+             "hashes, such as Azure's, never hits).</p>\n";
     }
     {
       TimeChart c = base_chart(run, id_prefix + "tier-hits", "tokens", ValueFormat::count);

@@ -24,10 +24,11 @@
 
 #include <cstdint>
 #include <deque>
-#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "core/backend.h"
 #include "core/op.h"
@@ -42,7 +43,7 @@ namespace kvtwin::cli {
 inline constexpr std::size_t kMaxChartPoints = 2048;  // per chart: between half and all of this many
 inline constexpr std::size_t kMaxStrips = 12;         // strips in the strip map (between 6 and 12, and the end)
 inline constexpr std::size_t kStripCellsMax = 1024;   // cells a side of one strip
-inline constexpr std::size_t kMovesDrawnMax = 256;    // compaction moves drawn between two strips
+inline constexpr std::size_t kMovesDrawnMax = 96;     // compaction moves drawn between two strips
 inline constexpr std::size_t kOpsBeforeFailure = 24;  // ops shown before a failure (the failing one last)
 inline constexpr std::uint64_t kBeforeTablesMaxPages = 4096;
 

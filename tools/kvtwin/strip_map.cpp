@@ -188,7 +188,7 @@ std::string render_strip_map(const StripMapInput& in) {
       }
       if (!d.empty())
         s += "<path d=\"" + d + "\" stroke=\"" + kMoveColor +
-             "\" stroke-opacity=\"0.35\" stroke-width=\"0.6\" fill=\"none\"><title>" +
+             "\" stroke-opacity=\"0.22\" stroke-width=\"0.5\" fill=\"none\"><title>" +
              escape_xml(std::to_string(strip.moves_before_total) + " compaction moves since the strip above") +
              "</title></path>";
     }

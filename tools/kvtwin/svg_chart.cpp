@@ -10,7 +10,7 @@ namespace {
 
 constexpr double kWidth = 960;
 constexpr double kLeft = 80;
-constexpr double kRight = 16;
+constexpr double kRight = 52;  // room for the lanes' totals
 constexpr double kTop = 26;
 constexpr double kPlotHeight = 190;
 constexpr double kAxisHeight = 34;
@@ -272,8 +272,10 @@ std::string render_time_chart(const TimeChart& c) {
         if (m == 1) d += " " + px(sx(c.x[0]) + 1) + " " + px(sy(top[0]));
         if (m == 1) d += " " + px(sx(c.x[0]) + 1) + " " + px(sy(bottom[0]));
         for (std::size_t i = m; i-- > 0;) d += " " + px(sx(c.x[i])) + " " + px(sy(bottom[i]));
-        s += "<path d=\"" + d + "Z\" fill=\"" + color + "\" fill-opacity=\"0.75\" stroke=\"" + color +
-             "\" stroke-width=\"0.8\">" + title + "</path>";
+        // A stacked layer has no outline: one that is zero throughout would draw a line of its colour.
+        s += "<path d=\"" + d + "Z\" fill=\"" + color + "\" fill-opacity=\"0.75\"" +
+             (stacked ? std::string(" stroke=\"none\"") : " stroke=\"" + color + "\" stroke-width=\"0.8\"") + ">" +
+             title + "</path>";
         break;
       }
       case ChartSeries::Style::bars: {
@@ -314,8 +316,8 @@ std::string render_time_chart(const TimeChart& c) {
       s += "<path d=\"" + d + "\" fill=\"" + escape_xml(lane.color) + "\"><title>" + escape_xml(lane.name) + ": " +
            format_count(total) + " in all, at most " + format_count(peak) + " between two samples</title></path>";
     s += "<text x=\"" + px(kLeft - 4) + "\" y=\"" + px(lane_y + 11) + "\" text-anchor=\"end\" font-size=\"10\">" +
-         escape_xml(lane.name) + "</text><text x=\"" + px(kLeft + kPlotWidth - 2) + "\" y=\"" + px(lane_y + 11) +
-         "\" text-anchor=\"end\" font-size=\"10\" fill=\"#555\">" + escape_xml(format_count(total)) + "</text>";
+         escape_xml(lane.name) + "</text><text x=\"" + px(kLeft + kPlotWidth + 4) + "\" y=\"" + px(lane_y + 11) +
+         "\" font-size=\"10\" fill=\"#555\">" + escape_xml(format_count(total)) + "</text>";
     lane_y += kLaneHeight + kLaneGap;
   }
   s += "</g>";
