@@ -286,6 +286,9 @@ int run_check(const CheckOptions& o, const std::string& command) {
   if (!probe.ok()) return bad_input("check", probe.error());
   const std::string backend_names = probe->names();
 
+  if (!o.html_file.empty()) {
+    if (Status s = check_html_file_writable(o.html_file); !s.ok()) return bad_input("check", s.error());
+  }
   const fs::path root = repository_root();
   const fs::path regress_dir = o.regress_dir.empty() ? root / "traces" / "regress" : fs::path(o.regress_dir);
   const fs::path regress_large_dir =

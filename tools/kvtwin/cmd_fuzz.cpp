@@ -54,6 +54,9 @@ int run_fuzz(const FuzzOptions& o, const std::string& command) {
   const traces::BackendFactory factory = [&] { return traces::make_backend_set(*choice, o.fault); };
   if (Result<traces::BackendSet> probe = factory(); !probe.ok()) return bad_input("fuzz", probe.error());
 
+  if (!o.html_file.empty()) {
+    if (Status s = check_html_file_writable(o.html_file); !s.ok()) return bad_input("fuzz", s.error());
+  }
   const std::uint64_t cases = o.only_case >= 0 ? 0 : (o.cases != 0 ? o.cases : (o.seconds != 0 ? UINT64_MAX : 100));
   const auto started = std::chrono::steady_clock::now();
   const auto out_of_time = [&] {

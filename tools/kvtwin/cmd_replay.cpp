@@ -45,6 +45,9 @@ int run_replay(const ReplayOptions& o, const std::string& command) {
   Result<traces::BackendSet> backends = traces::make_backend_set(*choice, o.fault);
   if (!backends.ok()) return bad_input("replay", backends.error());
 
+  if (!o.html_file.empty()) {
+    if (Status s = check_html_file_writable(o.html_file); !s.ok()) return bad_input("replay", s.error());
+  }
   ProgressBar bar(o.quiet ? "" : "replay");
   const traces::Progress progress = [&](std::uint64_t done, std::uint64_t total) {
     if (!o.quiet) bar.update(done, total);

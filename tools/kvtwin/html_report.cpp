@@ -537,4 +537,11 @@ Status write_html_file(const std::string& path, const std::string& html) {
   return ok_status();
 }
 
+Status check_html_file_writable(const std::string& path) {
+  std::ofstream out(path, std::ios::binary | std::ios::app);
+  if (!out)
+    return make_error(ErrorKind::io, path + ": cannot open the file for writing (--html); check the folder exists");
+  return ok_status();
+}
+
 }  // namespace kvtwin::cli

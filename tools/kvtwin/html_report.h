@@ -92,5 +92,8 @@ std::string render_fuzz_html(const FuzzReport& fuzz, const std::string& command)
 
 // Writes a report; an io Error naming the file when it cannot.
 Status write_html_file(const std::string& path, const std::string& html);
+// Whether a report can be written there (checked before a long run, so it does not fail at the
+// end); creates the file empty when it does not exist, leaves it as it is otherwise.
+Status check_html_file_writable(const std::string& path);
 
 }  // namespace kvtwin::cli
