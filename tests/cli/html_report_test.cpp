@@ -285,6 +285,37 @@ TEST(RunRecorder, AServingRunAgreesWithTheSimulatorsSummaryAndDrawsEveryChart) {
   EXPECT_THAT(page.text, HasSubstr("Downsampled: the run took " + std::to_string(s.steps) + " simulator steps"));
 }
 
+TEST(RunRecorder, AServingRunThatStopsAtAFailureKeepsItsClockAndShowsTheFailure) {
+  Result<traces::RequestTrace> trace =
+      traces::read_request_trace(source("traces/samples/azure_code_head.csv"), traces::TraceFormat::azure, {100, 0});
+  ASSERT_TRUE(trace.ok()) << trace.error().message;
+  traces::ServingParams params;
+  params.model = "gpt-oss-20b";
+  params.tp = 8;
+  params.page_size = 16;
+  params.pool_bytes = 32ull << 20;
+  params.token_scale = 4;
+  params.mode = CompactionMode::lazy;
+  params.tables_only = true;
+  traces::BackendSet b = backends("pairing_out_of_order");
+  RunRecorder recorder(/*serving=*/true);
+  Result<traces::ReplayReport> report =
+      traces::simulate_request_trace(*trace, params, b, {}, nullptr, {}, recorder.observers());
+  ASSERT_TRUE(report.ok()) << report.error().message;
+  ASSERT_FALSE(report->passed());
+  const RunRecording run = recorder.finish(*report);
+  ASSERT_GE(run.samples.size(), 2u);
+  for (std::size_t i = 1; i < run.samples.size(); ++i)
+    EXPECT_GE(run.samples[i].time_us, run.samples[i - 1].time_us) << "sample " << i << ": the clock never runs back";
+  ASSERT_TRUE(run.failure.has_value());
+  EXPECT_EQ(run.failure->failure.check, "results");
+  EXPECT_THAT(run.failure->ops_before.back().op, HasSubstr("\"flush\""));
+  EXPECT_EQ(run.failure->strips.size(), 2u) << "no tables are kept before each op of a request trace";
+  EXPECT_THAT(run.failure->note, HasSubstr("request traces keep no tables before each op"));
+  EXPECT_FALSE(run.failure->marks[1].empty()) << "the moves of both answers are marked";
+  expect_self_contained_page(render_run_html(run, "test"), 9);
+}
+
 TEST(RunRecorder, AMillionOpsMakeAFewThousandPointsAndASmallPage) {
   // Alloc and free a page a million times over (tables only, verify only at the end).
   PoolConfig config;

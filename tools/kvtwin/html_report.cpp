@@ -23,7 +23,7 @@ h3 { font-size: 14px; margin: 14px 0 4px; }
 .pass { background: #2a8a3e; } .fail { background: #c62828; } .skip { background: #888; }
 table { border-collapse: collapse; margin: 6px 0; font-size: 13px; }
 td, th { border: 1px solid #ddd; padding: 2px 6px; text-align: left; vertical-align: top; }
-table.small { width: 100%; } td code { overflow-wrap: anywhere; }
+table.small { width: 100%; } td code { overflow-wrap: anywhere; } table.ops td:nth-child(3) { width: 46%; }
 th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.failed td { background: #fdecea; } tr.failing td { background: #fdecea; font-weight: bold; }
 pre, code { font: 12px/1.4 monospace; } pre { background: #f7f7f7; padding: 6px 8px; white-space: pre-wrap; word-break: break-all; }
@@ -206,8 +206,8 @@ std::string failure_section(const RunRecording& run, const std::string& id_prefi
             : "at step " + std::to_string(f.failure.step) +
                   (f.failure.line != 0 ? ", trace line " + std::to_string(f.failure.line) : std::string())) +
        ".</p>\n<pre>" + escape_xml(f.failure.message) + "</pre>\n";
-  s += "<h3>The ops before it, with every backend's answer</h3>\n<table "
-       "class=\"small\">\n<tr><th>step</th><th>line</th><th>op</th>";
+  s += "<h3>The ops before it, with every backend's answer</h3>\n<table class=\"small ops\">\n"
+       "<tr><th>step</th><th>line</th><th>op</th>";
   for (const std::string& name : f.backend_names) s += "<th>" + escape_xml(name) + " answered</th>";
   s += "</tr>\n";
   for (std::size_t i = 0; i < f.ops_before.size(); ++i) {

@@ -448,7 +448,7 @@ RunRecording RunRecorder::finish(const traces::ReplayReport& report) {
   if (report.serving) {
     // The end of the run: the simulator drained its cache after the last step.
     const traces::ServingSummary& s = *report.serving;
-    totals_.time_us = s.simulated_us;
+    totals_.time_us = std::max(totals_.time_us, s.simulated_us);  // a run that stopped early never set the latter
     totals_.admissions = s.admissions;
     totals_.retractions = s.retractions;
     totals_.evicted_pages = s.cache_evicted_pages;
