@@ -240,6 +240,9 @@ std::string failure_section(const RunRecording& run, const std::string& id_prefi
         list +=
             row({escape_xml(f.strips[k].label), escape_xml(m.side < run.sides.size() ? run.sides[m.side].name : "?"),
                  std::to_string(m.page), escape_xml(m.why)});
+    if (list.empty())
+      s += "<p class=\"note\">The failing op and the answers name no page, and the backends' tables agree: "
+           "nothing to highlight.</p>\n";
     if (!list.empty())
       s += "<table class=\"small\">\n<tr><th>strip</th><th>sub-pool</th><th>physical page</th><th>why</th></tr>\n" +
            list + "</table>\n";
