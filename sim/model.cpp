@@ -157,9 +157,14 @@ OpResult Model::on(const BuildPool& op) {
 OpResult Model::on(const Alloc& op) {
   const auto ps = static_cast<std::uint64_t>(pool_->page_size);
   // SPEC 4: n % page_size != 0 is an error; n == 0 returns nothing.
-  if (op.tokens % ps != 0)
+  if (op.tokens % ps != 0) {
+    // The nearest whole numbers of pages around it (the one above only when it fits 64 bits).
+    const std::uint64_t below = op.tokens / ps * ps;
+    const bool above_fits = below <= UINT64_MAX - ps;
     return invalid("alloc of " + num(op.tokens) + " tokens is not a whole number of pages of " + num(ps) +
-                   " tokens; allocate " + num(op.tokens / ps * ps) + " or " + num((op.tokens / ps + 1) * ps) + " tokens");
+                   " tokens; allocate " + num(below) + (above_fits ? " or " + num(below + ps) : std::string()) +
+                   " tokens");
+  }
   const std::uint64_t k = op.tokens / ps;
   if (k == 0) return Outcome(Allocated{});
   // "No room" is a normal result, with nothing changed.

@@ -26,6 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/files.h"
 #include "tools/kvtwin/command.h"
 #include "tools/kvtwin/trace_options.h"
 #include "traces/fuzz.h"
@@ -260,6 +261,10 @@ int run_check(const CheckOptions& o) {
   std::fflush(stdout);
   Result<Shard> shard = resolve_shard(o.shard);
   if (!shard.ok()) return bad_input("check", shard.error());
+  for (const auto& [path, option] : {std::pair{o.json_file, "--json"}, std::pair{o.junit_file, "--junit"}})
+    if (!path.empty())
+      if (Status s = check_output_path(path, option); !s.ok()) return bad_input("check", s.error());
+  if (Status s = check_output_folder(o.out, "--out"); !s.ok()) return bad_input("check", s.error());
   if (o.backend != "auto" && o.backend != "model" && o.backend != "gpu" && o.backend != "both")
     return bad_input("check", make_error(ErrorKind::invalid_argument,
                                          "unknown backend '" + o.backend + "'; use auto, model, gpu or both"));
@@ -589,13 +594,13 @@ Command add_check_command(CLI::App& root) {
       "on the model and (when a device exists) the GPU");
   app->add_option("--backend", o->backend, "auto (the GPU too when a device exists), model, gpu or both")
       ->capture_default_str();
-  app->add_option("--seconds", o->seconds,
-                  "run the property suite for this long instead of a fixed number of cases (shared equally)");
-  app->add_option("--cases", o->cases, "property cases per catalogue configuration")->capture_default_str();
-  app->add_option("--random-cases", o->random_cases, "property cases over random configurations")
-      ->capture_default_str();
-  app->add_option("--ops", o->ops, "operations per property case")->capture_default_str();
-  app->add_option("--seed", o->seed, "the run's seed; every case derives from it")->capture_default_str();
+  add_count(*app, "--seconds", o->seconds,
+            "run the property suite for this long instead of a fixed number of cases (shared equally)", 0,
+            UINT64_MAX, false);
+  add_count(*app, "--cases", o->cases, "property cases per catalogue configuration");
+  add_count(*app, "--random-cases", o->random_cases, "property cases over random configurations");
+  add_count(*app, "--ops", o->ops, "operations per property case", 1, kMaxOpsPerCase);
+  add_count(*app, "--seed", o->seed, "the run's seed; every case derives from it");
   app->add_option("--junit", o->junit_file, "write a JUnit XML report");
   app->add_option("--json", o->json_file, "write a JSON report ('-': stdout)");
   app->add_option("--traces-dir", o->traces_dir, "the shared request traces (default ../shared/traces-external)");
@@ -604,7 +609,7 @@ Command add_check_command(CLI::App& root) {
                   "regression traces of pools past 2 GiB, replayed with the GPU (default traces/regress-large)");
   app->add_option("--samples-dir", o->samples_dir, "committed request-trace samples (default traces/samples)");
   app->add_option("--out", o->out, "where shrunk property failures are written")->capture_default_str();
-  app->add_option("--jobs", o->jobs, "threads (default: the machine's cores)");
+  add_count(*app, "--jobs", o->jobs, "threads (default: the machine's cores)", 0, kMaxJobs, false);
   app->add_option("--fault", o->fault,
                   "a self-test: plant a named bug in the second backend (the model's copy, or the GPU's switches); "
                   "the gate must fail");

@@ -1,4 +1,5 @@
-// kvtwin: the command line. Parses flags with CLI11 and hands off to one command.
+// kvtwin: the command line. Parses flags with CLI11 and hands off to one command. Every parse
+// error is printed as "kvtwin COMMAND: error: ..." with exit code 2 (options.h).
 #include <cstdio>
 #include <iostream>
 #include <vector>
@@ -6,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "tools/kvtwin/command.h"
+#include "tools/kvtwin/options.h"
 
 #ifndef KVTWIN_VERSION
 #define KVTWIN_VERSION "0.0.0"
@@ -32,8 +34,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return kvtwin::cli::kExitBadInput;
+    return kvtwin::cli::cli_parse_error(app, argc, argv, e);
   }
   for (const kvtwin::cli::Command& c : commands)
     if (c.app->parsed()) return c.run();
