@@ -19,9 +19,9 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -555,8 +555,7 @@ int run_check(const CheckOptions& o) {
     if (Status s = write_json_file(o.json_file, j); !s.ok()) return bad_input("check", s.error());
   }
   if (!o.junit_file.empty()) {
-    std::ofstream out(o.junit_file, std::ios::binary | std::ios::trunc);
-    if (!out) return bad_input("check", make_error(ErrorKind::io, o.junit_file + ": cannot open for writing"));
+    std::ostringstream out;
     out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"kvtwin check\">\n";
     for (const std::string& key : part_order) {
       const Tally& t = tallies[key];
@@ -578,8 +577,7 @@ int run_check(const CheckOptions& o) {
       out << "  </testsuite>\n";
     }
     out << "</testsuites>\n";
-    out.close();
-    if (out.fail()) return bad_input("check", make_error(ErrorKind::io, o.junit_file + ": writing failed"));
+    if (Status s = write_file_atomically(o.junit_file, out.str()); !s.ok()) return bad_input("check", s.error());
   }
   return failed_total == 0 ? kExitOk : kExitCheckFailed;
 }

@@ -1,11 +1,13 @@
 // kvtwin: the command line. Parses flags with CLI11 and hands off to one command. Every parse
-// error is printed as "kvtwin COMMAND: error: ..." with exit code 2 (options.h).
+// error is printed as "kvtwin COMMAND: error: ..." with exit code 2 (options.h), and SIGINT or
+// SIGTERM leaves no half-written output behind (core/files.h).
 #include <cstdio>
 #include <iostream>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "core/files.h"
 #include "tools/kvtwin/command.h"
 #include "tools/kvtwin/options.h"
 
@@ -14,6 +16,7 @@
 #endif
 
 int main(int argc, char** argv) {
+  kvtwin::install_interrupt_cleanup("kvtwin");
   CLI::App app{"kvtwin: a deterministic simulator and verification harness for unified KV-cache pools"};
   app.set_version_flag("--version", std::string("kvtwin ") + KVTWIN_VERSION);
   app.require_subcommand(1);

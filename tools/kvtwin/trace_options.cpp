@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/catalogue.h"
+#include "core/files.h"
 #include "tools/kvtwin/command.h"
 
 namespace kvtwin::cli {
@@ -138,16 +139,7 @@ Result<Shard> resolve_shard(const ShardOptions& o) {
 }
 
 Status write_json_file(const std::string& path, const nlohmann::json& j) {
-  if (path == "-") {
-    std::cout << j.dump(2) << "\n";
-    return ok_status();
-  }
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return make_error(ErrorKind::io, path + ": cannot open the file for writing; check the folder exists");
-  out << j.dump(2) << "\n";
-  out.close();
-  if (out.fail()) return make_error(ErrorKind::io, path + ": writing failed (disk full?)");
-  return ok_status();
+  return write_file_atomically(path, j.dump(2) + "\n");
 }
 
 ProgressBar::ProgressBar(std::string label) : label_(std::move(label)), active_(isatty(STDERR_FILENO) == 1) {}

@@ -67,7 +67,8 @@ struct Shard {
 void add_shard_options(CLI::App& app, ShardOptions& options);
 Result<Shard> resolve_shard(const ShardOptions& options);
 
-// Writes a JSON document to a file ("-" is stdout); an io Error when it cannot.
+// Writes a JSON document to a file ("-" is stdout), whole or not at all (core/files.h); an io
+// Error when it cannot.
 Status write_json_file(const std::string& path, const nlohmann::json& j);
 
 // A one-line progress bar on stderr, drawn only when stderr is a terminal; it redraws when the
