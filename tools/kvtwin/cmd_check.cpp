@@ -344,7 +344,8 @@ int run_check(const CheckOptions& o) {
       items.push_back(std::move(item));
       continue;
     }
-    item.run = [path, factory, backend_flag] {
+    // A copy: clang 14 cannot capture a structured binding (C++20 allows it; the asan preset builds with clang).
+    item.run = [path = fs::path(path), factory, backend_flag] {
       Result<traces::BackendSet> backends = factory();
       ItemResult r;
       if (!backends.ok()) {
@@ -419,7 +420,9 @@ int run_check(const CheckOptions& o) {
       item.skip = path.string() + " not found (give " +
                   (slice.name.rfind("samples/", 0) == 0 ? "--samples-dir" : "--traces-dir") + ")";
     } else {
-      item.run = [path, slice, factory, backend_flag] { return run_request_item(path, slice, factory, backend_flag); };
+      item.run = [path = fs::path(path), slice = RequestSlice(slice), factory, backend_flag] {
+        return run_request_item(path, slice, factory, backend_flag);
+      };
     }
     items.push_back(std::move(item));
   }
