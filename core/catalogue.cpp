@@ -156,9 +156,14 @@ Result<ModelShape> shape_from_json(const nlohmann::json& j, std::string_view whe
   if (s.name.empty() || s.name.size() > kMaxModelNameChars)
     return spec_error(where, "field 'name' must be 1 to " + std::to_string(kMaxModelNameChars) + " characters, got " +
                                  std::to_string(s.name.size()));
+  // The name and source appear in every message and report about the model: printable text only.
+  if (printable(s.name, kMaxModelNameChars) != s.name)
+    return spec_error(where, "field 'name' = '" + printable(s.name) + "' holds control characters; give printable text");
   if (j.contains("source")) {
     if (!j.at("source").is_string()) return spec_error(where, "field 'source' must be a string");
     s.source = j.at("source").get<std::string>();
+    if (printable(s.source, s.source.size()) != s.source)
+      return spec_error(where, "field 'source' = '" + printable(s.source) + "' holds control characters; give printable text");
   } else {
     s.source = std::string(where);
   }
@@ -253,10 +258,17 @@ Result<ModelShape> load_shape_file(const std::string& path) {
     return make_error(ErrorKind::malformed, printable(path, 400) + ": a spec file is at most " +
                                                 std::to_string(kMaxSpecFileBytes) +
                                                 " bytes (one small JSON object, docs/spec-files.md); this one is larger");
-  Result<nlohmann::json> j = parse_json_strict(text, printable(path, 400), JsonText::document);
+  return parse_shape_text(text, path);
+}
+
+Result<ModelShape> parse_shape_text(std::string_view text, const std::string& name) {
+  if (text.size() > kMaxSpecFileBytes)
+    return make_error(ErrorKind::malformed, printable(name, 400) + ": a spec file is at most " +
+                                                std::to_string(kMaxSpecFileBytes) + " bytes; this one is larger");
+  Result<nlohmann::json> j = parse_json_strict(text, printable(name, 400), JsonText::document);
   if (!j.ok())
     return make_error(ErrorKind::malformed, j.error().message + "; a spec file is one JSON object (docs/spec-files.md)");
-  return shape_from_json(*j, path);
+  return shape_from_json(*j, name);
 }
 
 }  // namespace kvtwin

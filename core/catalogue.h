@@ -33,5 +33,7 @@ inline constexpr std::size_t kMaxModelNameChars = 256;
 // The largest spec file read (docs/spec-files.md); a larger one is refused unread.
 inline constexpr std::size_t kMaxSpecFileBytes = std::size_t{1} << 20;
 Result<ModelShape> load_shape_file(const std::string& path);
+// The same for a spec file's text; `name` names it in errors.
+Result<ModelShape> parse_shape_text(std::string_view text, const std::string& name);
 
 }  // namespace kvtwin

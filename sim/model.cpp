@@ -13,6 +13,7 @@
 
 #include "core/check.h"
 #include "core/checked.h"
+#include "core/printable.h"
 #include "core/rng.h"
 #include "sim/attention.h"
 #include "sim/translation.h"
@@ -312,7 +313,7 @@ Result<std::size_t> Model::side_named(const std::string& name) const {
   std::string known;
   for (std::size_t i = 0; i < pool_->allocator.side_count(); ++i)
     known += (i ? ", " : "") + pool_->allocator.side(i).name();
-  return invalid("this pool has no sub-pool '" + name + "'; its sub-pools: " + known);
+  return invalid("this pool has no sub-pool '" + printable(name) + "'; its sub-pools: " + known);
 }
 
 OpResult Model::on(const MovePages& op) {

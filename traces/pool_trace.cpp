@@ -97,7 +97,7 @@ Result<TraceHeader> parse_header(std::string_view text, std::string_view where, 
                                 " (use the kvtwin that wrote it, or re-record it)");
   KVTWIN_TRY_STATUS(f.only({"kvtwin_trace", "kind", "seed", "config", "origin"}));
   KVTWIN_TRY(std::string kind, f.string_required("kind"));
-  if (kind != "pool") return malformed(where, "field 'kind' is '" + kind + "'; this reader reads \"pool\" traces");
+  if (kind != "pool") return malformed(where, "field 'kind' is '" + printable(kind) + "'; this reader reads \"pool\" traces");
   TraceHeader h;
   KVTWIN_TRY(h.seed, f.u64_required("seed"));
   if (!j.contains("config")) return malformed(where, "missing field 'config' (the pool configuration)");

@@ -130,7 +130,7 @@ Result<TraceFormat> parse_format_name(std::string_view name) {
   for (TraceFormat f : {TraceFormat::pool, TraceFormat::mooncake, TraceFormat::azure})
     if (format_name(f) == name) return f;
   return make_error(ErrorKind::invalid_argument,
-                    "unknown trace format '" + std::string(name) + "'; use auto, pool, mooncake or azure");
+                    "unknown trace format '" + printable(name) + "'; use auto, pool, mooncake or azure");
 }
 
 Result<TraceFormat> detect_format_of_line(std::string_view first_line, std::string_view name, std::uint64_t line) {
