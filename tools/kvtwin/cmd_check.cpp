@@ -528,33 +528,37 @@ int run_check(const CheckOptions& o) {
                 static_cast<unsigned long long>(t.failed), static_cast<unsigned long long>(t.skipped),
                 static_cast<unsigned long long>(t.ops), static_cast<unsigned long long>(t.checks), t.seconds);
   }
+  nlohmann::json j;
+  j["seed"] = o.seed;
+  j["backend"] = backend_names;
+  j["shard_index"] = shard->index;
+  j["shard_count"] = shard->count;
+  j["passed"] = failed_total == 0;
+  nlohmann::json list = nlohmann::json::array();
+  for (std::size_t i : mine) {
+    const Item& item = items[i];
+    const char* state = item.result.state == ItemResult::State::passed   ? "passed"
+                        : item.result.state == ItemResult::State::failed ? "failed"
+                                                                         : "skipped";
+    list.push_back({{"part", item.part},
+                    {"name", item.name},
+                    {"backend", item.backend},
+                    {"state", state},
+                    {"detail", item.result.detail},
+                    {"failure", item.result.failure},
+                    {"reproduce", item.result.reproduce},
+                    {"ops", item.result.ops},
+                    {"checks", item.result.checks},
+                    {"seconds", item.result.seconds}});
+  }
+  j["items"] = list;
+  // One line to compare runs by: every item's result, not its time (the same with any --jobs).
+  j["digest"] = report_digest(j);
+  std::printf("digest %s (seed %llu: every item's result, not the times)\n", j["digest"].get<std::string>().c_str(),
+              static_cast<unsigned long long>(o.seed));
   std::printf("%s\n", failed_total == 0 ? "kvtwin check: PASS" : "kvtwin check: FAIL");
 
   if (!o.json_file.empty()) {
-    nlohmann::json j;
-    j["seed"] = o.seed;
-    j["backend"] = backend_names;
-    j["shard_index"] = shard->index;
-    j["shard_count"] = shard->count;
-    j["passed"] = failed_total == 0;
-    nlohmann::json list = nlohmann::json::array();
-    for (std::size_t i : mine) {
-      const Item& item = items[i];
-      const char* state = item.result.state == ItemResult::State::passed   ? "passed"
-                          : item.result.state == ItemResult::State::failed ? "failed"
-                                                                           : "skipped";
-      list.push_back({{"part", item.part},
-                      {"name", item.name},
-                      {"backend", item.backend},
-                      {"state", state},
-                      {"detail", item.result.detail},
-                      {"failure", item.result.failure},
-                      {"reproduce", item.result.reproduce},
-                      {"ops", item.result.ops},
-                      {"checks", item.result.checks},
-                      {"seconds", item.result.seconds}});
-    }
-    j["items"] = list;
     if (Status s = write_json_file(o.json_file, j); !s.ok()) return bad_input("check", s.error());
   }
   if (!o.junit_file.empty()) {

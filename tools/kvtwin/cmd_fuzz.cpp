@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -104,6 +105,7 @@ int run_fuzz(const FuzzOptions& o) {
                            {"shard_index", shard->index},
                            {"shard_count", shard->count}};
   int exit_code = kExitOk;
+  std::string trace_bytes;  // the failure's trace, as written
   if (failed) {
     traces::CaseResult& r = *failed;
     std::printf("FAIL: case %llu (case seed %llu), configuration %s, swarm %s\n",
@@ -138,6 +140,9 @@ int run_fuzz(const FuzzOptions& o) {
                                                               std::to_string(r.spec.index) + ".jsonl"))
                                  .string();
     if (Status s = traces::write_pool_trace_file(path, trace); !s.ok()) return bad_input("fuzz", s.error());
+    std::ostringstream trace_text;
+    traces::write_pool_trace(trace_text, trace);
+    trace_bytes = trace_text.str();
     const std::string replay =
         "kvtwin replay " + path + " --backend " + o.backend + (o.fault.empty() ? "" : " --fault " + o.fault);
     std::printf("wrote the shrunk failure (%zu ops) to %s\n", trace.lines.size(), path.c_str());
@@ -154,6 +159,10 @@ int run_fuzz(const FuzzOptions& o) {
                          {"ops_after", r.failure->shrink_stats.ops_after}};
     exit_code = kExitCheckFailed;
   }
+  // One line to compare runs by (across runs and machines): the report and the trace written.
+  report["digest"] = report_digest(report, trace_bytes);
+  std::printf("digest %s (seed %llu: the report and the trace written)\n", report["digest"].get<std::string>().c_str(),
+              static_cast<unsigned long long>(o.seed));
   if (!o.json_file.empty()) {
     if (Status s = write_json_file(o.json_file, report); !s.ok()) return bad_input("fuzz", s.error());
   }

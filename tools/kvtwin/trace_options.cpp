@@ -12,6 +12,7 @@
 
 #include "core/catalogue.h"
 #include "core/files.h"
+#include "core/rng.h"
 #include "tools/kvtwin/command.h"
 
 namespace kvtwin::cli {
@@ -140,6 +141,30 @@ Result<Shard> resolve_shard(const ShardOptions& o) {
 
 Status write_json_file(const std::string& path, const nlohmann::json& j) {
   return write_file_atomically(path, j.dump(2) + "\n");
+}
+
+namespace {
+void drop_durations(nlohmann::json& j) {
+  if (j.is_object()) {
+    j.erase("seconds");
+    for (auto& [key, value] : j.items()) {
+      (void)key;
+      drop_durations(value);
+    }
+  } else if (j.is_array()) {
+    for (nlohmann::json& v : j) drop_durations(v);
+  }
+}
+}  // namespace
+
+std::string report_digest(const nlohmann::json& report, std::string_view extra) {
+  nlohmann::json stable = report;
+  drop_durations(stable);
+  const std::string text = stable.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const std::uint64_t digest = mix_seed(fnv1a64(text), fnv1a64(extra));
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
+  return hex;
 }
 
 ProgressBar::ProgressBar(std::string label) : label_(std::move(label)), active_(isatty(STDERR_FILENO) == 1) {}

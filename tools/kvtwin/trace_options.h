@@ -71,6 +71,12 @@ Result<Shard> resolve_shard(const ShardOptions& options);
 // Error when it cannot.
 Status write_json_file(const std::string& path, const nlohmann::json& j);
 
+// 16 hex digits over a report's deterministic content: its canonical JSON with every "seconds"
+// field removed, and `extra` (e.g. the bytes of the traces written). The same seed and options
+// give the same digest whatever the thread count, the run or the machine, so two runs compare
+// by one printed line.
+std::string report_digest(const nlohmann::json& report, std::string_view extra = "");
+
 // A one-line progress bar on stderr, drawn only when stderr is a terminal; it redraws when the
 // whole percentage changes (never by time), and finish() ends the line.
 class ProgressBar {
