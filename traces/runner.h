@@ -11,6 +11,8 @@
 //            pools page by page (a digest per page), reporting the first differing byte as
 //            sub-pool, physical and virtual page, slot, layer, part and byte, both values, and
 //            what the content oracle expects there when a backend can say.
+// A backend that answers ErrorKind::environment (its machine failed: out of memory, a CUDA error)
+// stops the run with the check "environment", never as a divergence.
 // The first failed check stops the run: play() returns nullopt and failure() says which step,
 // which trace line, which check, and what differed. Tables and verify may be run every N
 // operations instead (CheckCadence) for real-scale replays; checkpoints and finish() always run

@@ -19,13 +19,14 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "core/files.h"
 #include "tools/kvtwin/command.h"
 #include "tools/kvtwin/trace_options.h"
 #include "traces/fuzz.h"
@@ -260,6 +261,10 @@ int run_check(const CheckOptions& o) {
   std::fflush(stdout);
   Result<Shard> shard = resolve_shard(o.shard);
   if (!shard.ok()) return bad_input("check", shard.error());
+  for (const auto& [path, option] : {std::pair{o.json_file, "--json"}, std::pair{o.junit_file, "--junit"}})
+    if (!path.empty())
+      if (Status s = check_output_path(path, option); !s.ok()) return bad_input("check", s.error());
+  if (Status s = check_output_folder(o.out, "--out"); !s.ok()) return bad_input("check", s.error());
   if (o.backend != "auto" && o.backend != "model" && o.backend != "gpu" && o.backend != "both")
     return bad_input("check", make_error(ErrorKind::invalid_argument,
                                          "unknown backend '" + o.backend + "'; use auto, model, gpu or both"));
@@ -339,7 +344,8 @@ int run_check(const CheckOptions& o) {
       items.push_back(std::move(item));
       continue;
     }
-    item.run = [path, factory, backend_flag] {
+    // A copy: clang 14 cannot capture a structured binding (C++20 allows it; the asan preset builds with clang).
+    item.run = [path = fs::path(path), factory, backend_flag] {
       Result<traces::BackendSet> backends = factory();
       ItemResult r;
       if (!backends.ok()) {
@@ -414,7 +420,9 @@ int run_check(const CheckOptions& o) {
       item.skip = path.string() + " not found (give " +
                   (slice.name.rfind("samples/", 0) == 0 ? "--samples-dir" : "--traces-dir") + ")";
     } else {
-      item.run = [path, slice, factory, backend_flag] { return run_request_item(path, slice, factory, backend_flag); };
+      item.run = [path = fs::path(path), slice = RequestSlice(slice), factory, backend_flag] {
+        return run_request_item(path, slice, factory, backend_flag);
+      };
     }
     items.push_back(std::move(item));
   }
@@ -520,38 +528,41 @@ int run_check(const CheckOptions& o) {
                 static_cast<unsigned long long>(t.failed), static_cast<unsigned long long>(t.skipped),
                 static_cast<unsigned long long>(t.ops), static_cast<unsigned long long>(t.checks), t.seconds);
   }
+  nlohmann::json j;
+  j["seed"] = o.seed;
+  j["backend"] = backend_names;
+  j["shard_index"] = shard->index;
+  j["shard_count"] = shard->count;
+  j["passed"] = failed_total == 0;
+  nlohmann::json list = nlohmann::json::array();
+  for (std::size_t i : mine) {
+    const Item& item = items[i];
+    const char* state = item.result.state == ItemResult::State::passed   ? "passed"
+                        : item.result.state == ItemResult::State::failed ? "failed"
+                                                                         : "skipped";
+    list.push_back({{"part", item.part},
+                    {"name", item.name},
+                    {"backend", item.backend},
+                    {"state", state},
+                    {"detail", item.result.detail},
+                    {"failure", item.result.failure},
+                    {"reproduce", item.result.reproduce},
+                    {"ops", item.result.ops},
+                    {"checks", item.result.checks},
+                    {"seconds", item.result.seconds}});
+  }
+  j["items"] = list;
+  // One line to compare runs by: every item's result, not its time (the same with any --jobs).
+  j["digest"] = report_digest(j);
+  std::printf("digest %s (seed %llu: every item's result, not the times)\n", j["digest"].get<std::string>().c_str(),
+              static_cast<unsigned long long>(o.seed));
   std::printf("%s\n", failed_total == 0 ? "kvtwin check: PASS" : "kvtwin check: FAIL");
 
   if (!o.json_file.empty()) {
-    nlohmann::json j;
-    j["seed"] = o.seed;
-    j["backend"] = backend_names;
-    j["shard_index"] = shard->index;
-    j["shard_count"] = shard->count;
-    j["passed"] = failed_total == 0;
-    nlohmann::json list = nlohmann::json::array();
-    for (std::size_t i : mine) {
-      const Item& item = items[i];
-      const char* state = item.result.state == ItemResult::State::passed   ? "passed"
-                          : item.result.state == ItemResult::State::failed ? "failed"
-                                                                           : "skipped";
-      list.push_back({{"part", item.part},
-                      {"name", item.name},
-                      {"backend", item.backend},
-                      {"state", state},
-                      {"detail", item.result.detail},
-                      {"failure", item.result.failure},
-                      {"reproduce", item.result.reproduce},
-                      {"ops", item.result.ops},
-                      {"checks", item.result.checks},
-                      {"seconds", item.result.seconds}});
-    }
-    j["items"] = list;
     if (Status s = write_json_file(o.json_file, j); !s.ok()) return bad_input("check", s.error());
   }
   if (!o.junit_file.empty()) {
-    std::ofstream out(o.junit_file, std::ios::binary | std::ios::trunc);
-    if (!out) return bad_input("check", make_error(ErrorKind::io, o.junit_file + ": cannot open for writing"));
+    std::ostringstream out;
     out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"kvtwin check\">\n";
     for (const std::string& key : part_order) {
       const Tally& t = tallies[key];
@@ -573,8 +584,7 @@ int run_check(const CheckOptions& o) {
       out << "  </testsuite>\n";
     }
     out << "</testsuites>\n";
-    out.close();
-    if (out.fail()) return bad_input("check", make_error(ErrorKind::io, o.junit_file + ": writing failed"));
+    if (Status s = write_file_atomically(o.junit_file, out.str()); !s.ok()) return bad_input("check", s.error());
   }
   return failed_total == 0 ? kExitOk : kExitCheckFailed;
 }
@@ -589,13 +599,13 @@ Command add_check_command(CLI::App& root) {
       "on the model and (when a device exists) the GPU");
   app->add_option("--backend", o->backend, "auto (the GPU too when a device exists), model, gpu or both")
       ->capture_default_str();
-  app->add_option("--seconds", o->seconds,
-                  "run the property suite for this long instead of a fixed number of cases (shared equally)");
-  app->add_option("--cases", o->cases, "property cases per catalogue configuration")->capture_default_str();
-  app->add_option("--random-cases", o->random_cases, "property cases over random configurations")
-      ->capture_default_str();
-  app->add_option("--ops", o->ops, "operations per property case")->capture_default_str();
-  app->add_option("--seed", o->seed, "the run's seed; every case derives from it")->capture_default_str();
+  add_count(*app, "--seconds", o->seconds,
+            "run the property suite for this long instead of a fixed number of cases (shared equally)", 0,
+            UINT64_MAX, false);
+  add_count(*app, "--cases", o->cases, "property cases per catalogue configuration");
+  add_count(*app, "--random-cases", o->random_cases, "property cases over random configurations");
+  add_count(*app, "--ops", o->ops, "operations per property case", 1, kMaxOpsPerCase);
+  add_count(*app, "--seed", o->seed, "the run's seed; every case derives from it");
   app->add_option("--junit", o->junit_file, "write a JUnit XML report");
   app->add_option("--json", o->json_file, "write a JSON report ('-': stdout)");
   app->add_option("--traces-dir", o->traces_dir, "the shared request traces (default ../shared/traces-external)");
@@ -604,7 +614,7 @@ Command add_check_command(CLI::App& root) {
                   "regression traces of pools past 2 GiB, replayed with the GPU (default traces/regress-large)");
   app->add_option("--samples-dir", o->samples_dir, "committed request-trace samples (default traces/samples)");
   app->add_option("--out", o->out, "where shrunk property failures are written")->capture_default_str();
-  app->add_option("--jobs", o->jobs, "threads (default: the machine's cores)");
+  add_count(*app, "--jobs", o->jobs, "threads (default: the machine's cores)", 0, kMaxJobs, false);
   app->add_option("--fault", o->fault,
                   "a self-test: plant a named bug in the second backend (the model's copy, or the GPU's switches); "
                   "the gate must fail");

@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <iostream>
 
+#include "core/files.h"
+
 #include "tools/kvtwin/command.h"
 #include "tools/kvtwin/trace_options.h"
 #include "traces/replay.h"
@@ -25,6 +27,13 @@ struct ReplayOptions {
 };
 
 int run_replay(const ReplayOptions& o, const std::string& command) {
+  if (Status s = check_model_source(o.serving.source); !s.ok()) return bad_input("replay", s.error());
+  if (!o.json_file.empty()) {
+    if (o.json_file != "-" && same_file(o.json_file, o.file))
+      return bad_input("replay", make_error(ErrorKind::invalid_argument,
+                                            "--json " + o.json_file + " is the trace being replayed; give another --json"));
+    if (Status s = check_output_path(o.json_file, "--json"); !s.ok()) return bad_input("replay", s.error());
+  }
   Result<traces::BackendChoice> choice = traces::parse_backend_choice(o.backend);
   if (!choice.ok()) return bad_input("replay", choice.error());
   traces::TraceFormat format{};
