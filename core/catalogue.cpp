@@ -10,6 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/printable.h"
+#include "core/strict_json.h"
+
 namespace kvtwin {
 namespace {
 
@@ -109,10 +112,10 @@ Result<std::uint32_t> read_u32(const nlohmann::json& j, const char* key, std::st
   }
   const nlohmann::json& v = j.at(key);
   if (!v.is_number_integer())
-    return spec_error(where, std::string("field '") + key + "' must be a whole number, got " + v.dump());
+    return spec_error(where, std::string("field '") + key + "' must be a whole number, got " + printable(v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
   if (v.is_number_unsigned() ? v.get<std::uint64_t>() > 0xffffffffULL : v.get<std::int64_t>() < 0 ||
                                                                              v.get<std::int64_t>() > 0xffffffffLL)
-    return spec_error(where, std::string("field '") + key + "' = " + v.dump() + " is out of range (0 .. 2^32-1)");
+    return spec_error(where, std::string("field '") + key + "' = " + printable(v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)) + " is out of range (0 .. 2^32-1)");
   return static_cast<std::uint32_t>(v.get<std::uint64_t>());
 }
 
@@ -129,7 +132,7 @@ Result<ModelShape> find_model(std::string_view name) {
     if (s.name == wanted) return s;
   std::string known;
   for (const ModelShape& s : model_catalogue()) known += (known.empty() ? "" : ", ") + s.name;
-  return make_error(ErrorKind::invalid_argument, "unknown model '" + std::string(name) + "'; known models: " + known +
+  return make_error(ErrorKind::invalid_argument, "unknown model '" + printable(name) + "'; known models: " + known +
                                                      " (or give a shape with --spec FILE)");
 }
 
@@ -144,15 +147,23 @@ Result<ModelShape> shape_from_json(const nlohmann::json& j, std::string_view whe
     if (!known_keys.count(key)) {
       std::string list;
       for (const std::string& k : known_keys) list += (list.empty() ? "" : ", ") + k;
-      return spec_error(where, "unknown field '" + key + "'; known fields: " + list);
+      return spec_error(where, "unknown field '" + printable(key) + "'; known fields: " + list);
     }
   }
   ModelShape s;
   if (!j.contains("name") || !j.at("name").is_string()) return spec_error(where, "missing string field 'name'");
   s.name = j.at("name").get<std::string>();
+  if (s.name.empty() || s.name.size() > kMaxModelNameChars)
+    return spec_error(where, "field 'name' must be 1 to " + std::to_string(kMaxModelNameChars) + " characters, got " +
+                                 std::to_string(s.name.size()));
+  // The name and source appear in every message and report about the model: printable text only.
+  if (printable(s.name, kMaxModelNameChars) != s.name)
+    return spec_error(where, "field 'name' = '" + printable(s.name) + "' holds control characters; give printable text");
   if (j.contains("source")) {
     if (!j.at("source").is_string()) return spec_error(where, "field 'source' must be a string");
     s.source = j.at("source").get<std::string>();
+    if (printable(s.source, s.source.size()) != s.source)
+      return spec_error(where, "field 'source' = '" + printable(s.source) + "' holds control characters; give printable text");
   } else {
     s.source = std::string(where);
   }
@@ -234,21 +245,30 @@ nlohmann::json shape_to_json(const ModelShape& s) {
 Result<ModelShape> load_shape_file(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
-    return make_error(ErrorKind::io, "spec file '" + path + "' is a directory; give the path of a JSON file");
+    return make_error(ErrorKind::io, "spec file '" + printable(path, 400) + "' is a directory; give the path of a JSON file");
   std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(ErrorKind::io, "cannot read spec file '" + path + "'; check the path and permissions");
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return make_error(ErrorKind::io, "cannot read spec file '" + path + "'; check the path and permissions");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::exception& e) {
-    // e.what() names the line and column; keep it, it is the fastest way to the typo.
-    return make_error(ErrorKind::malformed, path + ": not valid JSON (" + e.what() +
-                                                "); a spec file is one JSON object (docs/spec-files.md)");
-  }
-  return shape_from_json(j, path);
+  if (!in) return make_error(ErrorKind::io, "cannot read spec file '" + printable(path, 400) + "'; check the path and permissions");
+  // A spec file is a small JSON object: read at most one byte past the cap, so that /dev/zero or a
+  // multi-gigabyte file given by mistake is refused instead of read into memory.
+  std::string text(kMaxSpecFileBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) return make_error(ErrorKind::io, "cannot read spec file '" + printable(path, 400) + "'; check the path and permissions");
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > kMaxSpecFileBytes)
+    return make_error(ErrorKind::malformed, printable(path, 400) + ": a spec file is at most " +
+                                                std::to_string(kMaxSpecFileBytes) +
+                                                " bytes (one small JSON object, docs/spec-files.md); this one is larger");
+  return parse_shape_text(text, path);
+}
+
+Result<ModelShape> parse_shape_text(std::string_view text, const std::string& name) {
+  if (text.size() > kMaxSpecFileBytes)
+    return make_error(ErrorKind::malformed, printable(name, 400) + ": a spec file is at most " +
+                                                std::to_string(kMaxSpecFileBytes) + " bytes; this one is larger");
+  Result<nlohmann::json> j = parse_json_strict(text, printable(name, 400), JsonText::document);
+  if (!j.ok())
+    return make_error(ErrorKind::malformed, j.error().message + "; a spec file is one JSON object (docs/spec-files.md)");
+  return shape_from_json(*j, name);
 }
 
 }  // namespace kvtwin

@@ -6,6 +6,7 @@
 // validated field by field: a typo in a key is an error, not a silent default.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,12 @@ Result<ModelShape> shape_from_json(const nlohmann::json& j, std::string_view whe
 nlohmann::json shape_to_json(const ModelShape& shape);
 
 // Reads and validates a spec file.
+// The longest model name a spec may give (it appears in every message about the model).
+inline constexpr std::size_t kMaxModelNameChars = 256;
+// The largest spec file read (docs/spec-files.md); a larger one is refused unread.
+inline constexpr std::size_t kMaxSpecFileBytes = std::size_t{1} << 20;
 Result<ModelShape> load_shape_file(const std::string& path);
+// The same for a spec file's text; `name` names it in errors.
+Result<ModelShape> parse_shape_text(std::string_view text, const std::string& name);
 
 }  // namespace kvtwin

@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "core/printable.h"
+
 namespace kvtwin {
 
 std::string_view dtype_name(DType d) {
@@ -25,7 +27,7 @@ Result<DType> parse_dtype(std::string_view name) {
   if (name == "fp8" || name == "fp8_e4m3") return DType::fp8_e4m3;
   if (name == "fp32" || name == "float32") return DType::fp32;
   return make_error(ErrorKind::invalid_argument,
-                    "unknown dtype '" + std::string(name) + "'; known: bf16, fp16, fp8, fp32");
+                    "unknown dtype '" + printable(name) + "'; known: bf16, fp16, fp8, fp32");
 }
 
 }  // namespace kvtwin

@@ -3,7 +3,17 @@
 
 #include <cmath>
 
+#include "core/printable.h"
+
 namespace kvtwin {
+namespace {
+
+// A value as a message shows it: compact, escaped, and cut to a readable length.
+std::string shown(const nlohmann::json& v) {
+  return printable(v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
+}  // namespace
 
 Error JsonFields::error(const std::string& message) const {
   return make_error(ErrorKind::malformed, where_.empty() ? message : where_ + ": " + message);
@@ -18,7 +28,7 @@ Status JsonFields::only(std::initializer_list<std::string_view> keys) const {
     if (!known) {
       std::string list;
       for (std::string_view k : keys) list += (list.empty() ? "" : ", ") + std::string(k);
-      return error("unknown field '" + key + "'; known fields: " + list);
+      return error("unknown field '" + printable(key) + "'; known fields: " + list);
     }
   }
   return ok_status();
@@ -27,22 +37,22 @@ Status JsonFields::only(std::initializer_list<std::string_view> keys) const {
 Result<std::int64_t> JsonFields::as_i64(const nlohmann::json& v, const std::string& field) const {
   if (v.is_number_unsigned()) {
     if (v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
-      return error("field '" + field + "' = " + v.dump() + " is too big for a signed 64-bit integer");
+      return error("field '" + field + "' = " + shown(v) + " is too big for a signed 64-bit integer");
     return static_cast<std::int64_t>(v.get<std::uint64_t>());
   }
   if (v.is_number_integer()) return v.get<std::int64_t>();
   if (v.is_number_float() && std::isfinite(v.get<double>()) && std::fabs(v.get<double>()) >= 9.2e18)
-    return error("field '" + field + "' = " + v.dump() + " is a number too big for 64 bits");
-  return error("field '" + field + "' must be an integer, got " + (v.is_string() ? v.dump() : std::string(v.type_name()) + " " + v.dump()));
+    return error("field '" + field + "' = " + shown(v) + " is a number too big for 64 bits");
+  return error("field '" + field + "' must be an integer, got " + (v.is_string() ? shown(v) : std::string(v.type_name()) + " " + shown(v)));
 }
 
 Result<std::uint64_t> JsonFields::as_u64(const nlohmann::json& v, const std::string& field) const {
   if (v.is_number_unsigned()) return v.get<std::uint64_t>();
   if (v.is_number_integer())
-    return error("field '" + field + "' = " + v.dump() + " must not be negative");
+    return error("field '" + field + "' = " + shown(v) + " must not be negative");
   if (v.is_number_float() && std::isfinite(v.get<double>()) && std::fabs(v.get<double>()) >= 1.8e19)
-    return error("field '" + field + "' = " + v.dump() + " is a number too big for 64 bits");
-  return error("field '" + field + "' must be a non-negative integer, got " + std::string(v.type_name()) + " " + v.dump());
+    return error("field '" + field + "' = " + shown(v) + " is a number too big for 64 bits");
+  return error("field '" + field + "' must be a non-negative integer, got " + std::string(v.type_name()) + " " + shown(v));
 }
 
 Result<std::uint64_t> JsonFields::u64(const char* key, std::uint64_t fallback) const {
@@ -68,14 +78,14 @@ Result<std::int64_t> JsonFields::i64_required(const char* key) const {
 Result<bool> JsonFields::boolean(const char* key, bool fallback) const {
   if (!has(key)) return fallback;
   const nlohmann::json& v = j_.at(key);
-  if (!v.is_boolean()) return error(std::string("field '") + key + "' must be true or false, got " + v.dump());
+  if (!v.is_boolean()) return error(std::string("field '") + key + "' must be true or false, got " + shown(v));
   return v.get<bool>();
 }
 
 Result<std::string> JsonFields::string(const char* key, std::string fallback) const {
   if (!has(key)) return fallback;
   const nlohmann::json& v = j_.at(key);
-  if (!v.is_string()) return error(std::string("field '") + key + "' must be a string, got " + v.dump());
+  if (!v.is_string()) return error(std::string("field '") + key + "' must be a string, got " + shown(v));
   return v.get<std::string>();
 }
 

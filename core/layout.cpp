@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/checked.h"
+#include "core/printable.h"
 
 namespace kvtwin {
 namespace {
@@ -40,7 +41,7 @@ Result<const DensePart*> DenseEntryLayout::part(std::string_view name) const {
     if (p.name == name) return &p;
   std::string known;
   for (const DensePart& p : parts) known += (known.empty() ? "" : ", ") + p.name;
-  return make_error(ErrorKind::invalid_argument, "sub-pool '" + sub_pool + "' has no part '" + std::string(name) +
+  return make_error(ErrorKind::invalid_argument, "sub-pool '" + sub_pool + "' has no part '" + printable(name) +
                                                      "'; known parts: " + known);
 }
 

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/checked.h"
+#include "core/printable.h"
 
 namespace kvtwin {
 
@@ -27,7 +28,7 @@ Result<LayerKind> parse_layer_kind(std::string_view name) {
   if (name == "cross") return LayerKind::cross;
   if (name == "mla") return LayerKind::mla;
   return make_error(ErrorKind::invalid_argument,
-                    "unknown layer kind '" + std::string(name) + "'; known: full, swa, cross, mla");
+                    "unknown layer kind '" + printable(name) + "'; known: full, swa, cross, mla");
 }
 
 std::string_view sub_pool_kind_name(SubPoolKind k) {

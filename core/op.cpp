@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/json_fields.h"
+#include "core/printable.h"
 #include "core/oracle.h"
 
 namespace kvtwin {
@@ -34,7 +35,7 @@ Result<std::uint64_t> parse_hex64(const std::string& s, const JsonFields& f, con
     if (c >= '0' && c <= '9') d = c - '0';
     if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
     if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
-    if (d < 0) return f.error(std::string("field '") + field + "' must be hex digits, got '" + s + "'");
+    if (d < 0) return f.error(std::string("field '") + field + "' must be hex digits, got '" + printable(s) + "'");
     v = v * 16 + static_cast<std::uint64_t>(d);
   }
   return v;
@@ -53,7 +54,7 @@ Result<IndexDtype> index_dtype_field(const JsonFields& f, const char* key) {
   KVTWIN_TRY(std::string name, f.string(key, "int64"));
   if (name == "int32") return IndexDtype::int32;
   if (name == "int64") return IndexDtype::int64;
-  return f.error(std::string("field '") + key + "' is '" + name + "'; use \"int32\" or \"int64\"");
+  return f.error(std::string("field '") + key + "' is '" + printable(name) + "'; use \"int32\" or \"int64\"");
 }
 
 std::string_view placement_name(OutPlacement p) {
@@ -360,7 +361,7 @@ Result<Op> op_from_json(const json& j, std::string_view where) {
     } else if (out == "strided") {
       o.out = OutPlacement::strided;
     } else {
-      return f.error("field 'out' is '" + out + "'; use \"fresh\", \"alias\" or \"strided\"");
+      return f.error("field 'out' is '" + printable(out) + "'; use \"fresh\", \"alias\" or \"strided\"");
     }
     KVTWIN_TRY(o.out_stride, f.i64("out_stride", 0));
     KVTWIN_TRY(o.out_dtype, index_dtype_field(f, "out_dtype"));
@@ -412,7 +413,7 @@ Result<Op> op_from_json(const json& j, std::string_view where) {
     KVTWIN_TRY_STATUS(f.only({"op", "expect"}));
     return Op(Checkpoint{});
   }
-  return f.error("unknown operation '" + name +
+  return f.error("unknown operation '" + printable(name) +
                  "'; known: build, alloc, alloc_many, free, free_swa, flush, move_pages, begin_read, end_read, batch, "
                  "rebind, split, drop_batch, write, read, translate, swa_translate, page_table, remap_indices, capture, "
                  "replay, checkpoint");
@@ -456,7 +457,7 @@ Result<OpResult> result_from_json(const json& j, std::string_view where) {
     KVTWIN_TRY_STATUS(f.only({"error", "message"}));
     KVTWIN_TRY(std::string kind_name, f.string_required("error"));
     ErrorKind kind{};
-    if (!parse_error_kind(kind_name, kind)) return f.error("unknown error kind '" + kind_name + "'");
+    if (!parse_error_kind(kind_name, kind)) return f.error("unknown error kind '" + printable(kind_name) + "'");
     KVTWIN_TRY(std::string message, f.string("message", ""));
     return OpResult(Error{kind, message});
   }

@@ -5,6 +5,7 @@
 
 #include "core/catalogue.h"
 #include "core/json_fields.h"
+#include "core/printable.h"
 
 namespace kvtwin {
 
@@ -16,6 +17,10 @@ std::optional<std::size_t> PoolDerived::sub_pool_index(std::string_view name) co
 
 Result<PoolDerived> derive_pool(const PoolConfig& config) {
   PoolDerived d;
+  if (config.tp > kMaxTensorParallel)
+    return make_error(ErrorKind::invalid_argument, "tensor-parallel size " + std::to_string(config.tp) +
+                                                       " is more than " + std::to_string(kMaxTensorParallel) +
+                                                       " ranks; use --tp 1 .. " + std::to_string(kMaxTensorParallel));
   KVTWIN_TRY(d.plan, plan_sub_pools(config.shape, config.tp));
   for (const SubPoolSpec& s : d.plan.sub_pools) {
     KVTWIN_TRY(DenseEntryLayout layout, s.layout());
@@ -51,12 +56,14 @@ Result<PoolConfig> pool_config_from_json(const nlohmann::json& j, std::string_vi
     KVTWIN_TRY(c.shape, shape_from_json(m, std::string(where) + " model"));
   }
   KVTWIN_TRY(std::uint64_t tp, f.u64("tp", 1));
-  if (tp == 0 || tp > 1024) return f.error("field 'tp' = " + std::to_string(tp) + " is out of range (1 .. 1024)");
+  if (tp == 0 || tp > kMaxTensorParallel)
+    return f.error("field 'tp' = " + std::to_string(tp) + " is out of range (1 .. " +
+                   std::to_string(kMaxTensorParallel) + ")");
   c.tp = static_cast<std::uint32_t>(tp);
   KVTWIN_TRY(c.page_size, f.u64_required("page_size"));
   KVTWIN_TRY(c.total_bytes, f.u64_required("total_bytes"));
   KVTWIN_TRY(std::string mode, f.string("mode", "eager"));
-  if (mode != "eager" && mode != "lazy") return f.error("field 'mode' is '" + mode + "'; use \"eager\" or \"lazy\"");
+  if (mode != "eager" && mode != "lazy") return f.error("field 'mode' is '" + printable(mode) + "'; use \"eager\" or \"lazy\"");
   c.mode = mode == "lazy" ? CompactionMode::lazy : CompactionMode::eager;
   KVTWIN_TRY(c.tables_only, f.boolean("tables_only", false));
   KVTWIN_TRY(c.seed, f.u64("seed", 0));

@@ -18,6 +18,9 @@ namespace kvtwin {
 
 enum class CompactionMode : std::uint8_t { eager, lazy };
 
+// The most tensor-parallel ranks a pool may be split over (every command and reader agrees).
+inline constexpr std::uint64_t kMaxTensorParallel = 1024;
+
 struct PoolConfig {
   ModelShape shape;
   std::uint32_t tp = 1;

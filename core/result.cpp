@@ -5,7 +5,7 @@
 
 namespace kvtwin {
 namespace {
-constexpr std::array<std::pair<ErrorKind, std::string_view>, 13> kErrorKindNames{{
+constexpr std::array<std::pair<ErrorKind, std::string_view>, 14> kErrorKindNames{{
     {ErrorKind::invalid_argument, "invalid_argument"},
     {ErrorKind::layout, "layout"},
     {ErrorKind::sizing, "sizing"},
@@ -19,6 +19,7 @@ constexpr std::array<std::pair<ErrorKind, std::string_view>, 13> kErrorKindNames
     {ErrorKind::unsupported, "unsupported"},
     {ErrorKind::io, "io"},
     {ErrorKind::internal, "internal"},
+    {ErrorKind::environment, "environment"},
 }};
 }  // namespace
 

@@ -29,6 +29,8 @@ enum class ErrorKind : std::uint8_t {
   unsupported,       // a feature or format kvtwin does not implement
   io,                // a file that cannot be read or written
   internal,          // a state inconsistency that should be impossible
+  environment,       // the machine failed, not the input: out of memory, a CUDA error (the backend
+                     // that says so refuses every later operation: it is poisoned)
 };
 
 std::string_view error_kind_name(ErrorKind kind);

@@ -50,6 +50,33 @@ Result<PoolGeometry> size_pool(const std::vector<DenseEntryLayout>& layouts, std
     }
     g.sub_pools.push_back(s);
   }
+  // SPEC 4.3: the two ends of a chain share the bytes between the up side's first usable page and
+  // the down side's top; an allocation takes one page of each. A chain where not even one pair
+  // fits could never allocate anything: refused like a single sub-pool with no usable page.
+  if (g.sub_pools.size() == 2) {
+    const SubPoolGeometry& up = g.sub_pools[0];
+    const SubPoolGeometry& down = g.sub_pools[1];
+    const std::uint64_t up_frontier = up.min_page_index * up.page_bytes;
+    const std::uint64_t down_top = down.num_pages * down.page_bytes;
+    const std::uint64_t pair_bytes = up.page_bytes + down.page_bytes;  // each at most total_bytes
+    const std::uint64_t gap = down_top > up_frontier ? down_top - up_frontier : 0;
+    if (gap < pair_bytes) {
+      // The smallest total holding one pair: the down side's top at up_frontier + pair_bytes or above.
+      auto top = checked_add(up_frontier, pair_bytes, "smallest total_bytes");
+      std::string needed_text = "more than 2^64 bytes";
+      if (top.ok()) {
+        auto needed = checked_mul(ceil_div(*top, down.page_bytes), down.page_bytes, "smallest total_bytes");
+        if (needed.ok()) needed_text = std::to_string(*needed) + " bytes";
+      }
+      return make_error(ErrorKind::sizing,
+                        "sub-pools '" + up.name + "' and '" + down.name + "' share " + std::to_string(gap) +
+                            " bytes between the reserved floor and the top of the pool, but one allocated page "
+                            "takes a page of each, " + std::to_string(up.page_bytes) + " + " +
+                            std::to_string(down.page_bytes) + " = " + std::to_string(pair_bytes) +
+                            " bytes: no page could ever be allocated; increase total_bytes (at least " +
+                            needed_text + ") or lower the page size");
+    }
+  }
   return g;
 }
 

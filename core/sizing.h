@@ -6,7 +6,8 @@
 //   max_slots      = total // E          min_slot_index = ceil(reserved_floor / E)
 //   num_pages      = max_slots // ps     min_page_index = ceil(min_slot_index / ps)
 //   epp            = E * ps
-// and a sub-pool with num_pages <= min_page_index cannot be built.
+// and a sub-pool with num_pages <= min_page_index cannot be built; nor can a chain of two whose
+// shared bytes (up side's first usable page to the down side's top) hold no page of each.
 #pragma once
 
 #include <cstdint>

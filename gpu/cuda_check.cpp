@@ -2,8 +2,11 @@
 #include "gpu/cuda_check.h"
 
 #include <cstdio>
+#include <mutex>
 #include <string>
 #include <string_view>
+
+#include "core/rng.h"
 
 namespace kvtwin::gpu {
 namespace {
@@ -17,6 +20,14 @@ std::string_view short_file(const char* file) {
   return before == std::string_view::npos ? f : f.substr(before + 1);
 }
 
+// The injector's state (cuda_check.h), behind one mutex: only armed runs take it.
+std::mutex g_injector_mutex;
+CudaFaultPlan g_plan;
+std::uint64_t g_counted = 0;
+std::vector<CudaFaultSite> g_injected;
+// The count of the failure just injected on this thread, for cuda_error() to name it.
+thread_local std::uint64_t t_injected_count = 0;
+
 }  // namespace
 
 std::string cuda_error_text(cudaError_t code, const char* call) {
@@ -24,8 +35,92 @@ std::string cuda_error_text(cudaError_t code, const char* call) {
 }
 
 Error cuda_error(cudaError_t code, const char* call, const char* file, int line) {
-  return make_error(ErrorKind::internal,
-                    cuda_error_text(code, call) + " at " + std::string(short_file(file)) + ":" + std::to_string(line));
+  std::string text = cuda_error_text(code, call) + " at " + std::string(short_file(file)) + ":" + std::to_string(line);
+  if (t_injected_count != 0) {
+    text += " (injected: counted call " + std::to_string(t_injected_count) + ")";
+    t_injected_count = 0;
+  }
+  return make_error(ErrorKind::environment, std::move(text));
+}
+
+// ---------------------------------------------------------------- the failure injector
+
+namespace detail {
+std::atomic<bool> cuda_faults_armed{false};
+}  // namespace detail
+
+std::string_view cuda_call_kind_name(CudaCallKind kind) {
+  switch (kind) {
+    case CudaCallKind::allocation:
+      return "allocation";
+    case CudaCallKind::copy:
+      return "copy";
+    case CudaCallKind::launch:
+      return "launch";
+    case CudaCallKind::synchronization:
+      return "synchronization";
+    case CudaCallKind::other:
+      return "other";
+  }
+  return "other";
+}
+
+CudaCallKind classify_cuda_call(std::string_view call) {
+  const auto has = [&](std::string_view word) { return call.find(word) != std::string_view::npos; };
+  if (has("Malloc") || has("HostAlloc")) return CudaCallKind::allocation;
+  if (has("Memcpy") || has("Memset")) return CudaCallKind::copy;
+  if (has("Synchronize") || has("EventQuery") || has("StreamWaitEvent")) return CudaCallKind::synchronization;
+  if (has("launch_") || has("GetLastError") || has("GraphLaunch") || has("cub::")) return CudaCallKind::launch;
+  return CudaCallKind::other;
+}
+
+cudaError_t detail::cuda_fault_point_slow(const char* call, const char* file, int line) {
+  std::lock_guard<std::mutex> lock(g_injector_mutex);
+  if (!cuda_faults_armed.load()) return cudaSuccess;
+  const CudaCallKind kind = classify_cuda_call(call);
+  if ((g_plan.kinds & (1u << static_cast<unsigned>(kind))) == 0) return cudaSuccess;
+  const std::uint64_t count = ++g_counted;
+  bool fail = count == g_plan.fail_at;
+  if (!fail && g_plan.one_in != 0) fail = mix_seed(g_plan.seed, count) % g_plan.one_in == 0;
+  if (!fail) return cudaSuccess;
+  g_injected.push_back(CudaFaultSite{count, kind, call, std::string(short_file(file)), line});
+  t_injected_count = count;
+  // The error a real failure of this kind gives.
+  switch (kind) {
+    case CudaCallKind::allocation:
+      return cudaErrorMemoryAllocation;
+    case CudaCallKind::launch:
+      return cudaErrorLaunchFailure;
+    case CudaCallKind::synchronization:
+      return cudaErrorLaunchTimeout;
+    case CudaCallKind::copy:
+    case CudaCallKind::other:
+      return cudaErrorUnknown;
+  }
+  return cudaErrorUnknown;
+}
+
+void arm_cuda_faults(const CudaFaultPlan& plan) {
+  std::lock_guard<std::mutex> lock(g_injector_mutex);
+  g_plan = plan;
+  g_counted = 0;
+  g_injected.clear();
+  detail::cuda_faults_armed.store(true);
+}
+
+void disarm_cuda_faults() {
+  std::lock_guard<std::mutex> lock(g_injector_mutex);
+  detail::cuda_faults_armed.store(false);
+}
+
+std::uint64_t cuda_calls_counted() {
+  std::lock_guard<std::mutex> lock(g_injector_mutex);
+  return g_counted;
+}
+
+std::vector<CudaFaultSite> cuda_faults_injected() {
+  std::lock_guard<std::mutex> lock(g_injector_mutex);
+  return g_injected;
 }
 
 bool cuda_warn(cudaError_t code, const char* call, const char* file, int line) {

@@ -1,12 +1,28 @@
 // Every CUDA call's return code is checked, and an error says which call failed, where, and why.
 //
 //   KVTWIN_CUDA_TRY(call)    inside a function returning Status or Result<T>: a failure returns an
-//                            ErrorKind::internal Error "CUDA error <name> (<text>) in <call> at file:line"
+//                            ErrorKind::environment Error "CUDA error <name> (<text>) in <call> at file:line"
 //   KVTWIN_CUDA_LAUNCHED()   after a kernel launch: checks the launch (cudaGetLastError)
 //   KVTWIN_CUDA_CHECK(call)  where no error can be returned (destructors, tests' setup): a failure
 //                            stops the run loudly, like any broken invariant (core/check.h)
 //   KVTWIN_CUDA_WARN(call)   in destructors that may run after a sticky error: reports, goes on
+//
+// A failed CUDA call is an ErrorKind::environment Error: the device, not the input, failed. The
+// GPU backend then poisons itself (gpu_pool.h): it refuses every later operation with the reason.
+//
+// The failure injector (BUGGIFY for the environment) lives here, because every CUDA call of the
+// product passes through KVTWIN_CUDA_TRY: armed by a test, it counts the checked calls of the
+// kinds it is armed for (allocation, copy, launch, synchronization, other) and makes the n-th one,
+// or calls drawn by a seed, fail as a real failure of that kind would, without running them.
+// Disarmed (always, outside tests), it costs one relaxed atomic load per call.
 #pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
@@ -18,6 +34,47 @@ namespace kvtwin::gpu {
 // The Error for a failed CUDA call; `file` is shortened to its last two path components.
 Error cuda_error(cudaError_t code, const char* call, const char* file, int line);
 
+// ---------------------------------------------------------------- the failure injector
+
+enum class CudaCallKind : std::uint8_t { allocation, copy, launch, synchronization, other };
+std::string_view cuda_call_kind_name(CudaCallKind kind);
+// The kind of a checked call, from its text ("cudaMalloc(...)" is an allocation).
+CudaCallKind classify_cuda_call(std::string_view call);
+
+struct CudaFaultPlan {
+  std::uint32_t kinds = 0x1f;    // bit (1 << kind): the kinds counted
+  std::uint64_t fail_at = 0;     // the counted call that fails (1-based); 0: none by count
+  std::uint64_t seed = 0;        // with one_in > 0: each counted call fails with probability 1/one_in,
+  std::uint64_t one_in = 0;      //   drawn from (seed, its count): the same calls fail every run
+};
+
+// Where an injected failure struck.
+struct CudaFaultSite {
+  std::uint64_t count = 0;  // the counted call's number
+  CudaCallKind kind = CudaCallKind::other;
+  std::string call;         // the call's text
+  std::string file;         // "gpu/gpu_pool.cpp"
+  int line = 0;
+};
+
+// Arms the injector (counters reset); disarming stops counting.
+void arm_cuda_faults(const CudaFaultPlan& plan);
+void disarm_cuda_faults();
+// Calls counted since arming, and every failure injected since (in order).
+std::uint64_t cuda_calls_counted();
+std::vector<CudaFaultSite> cuda_faults_injected();
+
+namespace detail {
+extern std::atomic<bool> cuda_faults_armed;
+cudaError_t cuda_fault_point_slow(const char* call, const char* file, int line);
+}  // namespace detail
+
+// cudaSuccess, or the error to return instead of making `call` (the injector chose it).
+inline cudaError_t cuda_fault_point(const char* call, const char* file, int line) {
+  if (!detail::cuda_faults_armed.load(std::memory_order_relaxed)) return cudaSuccess;
+  return detail::cuda_fault_point_slow(call, file, line);
+}
+
 // Prints the same message to stderr and returns false (for KVTWIN_CUDA_WARN).
 bool cuda_warn(cudaError_t code, const char* call, const char* file, int line);
 
@@ -26,11 +83,12 @@ std::string cuda_error_text(cudaError_t code, const char* call);
 
 }  // namespace kvtwin::gpu
 
-#define KVTWIN_CUDA_TRY(call)                                                            \
-  do {                                                                                   \
-    const cudaError_t kvtwin_cuda_code_ = (call);                                        \
-    if (kvtwin_cuda_code_ != cudaSuccess)                                                \
-      return ::kvtwin::gpu::cuda_error(kvtwin_cuda_code_, #call, __FILE__, __LINE__);    \
+#define KVTWIN_CUDA_TRY(call)                                                                         \
+  do {                                                                                                \
+    cudaError_t kvtwin_cuda_code_ = ::kvtwin::gpu::cuda_fault_point(#call, __FILE__, __LINE__);       \
+    if (kvtwin_cuda_code_ == cudaSuccess) kvtwin_cuda_code_ = (call);                                 \
+    if (kvtwin_cuda_code_ != cudaSuccess)                                                             \
+      return ::kvtwin::gpu::cuda_error(kvtwin_cuda_code_, #call, __FILE__, __LINE__);                 \
   } while (false)
 
 #define KVTWIN_CUDA_LAUNCHED() KVTWIN_CUDA_TRY(cudaGetLastError())

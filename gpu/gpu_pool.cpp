@@ -64,6 +64,10 @@ Status GpuPool::sync() const {
 }
 
 Status GpuPool::require_pool() const {
+  if (!poisoned_.empty())
+    return make_error(ErrorKind::environment,
+                      "the GPU backend refuses every operation since a CUDA failure left its state unknown: " +
+                          poisoned_);
   if (!built_) return invalid("no pool has been built yet; play a 'build' operation first");
   return ok_status();
 }
@@ -139,9 +143,17 @@ Result<DeviceBuffer<std::int64_t>> GpuPool::device_copy(const std::vector<std::i
 }
 
 OpResult GpuPool::apply(const Op& op) {
-  if (!std::holds_alternative<BuildPool>(op)) {
+  if (!std::holds_alternative<BuildPool>(op) || !poisoned_.empty()) {
     if (Status s = require_pool(); !s.ok()) return s.error();
   }
+  OpResult result = dispatch(op);
+  // A CUDA call failed (ErrorKind::environment), perhaps halfway through: what the device holds is
+  // no longer known, so the backend is poisoned and refuses everything after, with this reason.
+  if (!result.ok() && result.error().kind == ErrorKind::environment) poisoned_ = result.error().message;
+  return result;
+}
+
+OpResult GpuPool::dispatch(const Op& op) {
   return std::visit(Overloaded{
                         [&](const BuildPool& o) { return build(o); },
                         [&](const Alloc& o) { return alloc(o); },

@@ -11,6 +11,11 @@
 // shares nothing with sim/ but core/. Every operation is synchronous at this interface: apply()
 // returns once the device work it started is done (results have to be read back anyway).
 //
+// A CUDA call that fails (ErrorKind::environment: out of memory, a launch failure, an error the
+// failure injector of cuda_check.h planted) poisons the pool: that operation and every later one
+// are refused with the failure as the reason, tables() and raw_bytes() included; no answer that
+// could be wrong is ever given.
+//
 // Not covered: the host arena (SPEC 8) and stored pages, which are host-side.
 #pragma once
 
@@ -83,6 +88,7 @@ class GpuPool final : public Backend {
     std::vector<std::int64_t> src, dst;
   };
 
+  OpResult dispatch(const Op& op);
   OpResult build(const BuildPool& op);
   OpResult alloc(const Alloc& op);
   OpResult alloc_many(const AllocMany& op);
@@ -137,6 +143,7 @@ class GpuPool final : public Backend {
   static Result<DeviceBuffer<std::int64_t>> device_copy(const std::vector<std::int64_t>& values, cudaStream_t stream);
 
   Faults faults_;
+  std::string poisoned_;  // why every operation is refused (a CUDA failure); empty: healthy
   cudaStream_t stream_ = nullptr;
   bool built_ = false;
   PoolConfig config_;

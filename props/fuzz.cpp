@@ -5,6 +5,7 @@
 
 #include "core/catalogue.h"
 #include "core/check.h"
+#include "core/printable.h"
 #include "props/choices.h"
 #include "props/config_gen.h"
 #include "props/observers.h"
@@ -18,16 +19,16 @@ namespace {
 
 Error bad_config(std::string_view name, const std::string& why) {
   return make_error(ErrorKind::invalid_argument,
-                    "configuration '" + std::string(name) + "': " + why +
+                    "configuration '" + printable(name) + "': " + why +
                         "; use 'random' or MODEL[/tpN][/psN][/eager|lazy][/tables], e.g. gpt-oss-20b/tp8/ps4/lazy");
 }
 
 Result<std::uint64_t> number_after(std::string_view part, std::string_view prefix, std::string_view name) {
   std::uint64_t v = 0;
   const std::string_view digits = part.substr(prefix.size());
-  if (digits.empty() || digits.size() > 9) return bad_config(name, "'" + std::string(part) + "' needs a number");
+  if (digits.empty() || digits.size() > 9) return bad_config(name, "'" + printable(part) + "' needs a number");
   for (char c : digits) {
-    if (c < '0' || c > '9') return bad_config(name, "'" + std::string(part) + "' needs a number");
+    if (c < '0' || c > '9') return bad_config(name, "'" + printable(part) + "' needs a number");
     v = v * 10 + static_cast<std::uint64_t>(c - '0');
   }
   return v;
@@ -74,7 +75,7 @@ Result<PoolConfig> named_config(std::string_view name, std::uint64_t seed, std::
     } else if (p == "tables") {
       c.tables_only = true;
     } else {
-      return bad_config(name, "unknown part '" + std::string(p) + "'");
+      return bad_config(name, "unknown part '" + printable(p) + "'");
     }
   }
   // Size the pool for `usable_pages` pages on the owner side: the reserved floor, then that many

@@ -2,6 +2,7 @@
 #include "sim/content_ledger.h"
 
 #include "core/check.h"
+#include "sim/allocation_faults.h"
 
 namespace kvtwin::sim {
 
@@ -36,7 +37,10 @@ void ContentLedger::record(std::size_t side, std::int64_t vpage, const RowSlot& 
   SideRows& s = sides_.at(side);
   KVTWIN_CHECK(vpage >= 1 && static_cast<std::size_t>(vpage) < s.pages.size(), "a usable virtual page");
   std::vector<WrittenRow>& rows = s.pages[static_cast<std::size_t>(vpage)];
-  if (rows.empty()) rows.resize(static_cast<std::size_t>(page_size_) * s.layers * s.parts);
+  if (rows.empty()) {
+    allocation_point();
+    rows.resize(static_cast<std::size_t>(page_size_) * s.layers * s.parts);
+  }
   rows[index(s, at)] = WrittenRow{source_token, write_number, true};
 }
 

@@ -5,16 +5,20 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 #include <set>
 #include <sstream>
+#include <stdexcept>
 #include <utility>
 
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
 #include "core/checked.h"
+#include "core/printable.h"
 #include "core/rng.h"
 #include "core/table_check.h"
+#include "sim/allocation_faults.h"
 #include "sim/attention.h"
 #include "sim/translation.h"
 
@@ -144,10 +148,31 @@ void Model::note_touched(std::uint64_t offset, std::uint64_t length) {
 
 OpResult Model::apply(const Op& op) {
   touched_.clear();
+  if (!poisoned_.empty())
+    return make_error(ErrorKind::environment,
+                      "the model refuses every operation since it ran out of memory: " + poisoned_);
   if (!pool_ && !std::holds_alternative<BuildPool>(op))
     return invalid("'" + std::string(op_name(op)) + "' needs a pool, and none is built yet; the first operation must "
                    "be build");
-  return std::visit([this](const auto& o) { return on(o); }, op);
+  try {
+    return std::visit([this](const auto& o) { return on(o); }, op);
+  } catch (const std::bad_alloc&) {
+    return out_of_memory(op);
+  } catch (const std::length_error&) {
+    return out_of_memory(op);
+  }
+}
+
+// An allocation failed (for real, or by the injector of allocation_faults.h). A build makes the
+// new pool before it replaces the old one, so a failed build leaves the state as it was; any
+// other operation may have failed halfway through its changes, so the model is poisoned.
+OpResult Model::out_of_memory(const Op& op) {
+  const std::string what = "out of memory in '" + std::string(op_name(op)) + "'";
+  if (std::holds_alternative<BuildPool>(op))
+    return make_error(ErrorKind::environment, what + "; the pool is as it was (try a smaller pool, or tables_only)");
+  poisoned_ = what;
+  return make_error(ErrorKind::environment,
+                    what + "; the model's state is no longer known, and it refuses every later operation");
 }
 
 // ---------------------------------------------------------------- build (SPEC 3)
@@ -173,9 +198,14 @@ OpResult Model::on(const BuildPool& op) {
 OpResult Model::on(const Alloc& op) {
   const auto ps = static_cast<std::uint64_t>(pool_->page_size);
   // SPEC 4: n % page_size != 0 is an error; n == 0 returns nothing.
-  if (op.tokens % ps != 0)
+  if (op.tokens % ps != 0) {
+    // The nearest whole numbers of pages around it (the one above only when it fits 64 bits).
+    const std::uint64_t below = op.tokens / ps * ps;
+    const bool above_fits = below <= UINT64_MAX - ps;
     return invalid("alloc of " + num(op.tokens) + " tokens is not a whole number of pages of " + num(ps) +
-                   " tokens; allocate " + num(op.tokens / ps * ps) + " or " + num((op.tokens / ps + 1) * ps) + " tokens");
+                   " tokens; allocate " + num(below) + (above_fits ? " or " + num(below + ps) : std::string()) +
+                   " tokens");
+  }
   const std::uint64_t k = op.tokens / ps;
   if (k == 0) return Outcome(Allocated{});
   // "No room" is a normal result, with nothing changed.
@@ -326,7 +356,7 @@ Result<std::size_t> Model::side_named(const std::string& name) const {
   std::string known;
   for (std::size_t i = 0; i < pool_->allocator.side_count(); ++i)
     known += (i ? ", " : "") + pool_->allocator.side(i).name();
-  return invalid("this pool has no sub-pool '" + name + "'; its sub-pools: " + known);
+  return invalid("this pool has no sub-pool '" + printable(name) + "'; its sub-pools: " + known);
 }
 
 OpResult Model::on(const MovePages& op) {
@@ -629,6 +659,7 @@ OpResult Model::on(const Capture& op) {
   if (op.query_heads == 0 || op.query_heads % kv_heads != 0)
     return invalid("capture: query_heads " + num(op.query_heads) + " must be a positive multiple of the layer's " +
                    num(kv_heads) + " KV heads per rank");
+  allocation_point();
   Graph g;
   g.shape = op;
   g.loc.assign(op.max_batch, 0);
@@ -719,6 +750,7 @@ OpResult Model::on(const Checkpoint&) { return Outcome(Done{}); }
 // ---------------------------------------------------------------- what a checker reads
 
 Result<PoolTables> Model::tables() const {
+  if (!poisoned_.empty()) return make_error(ErrorKind::environment, "tables: the model is poisoned: " + poisoned_);
   if (!pool_) return invalid("tables: no pool is built yet");
   PoolTables out;
   for (std::size_t i = 0; i < pool_->allocator.side_count(); ++i) {
@@ -737,6 +769,7 @@ Result<PoolTables> Model::tables() const {
 }
 
 Result<std::vector<std::uint8_t>> Model::raw_bytes(std::uint64_t offset, std::uint64_t length) const {
+  if (!poisoned_.empty()) return make_error(ErrorKind::environment, "raw_bytes: the model is poisoned: " + poisoned_);
   if (!pool_) return invalid("raw_bytes: no pool is built yet");
   if (!pool_->bytes) return make_error(ErrorKind::unsupported, "raw_bytes: a tables-only pool has no bytes");
   const std::uint64_t size = pool_->bytes->size();

@@ -67,7 +67,10 @@ class Model : public Backend {
 
   std::string_view name() const override { return "model"; }
 
-  // Plays one operation (core/op.h). An operation before `build` is an error.
+  // Plays one operation (core/op.h). An operation before `build` is an error. An allocation that
+  // fails (std::bad_alloc, real or injected by allocation_faults.h) is an ErrorKind::environment
+  // refusal: a build then leaves the state as it was; any other operation poisons the model, which
+  // refuses every later operation with that reason (never answering from a half-changed state).
   OpResult apply(const Op& op) override;
 
   // The allocator tables of every side, chain order (an error before `build`).
@@ -184,6 +187,7 @@ class Model : public Backend {
                  std::uint64_t write_number);
   void forget_overlapped_rows(std::size_t written_side, std::uint64_t begin, std::uint64_t end);
 
+  OpResult out_of_memory(const Op& op);
   Status verify_tables() const;
   Status verify_side(std::size_t i) const;
   Status verify_rows() const;
@@ -193,6 +197,7 @@ class Model : public Backend {
 
   std::unique_ptr<Pool> pool_;
   std::vector<ByteRange> touched_;
+  std::string poisoned_;  // why every operation is refused (an allocation failed); empty: healthy
 };
 
 }  // namespace kvtwin::sim

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "sim/allocation_faults.h"
 
 namespace kvtwin::sim {
 
@@ -21,6 +22,7 @@ std::vector<PagePair> pair_in_order(const std::vector<std::int64_t>& survivors,
 AllocatorSide::AllocatorSide(const SubPoolGeometry& geometry, std::int64_t num_virtual, CompactionMode mode)
     : geometry_(geometry), mode_(mode) {
   // SPEC 4: v2p[num_virtual + 1] and p2v[num_pages + 1], all -1 except the sink row 0.
+  allocation_point();
   v2p_.assign(static_cast<std::size_t>(num_virtual) + 1, -1);
   p2v_.assign(static_cast<std::size_t>(geometry_.num_pages) + 1, -1);
   v2p_[0] = 0;

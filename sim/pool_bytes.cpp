@@ -5,10 +5,12 @@
 #include <string>
 
 #include "core/check.h"
+#include "sim/allocation_faults.h"
 
 namespace kvtwin::sim {
 
-PoolBytes::PoolBytes(std::uint64_t total_bytes) : bytes_(total_bytes, 0) {}  // SPEC 3: zero-filled
+// SPEC 3: zero-filled. The allocation point comes first (a comma expression in the initializer).
+PoolBytes::PoolBytes(std::uint64_t total_bytes) : bytes_((allocation_point(), total_bytes), 0) {}
 
 std::span<const std::uint8_t> PoolBytes::range(std::uint64_t offset, std::uint64_t length) const {
   KVTWIN_CHECK(offset <= bytes_.size() && length <= bytes_.size() - offset, "a byte range inside the pool");

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "sim/allocation_faults.h"
 #include "sim/translation.h"
 
 namespace kvtwin::sim {
@@ -21,6 +22,7 @@ Result<Batch> make_batch(const MakeBatch& op) {
                       "batch " + num(std::uint64_t{op.batch}) + " has " + num(std::uint64_t{op.tokens.size()}) +
                           " tokens but " + num(std::uint64_t{op.encoder_tokens.size()}) +
                           " encoder tokens; give one encoder token per lane, or none");
+  allocation_point();
   Batch b;
   b.tokens = op.tokens;
   b.loc = op.tokens;  // virtual ids, unmarked
@@ -39,6 +41,7 @@ Result<Batch> rebind_batch(const Batch& batch, std::uint64_t out_width, const st
   if (width > kMaxLanes)
     return make_error(ErrorKind::invalid_argument,
                       "rebind out_width " + num(width) + " exceeds " + num(kMaxLanes) + " lanes");
+  allocation_point();
   Batch out = batch;
   out.tokens.resize(width, -1);  // lanes past the batch are padding
   out.loc.assign(width, 0);      // SPEC 5: lanes N .. W-1 are zero-filled (the sink)

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/printable.h"
 #include "sim/model.h"
 
 #if KVTWIN_HAVE_GPU
@@ -87,7 +88,7 @@ std::string_view backend_choice_name(BackendChoice c) {
 Result<BackendChoice> parse_backend_choice(std::string_view name) {
   for (BackendChoice c : {BackendChoice::model, BackendChoice::gpu, BackendChoice::both})
     if (backend_choice_name(c) == name) return c;
-  return make_error(ErrorKind::invalid_argument, "unknown backend '" + std::string(name) + "'; use model, gpu or both");
+  return make_error(ErrorKind::invalid_argument, "unknown backend '" + printable(name) + "'; use model, gpu or both");
 }
 
 #if KVTWIN_HAVE_GPU

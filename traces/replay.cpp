@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <fstream>
 
+#include "core/files.h"
+
 namespace kvtwin::traces {
 namespace {
 
@@ -81,15 +83,25 @@ std::string report_text(const ReplayReport& r) {
   if (r.serving) {
     const ServingSummary& v = *r.serving;
     t += "\n  requests served " + std::to_string(v.requests_served) + " of " + std::to_string(v.requests_in_trace) +
-         " (rejected as larger than the pool: " + std::to_string(v.requests_rejected) + "), admissions " +
+         " (rejected as larger than the pool: " + std::to_string(v.requests_rejected) +
+         "; dropped at re-admission, grown past the pool: " + std::to_string(v.requests_dropped) + "), admissions " +
          std::to_string(v.admissions) + ", retractions " + std::to_string(v.retractions);
     t += "\n  tokens: prompt " + std::to_string(v.prompt_tokens) + " (from the prefix cache " +
          std::to_string(v.cached_tokens) + ", prefix hit rate " + percent(v.cached_tokens, v.prompt_tokens) +
          "), prefilled " + std::to_string(v.prefill_tokens) + ", decoded " + std::to_string(v.decode_tokens);
     t += "\n  peak occupancy:";
-    for (const SideOccupancy& o : v.sides)
-      t += " " + o.name + " " + std::to_string(o.peak_pages) + " of " + std::to_string(o.usable_pages) + " pages (" +
-           percent(o.peak_pages, o.usable_pages) + ")";
+    if (v.shared_bytes == 0) {
+      for (const SideOccupancy& o : v.sides)
+        t += " " + o.name + " " + std::to_string(o.peak_pages) + " of " + std::to_string(o.usable_pages) + " pages (" +
+             percent(o.peak_pages, o.usable_pages) + ")";
+    } else {
+      // The sides of a composite share one span of bytes: each side's pages are not additive.
+      for (const SideOccupancy& o : v.sides)
+        t += " " + o.name + " " + std::to_string(o.peak_pages) + " pages (at most " + std::to_string(o.usable_pages) +
+             " alone),";
+      t += " sharing " + std::to_string(v.shared_bytes) + " bytes: at the peak " +
+           percent(v.peak_shared_bytes, v.shared_bytes) + " of them in use";
+    }
     t += "\n  cache evictions " + std::to_string(v.cache_evicted_pages) + " pages, sliding-window frees " +
          std::to_string(v.swa_freed_pages) + " pages";
     t += "\n  host arena: not modelled (offloads " + std::to_string(v.offloads) + ", load-backs " +
@@ -105,11 +117,18 @@ std::string report_text(const ReplayReport& r) {
 
 Result<ReplayReport> replay_pool_trace_file(const std::string& path, BackendSet& backends, const CheckCadence& cadence,
                                             const Progress& progress, const ObserverFactory& observers) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return make_error(ErrorKind::io, path + ": cannot open the file for reading; check the path");
+  KVTWIN_TRY(std::unique_ptr<std::ifstream> file, open_input(path, "pool trace"));
+  std::ifstream& in = *file;
+  // The size, for progress only: a pipe or a device has none.
   in.seekg(0, std::ios::end);
-  const std::uint64_t total = static_cast<std::uint64_t>(std::max<std::streamoff>(in.tellg(), 0));
-  in.seekg(0, std::ios::beg);
+  std::streamoff size = in.tellg();
+  if (!in || size < 0) {
+    in.clear();
+    size = 0;
+  } else {
+    in.seekg(0, std::ios::beg);
+  }
+  const auto total = static_cast<std::uint64_t>(size);
   PoolTraceReader reader(in, path);
   KVTWIN_TRY(TraceHeader header, reader.header());
   ReplayReport report;

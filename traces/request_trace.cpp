@@ -7,7 +7,10 @@
 #include <nlohmann/json.hpp>
 
 #include "core/checked.h"
+#include "core/files.h"
 #include "core/json_fields.h"
+#include "core/printable.h"
+#include "core/strict_json.h"
 
 namespace kvtwin::traces {
 namespace {
@@ -24,19 +27,20 @@ Error malformed(std::string_view where, const std::string& message) {
   return make_error(ErrorKind::malformed, std::string(where) + ": " + message);
 }
 
-std::string shorten(std::string_view text) {
-  constexpr std::size_t kMax = 80;
-  if (text.size() <= kMax) return std::string(text);
-  return std::string(text.substr(0, kMax)) + "...";
-}
+std::string shorten(std::string_view text) { return printable(text); }
 
-bool next_line(std::istream& in, std::string& text, std::uint64_t& line) {
-  while (std::getline(in, text)) {
+// The next non-blank line; false at the end; an error for a line past kMaxInputLineBytes.
+Result<bool> next_line(std::istream& in, std::string& text, std::uint64_t& line, std::string_view name) {
+  while (true) {
+    const LineRead got = read_line(in, text);
+    if (got == LineRead::end) return false;
     ++line;
-    if (!text.empty() && text.back() == '\r') text.pop_back();
+    if (got == LineRead::too_long)
+      return malformed(printable(name, 400) + ":" + std::to_string(line),
+                       "the line is longer than " + std::to_string(kMaxInputLineBytes) +
+                           " bytes; a request trace holds one request a line (is this a request trace?)");
     if (text.find_first_not_of(" \t") != std::string::npos) return true;
   }
-  return false;
 }
 
 // A non-negative decimal integer that must fit 64 bits.
@@ -64,17 +68,7 @@ std::uint64_t days_in_month(std::uint64_t year, std::uint64_t month) {
 }
 
 Result<Request> parse_mooncake_line(const std::string& text, std::string_view where) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    std::string what = e.what();
-    const std::size_t column = what.find("column");
-    const std::size_t prefix_end = what.find("] ");
-    if (column != std::string::npos) return malformed(where, "malformed JSON at " + what.substr(column));
-    return malformed(where,
-                     "malformed JSON: " + (prefix_end == std::string::npos ? what : what.substr(prefix_end + 2)));
-  }
+  KVTWIN_TRY(json j, parse_json_strict(text, where, JsonText::line));
   JsonFields f(j, where);
   if (!j.is_object()) return f.error("a Mooncake request must be a JSON object");
   KVTWIN_TRY_STATUS(f.only({"timestamp", "input_length", "output_length", "hash_ids"}));
@@ -136,33 +130,39 @@ Result<TraceFormat> parse_format_name(std::string_view name) {
   for (TraceFormat f : {TraceFormat::pool, TraceFormat::mooncake, TraceFormat::azure})
     if (format_name(f) == name) return f;
   return make_error(ErrorKind::invalid_argument,
-                    "unknown trace format '" + std::string(name) + "'; use auto, pool, mooncake or azure");
+                    "unknown trace format '" + printable(name) + "'; use auto, pool, mooncake or azure");
 }
 
-Result<TraceFormat> detect_format_of_line(std::string_view first_line, std::string_view name) {
+Result<TraceFormat> detect_format_of_line(std::string_view first_line, std::string_view name, std::uint64_t line) {
   std::string_view text = first_line;
   if (text.substr(0, 3) == "\xEF\xBB\xBF") text.remove_prefix(3);  // a UTF-8 byte order mark
   if (text == kAzureHeader) return TraceFormat::azure;
   const std::size_t start = text.find_first_not_of(" \t");
   if (start != std::string_view::npos && text[start] == '{') {
-    json j = json::parse(text.begin(), text.end(), nullptr, false);
-    if (!j.is_discarded() && j.is_object()) {
-      if (j.contains("kvtwin_trace")) return TraceFormat::pool;
-      if (j.contains("input_length") && j.contains("timestamp")) return TraceFormat::mooncake;
+    const std::string where = printable(name, 400) + ":" + std::to_string(line);
+    // A line that opens like JSON is judged as JSON: a syntax error is reported where it is.
+    Result<json> j = parse_json_strict(text, where, JsonText::line);
+    if (!j.ok())
+      return make_error(ErrorKind::malformed, j.error().message + " (the first line; " + std::string(kKnownFormats) + ")");
+    if (j->is_object()) {
+      if (j->contains("kvtwin_trace")) return TraceFormat::pool;
+      if (j->contains("input_length") && j->contains("timestamp")) return TraceFormat::mooncake;
     }
   }
-  return make_error(ErrorKind::unsupported, std::string(name) + ": unsupported format: the first line is '" +
-                                                shorten(text) + "'; " + std::string(kKnownFormats));
+  return make_error(ErrorKind::unsupported, printable(name, 400) + ":" + std::to_string(line) +
+                                                ": unsupported format: the first line is '" + shorten(text) + "'; " +
+                                                std::string(kKnownFormats));
 }
 
 Result<TraceFormat> detect_format(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return make_error(ErrorKind::io, path + ": cannot open the file for reading; check the path");
+  KVTWIN_TRY(std::unique_ptr<std::ifstream> in, open_input(path, "trace"));
   std::string text;
   std::uint64_t line = 0;
-  if (!next_line(in, text, line))
-    return make_error(ErrorKind::unsupported, path + ": the file is empty; " + std::string(kKnownFormats));
-  return detect_format_of_line(text, path);
+  KVTWIN_TRY(bool found, next_line(*in, text, line, path));
+  if (!found)
+    return make_error(ErrorKind::unsupported,
+                      printable(path, 400) + ": the file is empty; " + std::string(kKnownFormats));
+  return detect_format_of_line(text, path, line);
 }
 
 Result<std::uint64_t> parse_azure_timestamp_us(std::string_view text, std::string_view where) {
@@ -218,7 +218,8 @@ Result<RequestTrace> parse_request_trace(std::istream& in, std::string name, Tra
   std::string text;
   std::uint64_t line = 0;
   if (format == TraceFormat::azure) {
-    if (!next_line(in, text, line))
+    KVTWIN_TRY(bool found, next_line(in, text, line, name));
+    if (!found)
       return make_error(ErrorKind::malformed, name + ": the file is empty; an Azure trace begins with the header " +
                                                   std::string(kAzureHeader));
     std::string_view header = text;
@@ -230,7 +231,9 @@ Result<RequestTrace> parse_request_trace(std::istream& in, std::string name, Tra
   }
   std::uint64_t first_arrival_us = 0, last_arrival_us = 0, skipped = 0;
   bool any = false;
-  while ((options.limit == 0 || trace.requests.size() < options.limit) && next_line(in, text, line)) {
+  while (options.limit == 0 || trace.requests.size() < options.limit) {
+    KVTWIN_TRY(bool found, next_line(in, text, line, name));
+    if (!found) break;
     const std::string where = name + ":" + std::to_string(line);
     Result<Request> r =
         format == TraceFormat::mooncake ? parse_mooncake_line(text, where) : parse_azure_line(text, where);
@@ -262,9 +265,8 @@ Result<RequestTrace> parse_request_trace(std::istream& in, std::string name, Tra
 
 Result<RequestTrace> read_request_trace(const std::string& path, TraceFormat format,
                                         const RequestReadOptions& options) {
-  std::ifstream in(path);
-  if (!in) return make_error(ErrorKind::io, path + ": cannot open the file for reading; check the path");
-  return parse_request_trace(in, path, format, options);
+  KVTWIN_TRY(std::unique_ptr<std::ifstream> in, open_input(path, "request trace"));
+  return parse_request_trace(*in, path, format, options);
 }
 
 }  // namespace kvtwin::traces

@@ -29,10 +29,12 @@ std::string_view format_name(TraceFormat format);
 // "pool", "mooncake", "azure"; an error lists them.
 Result<TraceFormat> parse_format_name(std::string_view name);
 
-// The format of a file, from its first non-blank line. An unreadable file is an io Error; a file
-// in no known format is an unsupported Error that says what was found and what kvtwin reads.
+// The format of a file, from its first non-blank line. An unreadable file (or a folder) is an io
+// Error; a first line that opens like JSON but does not parse is a malformed Error naming its line
+// and column; a file in no known format is an unsupported Error that says what was found and
+// what kvtwin reads. `line` is the first line's number in the file.
 Result<TraceFormat> detect_format(const std::string& path);
-Result<TraceFormat> detect_format_of_line(std::string_view first_line, std::string_view name);
+Result<TraceFormat> detect_format_of_line(std::string_view first_line, std::string_view name, std::uint64_t line = 1);
 
 // Tokens per hash_ids block in Mooncake traces (the FAST'25 release's README).
 inline constexpr std::uint64_t kMooncakeBlockTokens = 512;

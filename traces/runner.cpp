@@ -303,6 +303,12 @@ std::optional<OpResult> Runner::play(const Op& op, const std::optional<OpResult>
   else if (const auto* c = std::get_if<Compaction>(&first.value()))
     stats_.compaction_moves += c->moves.size();
 
+  // A backend whose machine failed (out of memory, a CUDA error) has no answer: that is not a
+  // divergence, and the run cannot go on.
+  for (std::size_t i = 0; i < results.size(); ++i)
+    if (!results[i].ok() && results[i].error().kind == ErrorKind::environment &&
+        failed(fail("environment", std::string(players_[i].backend->name()) + " failed: " + results[i].error().message)))
+      return std::nullopt;
   if (failed(check_results(results))) return std::nullopt;
   if (expect && failed(check_expect(results, *expect))) return std::nullopt;
 

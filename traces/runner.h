@@ -21,6 +21,8 @@
 //              what the content oracle expects there when a backend can say;
 //   observers  then every observer's own checks (props/: the shadow's prediction, the policy's
 //              postconditions, refusals that changed state), in the order they were added.
+// A backend that answers ErrorKind::environment (its machine failed: out of memory, a CUDA error)
+// stops the run with the check "environment", never as a divergence.
 // The first failed check stops the run: play() returns nullopt and failure() says which step,
 // which trace line, which check, and what differed. Tables and verify may be run every N
 // operations instead (CheckCadence) for real-scale replays; checkpoints and finish() always run

@@ -76,6 +76,7 @@ nlohmann::json summary_json(const ServingSummary& s) {
   j["requests_in_trace"] = s.requests_in_trace;
   j["requests_served"] = s.requests_served;
   j["requests_rejected"] = s.requests_rejected;
+  j["requests_dropped"] = s.requests_dropped;
   j["admissions"] = s.admissions;
   j["retractions"] = s.retractions;
   j["prompt_tokens"] = s.prompt_tokens;
@@ -96,6 +97,7 @@ nlohmann::json summary_json(const ServingSummary& s) {
   for (const SideOccupancy& o : s.sides)
     sides.push_back({{"name", o.name}, {"usable_pages", o.usable_pages}, {"peak_pages", o.peak_pages}});
   j["sides"] = sides;
+  if (s.shared_bytes != 0) j["shared"] = {{"bytes", s.shared_bytes}, {"peak_bytes", s.peak_shared_bytes}};
   return j;
 }
 
@@ -121,8 +123,16 @@ Result<ServingSimulator> ServingSimulator::create(const ServingParams& params, c
     sim.cache_.emplace(sim.block_tokens_ / params.page_size);
   }
   sim.summary_.requests_in_trace = sim.request_count_;
-  for (const SubPoolGeometry& g : sim.derived_.geometry.sub_pools)
-    sim.summary_.sides.push_back(SideOccupancy{g.name, g.usable_pages(), 0});
+  const std::vector<SubPoolGeometry>& sub_pools = sim.derived_.geometry.sub_pools;
+  if (sim.derived_.is_composite()) {
+    const std::uint64_t up_frontier = sub_pools[0].min_page_index * sub_pools[0].page_bytes;
+    sim.summary_.shared_bytes = sub_pools[1].num_pages * sub_pools[1].page_bytes - up_frontier;
+  }
+  for (const SubPoolGeometry& g : sub_pools) {
+    std::uint64_t usable = g.usable_pages();
+    if (sim.summary_.shared_bytes != 0) usable = std::min(usable, sim.summary_.shared_bytes / g.page_bytes);
+    sim.summary_.sides.push_back(SideOccupancy{g.name, usable, 0, g.page_bytes});
+  }
   return sim;
 }
 
@@ -197,7 +207,12 @@ std::uint64_t ServingSimulator::reserve_pages() const {
 
 void ServingSimulator::note_occupancy() {
   summary_.sides[0].peak_pages = std::max(summary_.sides[0].peak_pages, full_pages_held_);
-  if (summary_.sides.size() > 1) summary_.sides[1].peak_pages = std::max(summary_.sides[1].peak_pages, swa_pages_held_);
+  if (summary_.sides.size() > 1) {
+    summary_.sides[1].peak_pages = std::max(summary_.sides[1].peak_pages, swa_pages_held_);
+    const std::uint64_t in_use =
+        full_pages_held_ * summary_.sides[0].page_bytes + swa_pages_held_ * summary_.sides[1].page_bytes;
+    summary_.peak_shared_bytes = std::max(summary_.peak_shared_bytes, in_use);
+  }
 }
 
 Status ServingSimulator::free_pages(std::vector<std::int64_t> pages) {
@@ -255,10 +270,11 @@ Status ServingSimulator::admit(std::vector<Running>& admitted) {
     const std::uint64_t own_reserve =
         ceil_div((out > pending.generated ? out - pending.generated : 0) * params_.reserve_permille / 1000, ps);
 
-    // A prompt that cannot fit an empty pool (with one decode page) is rejected.
+    // A prompt that cannot fit an empty pool (with one decode page) is rejected; a retracted request
+    // whose prompt plus output so far has outgrown it is dropped.
     if (total_pages + 1 > pages_free_with(0, 0)) {
       waiting_.pop_front();
-      ++summary_.requests_rejected;
+      ++(pending.generated != 0 ? summary_.requests_dropped : summary_.requests_rejected);
       continue;
     }
     const bool alone = running_.empty() && admitted.empty();
@@ -289,7 +305,7 @@ Status ServingSimulator::admit(std::vector<Running>& admitted) {
         if (cache_) cache_->unlock(path);
         if (alone) {  // nothing else will ever free room for it
           waiting_.pop_front();
-          ++summary_.requests_rejected;
+          ++(pending.generated != 0 ? summary_.requests_dropped : summary_.requests_rejected);
           continue;
         }
         break;
@@ -469,7 +485,7 @@ Status ServingSimulator::run(const OpSink& sink, const ProgressFn& progress) {
       waiting_.push_back(Pending{next_arrival_++, 0});
     freed_this_step_ = false;
     const std::uint64_t decoded_before = summary_.decode_tokens;
-    const std::uint64_t settled_before = summary_.requests_served + summary_.requests_rejected;
+    const std::uint64_t settled_before = summary_.requests_served + summary_.requests_rejected + summary_.requests_dropped;
     KVTWIN_TRY_STATUS(decode());
     const bool decoded = summary_.decode_tokens != decoded_before;
     KVTWIN_TRY_STATUS(finish_and_window());
@@ -488,13 +504,15 @@ Status ServingSimulator::run(const OpSink& sink, const ProgressFn& progress) {
         params_.token_scale;
     now_us_ += std::max<std::uint64_t>(cost_us, 1);
     const bool progressed =
-        decoded || !admitted.empty() || summary_.requests_served + summary_.requests_rejected != settled_before;
+        decoded || !admitted.empty() ||
+        summary_.requests_served + summary_.requests_rejected + summary_.requests_dropped != settled_before;
     idle_steps = progressed ? 0 : idle_steps + 1;
     if (idle_steps > kStallSteps)
       return make_error(ErrorKind::internal, "the serving simulator stalled at step " + std::to_string(step_) +
                                                  " with " + std::to_string(waiting_.size()) + " waiting and " +
                                                  std::to_string(running_.size()) + " running requests");
-    if (progress) progress(summary_.requests_served + summary_.requests_rejected, request_count_);
+    if (progress)
+      progress(summary_.requests_served + summary_.requests_rejected + summary_.requests_dropped, request_count_);
   }
   // Drain: empty the cache, so a pool that accounts correctly ends empty.
   freed_this_step_ = false;

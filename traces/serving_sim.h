@@ -82,14 +82,17 @@ nlohmann::json serving_params_json(const ServingParams& params, const RequestTra
 
 struct SideOccupancy {
   std::string name;
-  std::uint64_t usable_pages = 0;
+  std::uint64_t usable_pages = 0;  // the most pages this side can hold (on a composite: with the other side empty)
   std::uint64_t peak_pages = 0;
+  std::uint64_t page_bytes = 0;
 };
 
 struct ServingSummary {
   std::uint64_t requests_in_trace = 0;
   std::uint64_t requests_served = 0;
   std::uint64_t requests_rejected = 0;  // prompt larger than the whole pool
+  std::uint64_t requests_dropped = 0;   // retracted, then too large for the whole pool at re-admission
+                                        // (its prompt plus the output generated so far)
   std::uint64_t admissions = 0;         // first admissions and re-admissions
   std::uint64_t retractions = 0;
   std::uint64_t prompt_tokens = 0;   // scaled, over admissions
@@ -105,6 +108,11 @@ struct ServingSummary {
   std::uint64_t offloads = 0;    // host arena not modelled: always 0
   std::uint64_t load_backs = 0;  // host arena not modelled: always 0
   std::vector<SideOccupancy> sides;
+  // A full + SWA composite: both sides take their pages from the same bytes (SPEC 4.3), so their
+  // usable pages are not additive. shared_bytes is what they share (the up side's first usable
+  // page to the down side's top); peak_shared_bytes the most of it in use at once. 0 otherwise.
+  std::uint64_t shared_bytes = 0;
+  std::uint64_t peak_shared_bytes = 0;
 
   double prefix_hit_rate() const {
     return prompt_tokens == 0 ? 0.0 : static_cast<double>(cached_tokens) / static_cast<double>(prompt_tokens);

@@ -206,7 +206,8 @@ class Recorder:
         return False
 
     def sync(self):
-        """Hands the lines recorded so far to the file, so that they survive the process crashing.
+        """Publishes the lines recorded so far as a whole trace under its name, so that they survive
+        the process crashing (a checkpoint: the file is only ever a whole trace).
         (``flush()`` records the flush operation.)"""
         with self._lock:
             self._writer.flush()

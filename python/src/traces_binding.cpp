@@ -194,7 +194,7 @@ void bind_traces(py::module_& m) {
       .def(py::init<const py::object&, const py::object&>(), py::arg("path"), py::arg("header"))
       .def("append", &TraceWriter::append, py::arg("op"), py::arg("expect") = py::none(),
            "Appends one operation (and its expected result); returns its line number.")
-      .def("flush", &TraceWriter::flush, "Hands the lines written so far to the file.")
+      .def("flush", &TraceWriter::flush, "Publishes the lines written so far as a whole trace under its name (a checkpoint); writing goes on.")
       .def("close", &TraceWriter::close)
       .def_property_readonly("lines_written", &TraceWriter::lines_written)
       .def_property_readonly("path", &TraceWriter::path)

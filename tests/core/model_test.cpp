@@ -418,6 +418,34 @@ TEST_F(SpecFileOnDisk, UnreadableOrMalformedFilesAreErrors) {
   auto binary = load_shape_file(write("binary.json", std::string("\x00\xff\xfe{", 4)));
   ASSERT_FALSE(binary.ok());
   EXPECT_EQ(binary.error().kind, ErrorKind::malformed);
+  EXPECT_THAT(binary.error().message, HasSubstr("binary.json:1: a NUL byte")) << "placed; and no raw byte in it";
+}
+
+TEST_F(SpecFileOnDisk, ARepeatedKeyIsRefusedWithItsLine) {
+  auto twice = load_shape_file(
+      write("twice.json", "{\n  \"name\": \"t\",\n  \"num_layers\": 4,\n  \"head_dim\": 64,\n  \"num_kv_heads\": 2,\n"
+                          "  \"head_dim\": 128\n}\n"));
+  ASSERT_FALSE(twice.ok()) << "the last head_dim would silently win";
+  EXPECT_EQ(twice.error().kind, ErrorKind::malformed);
+  EXPECT_THAT(twice.error().message, HasSubstr("twice.json:6: duplicate key 'head_dim'"));
+}
+
+TEST_F(SpecFileOnDisk, ASpecIsSmallAndItsNameShort) {
+  // One byte past the cap is refused unread (as /dev/zero would be, after the cap).
+  std::string big = R"({"name": "big", "num_layers": 4, "num_kv_heads": 2, "head_dim": 64, "source": ")";
+  big += std::string(kMaxSpecFileBytes - big.size() - 2, 'x') + "\"}";
+  ASSERT_EQ(big.size(), kMaxSpecFileBytes);
+  EXPECT_TRUE(load_shape_file(write("at_cap.json", big)).ok()) << "exactly the cap reads";
+  auto over = load_shape_file(write("over.json", big + " "));
+  ASSERT_FALSE(over.ok());
+  EXPECT_THAT(over.error().message, HasSubstr("a spec file is at most 1048576 bytes"));
+  auto zero = load_shape_file("/dev/zero");
+  ASSERT_FALSE(zero.ok());
+  EXPECT_THAT(zero.error().message, HasSubstr("at most 1048576 bytes"));
+  auto long_name = load_shape_file(
+      write("name.json", R"({"name": ")" + std::string(300, 'n') + R"(", "num_layers": 4, "num_kv_heads": 2, "head_dim": 64})"));
+  ASSERT_FALSE(long_name.ok());
+  EXPECT_THAT(long_name.error().message, HasSubstr("field 'name' must be 1 to 256 characters, got 300"));
 }
 
 }  // namespace

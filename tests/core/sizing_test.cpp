@@ -128,6 +128,25 @@ TEST(Sizing, TheSmallestPoolThatFitsAndTheOneBelowIt) {
   EXPECT_THAT(below.error().message, HasSubstr("at least " + std::to_string(2 * ps * entry)));
 }
 
+TEST(Sizing, ACompositeThatCouldNeverAllocateIsRefused) {
+  // gpt-oss-20b at TP 8 would do too; at TP 1 both entries are 24576 bytes, pages of 16 slots
+  // 393216 bytes, the floor one page. Two pages a side: each side has one usable page, but the
+  // bytes they share (the up side's page 1 to the down side's top) hold one page, not one of each.
+  const std::uint64_t epp = 16 * 24576;
+  auto two = derive("gpt-oss-20b", 16, 2 * epp);
+  ASSERT_FALSE(two.ok()) << "one usable page a side, and every alloc would be no_room";
+  EXPECT_EQ(two.error().kind, ErrorKind::sizing);
+  EXPECT_THAT(two.error().message, HasSubstr("sub-pools 'full' and 'swa' share " + std::to_string(epp) + " bytes"));
+  EXPECT_THAT(two.error().message, HasSubstr("no page could ever be allocated"));
+  EXPECT_THAT(two.error().message, HasSubstr("at least " + std::to_string(3 * epp) + " bytes"));
+  EXPECT_FALSE(derive("gpt-oss-20b", 16, 3 * epp - 1).ok());
+  auto three = derive("gpt-oss-20b", 16, 3 * epp);
+  ASSERT_TRUE(three.ok()) << "the smallest that holds one page of each: " << three.error().message;
+  const SubPoolGeometry& up = three->geometry.sub_pools[0];
+  const SubPoolGeometry& down = three->geometry.sub_pools[1];
+  EXPECT_EQ(down.num_pages * down.page_bytes - up.min_page_index * up.page_bytes, up.page_bytes + down.page_bytes);
+}
+
 TEST(Sizing, ErrorsForBadArguments) {
   auto layouts = derive("llama-3.1-8b", 64, 1ULL << 32)->layouts;
   EXPECT_EQ(size_pool(layouts, 0, 1ULL << 32).error().kind, ErrorKind::invalid_argument);

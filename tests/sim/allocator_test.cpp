@@ -86,6 +86,12 @@ TEST(Allocator, AllocOfAPartialPageIsAnError) {
   refused(m, Alloc{6}, ErrorKind::invalid_argument);
   OpResult r = m.apply(Alloc{6});
   EXPECT_NE(r.error().message.find("allocate 4 or 8"), std::string::npos) << r.error().message;
+  // Near 2^64 the page above does not exist: the hint offers the one below, never a wrapped 0.
+  OpResult huge = m.apply(Alloc{UINT64_MAX});
+  ASSERT_FALSE(huge.ok());
+  const std::string below = std::to_string(UINT64_MAX / 4 * 4);
+  EXPECT_NE(huge.error().message.find("; allocate " + below + " tokens"), std::string::npos) << huge.error().message;
+  EXPECT_EQ(huge.error().message.find(" or 0"), std::string::npos) << huge.error().message;
 }
 
 TEST(Allocator, NoRoomIsAResultAndChangesNothing) {

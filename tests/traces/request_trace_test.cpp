@@ -5,8 +5,11 @@
 #include <fstream>
 #include <sstream>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+
+#include "core/files.h"
 
 #include "tests/traces/test_support.h"
 
@@ -141,7 +144,31 @@ const BadRequestFile kBadRequestTraces[] = {
     {"azure_too_big.csv", TraceFormat::azure, 2,
      "field 'GeneratedTokens' = '99999999999999999999' is a number too big"},
     {"azure_time_goes_back.csv", TraceFormat::azure, 3, "arrivals must not go back in time"},
+    {"mooncake_duplicate_key.jsonl", TraceFormat::mooncake, 1, "duplicate key 'output_length' at column 59"},
+    {"azure_binary_field.csv", TraceFormat::azure, 2, "field 'ContextTokens' = '48\\x00\\xff8' is not"},
 };
+
+TEST(RequestTrace, DetectionPlacesABrokenFirstLineAndNamesAFolder) {
+  // A Mooncake file whose first line is bad JSON: malformed at its line and column, not "unsupported".
+  Result<TraceFormat> bad_first = detect_format(data_path("bad/mooncake_bad_first_line.jsonl"));
+  ASSERT_FALSE(bad_first.ok());
+  EXPECT_EQ(bad_first.error().kind, ErrorKind::malformed);
+  EXPECT_THAT(bad_first.error().message, ::testing::HasSubstr("mooncake_bad_first_line.jsonl:1: malformed JSON at column 52"));
+  Result<TraceFormat> folder = detect_format(data_path("bad"));
+  ASSERT_FALSE(folder.ok());
+  EXPECT_EQ(folder.error().kind, ErrorKind::io);
+  EXPECT_THAT(folder.error().message, ::testing::HasSubstr("is a folder"));
+  Result<RequestTrace> read_folder = read_request_trace(data_path("bad"), TraceFormat::mooncake, {});
+  ASSERT_FALSE(read_folder.ok());
+  EXPECT_THAT(read_folder.error().message, ::testing::HasSubstr("is a folder"));
+}
+
+TEST(RequestTrace, AnOverlongLineIsRefused) {
+  std::istringstream in(std::string(kMaxInputLineBytes + 10, '{'));
+  Result<RequestTrace> t = parse_request_trace(in, "zero.jsonl", TraceFormat::mooncake, {});
+  ASSERT_FALSE(t.ok());
+  EXPECT_THAT(t.error().message, ::testing::HasSubstr("zero.jsonl:1: the line is longer than 16777216 bytes"));
+}
 
 TEST(RequestTrace, EveryBadFileNamesFileLineAndField) {
   for (const BadRequestFile& bad : kBadRequestTraces) {

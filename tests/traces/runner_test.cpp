@@ -81,7 +81,8 @@ PoolConfig tp8_config() {
   return c;
 }
 
-std::string header(const PoolConfig& c) { return header_to_line(TraceHeader{c, 9, {}}) + "\n"; }
+// A version-1 header: the tests append op lines after it without an end line.
+std::string header(const PoolConfig& c) { return header_to_line(TraceHeader{c, 9, {}}, 1) + "\n"; }
 
 TEST(Runner, TheDocsExampleReplaysCleanWithEveryCheckCounted) {
   const std::string text = docs_example();

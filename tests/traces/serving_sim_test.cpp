@@ -236,6 +236,51 @@ TEST(ServingSim, APromptLargerThanThePoolIsRejectedNotStuck) {
   EXPECT_EQ(run.report.serving->requests_served, 9u);
 }
 
+TEST(ServingSim, ARequestThatOutgrowsThePoolIsDroppedNotCountedAsRejected) {
+  // One request whose output alone would fill the pool many times over: it decodes until the pool
+  // is full, is retracted, and at re-admission its prompt plus its output so far no longer fits an
+  // empty pool. Its prompt fitted: it was not "rejected as larger than the pool".
+  RequestTrace t = azure(1);
+  t.requests[0].input_tokens = 64;
+  t.requests[0].output_tokens = 10000000;
+  ServingParams p = params("llama-3.1-8b", 8, 24ull << 20, 16);  // 96 pages of 16 tokens
+  const SimRun run = simulate(t, p);
+  ASSERT_TRUE(run.report.passed()) << run.report.failure->describe();
+  const ServingSummary& s = *run.report.serving;
+  EXPECT_EQ(s.requests_rejected, 0u);
+  EXPECT_EQ(s.requests_dropped, 1u);
+  EXPECT_EQ(s.requests_served, 0u);
+  EXPECT_EQ(s.retractions, 1u);
+  EXPECT_THAT(report_text(run.report), HasSubstr("rejected as larger than the pool: 0; dropped at re-admission"));
+  expect_empty_at_the_end(run);
+}
+
+TEST(ServingSim, ACompositeReportsItsSharedBytesAsShared) {
+  // gpt-oss-20b: the full and swa sides take their pages from the same bytes. Each side's pages
+  // are at most what the shared bytes hold of it alone, and a full pool shows as full.
+  const RequestTrace t = azure(30);
+  ServingParams p = params("gpt-oss-20b", 8, 2ull << 20, 4);
+  p.reserve_permille = 0;  // admit greedily: the pool fills
+  p.max_running = 32;
+  p.tables_only = true;  // the accounting is the same; no bytes to re-read after every op
+  const SimRun run = simulate(t, p);
+  ASSERT_TRUE(run.report.passed()) << run.report.failure->describe();
+  const ServingSummary& s = *run.report.serving;
+  const PoolDerived d = derive_pool(*serving_pool_config(p)).value();
+  const SubPoolGeometry& up = d.geometry.sub_pools[0];
+  const SubPoolGeometry& down = d.geometry.sub_pools[1];
+  EXPECT_EQ(s.shared_bytes, down.num_pages * down.page_bytes - up.min_page_index * up.page_bytes);
+  for (const SideOccupancy& side : s.sides) {
+    EXPECT_LE(side.usable_pages * side.page_bytes, s.shared_bytes) << side.name;
+    EXPECT_LE(side.peak_pages, side.usable_pages) << side.name;
+  }
+  ASSERT_GT(s.retractions, 0u) << "the pool filled";
+  EXPECT_GT(s.peak_shared_bytes + up.page_bytes + down.page_bytes, s.shared_bytes)
+      << "at the peak not one more page of each side fitted: the shared bytes were full";
+  EXPECT_LE(s.peak_shared_bytes, s.shared_bytes);
+  EXPECT_THAT(report_text(run.report), HasSubstr("sharing " + std::to_string(s.shared_bytes) + " bytes"));
+}
+
 TEST(ServingSim, ParametersThatCannotWorkAreClearErrors) {
   const RequestTrace t = mooncake(5);
   ServingParams p = params("llama-3.1-8b", 8, 32ull << 20, 3);

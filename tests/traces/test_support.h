@@ -186,7 +186,7 @@ inline Op any_op(Rng& rng) {
 inline OpResult any_result(Rng& rng) {
   switch (rng.below(11)) {
     case 0:
-      return OpResult(Error{static_cast<ErrorKind>(rng.below(13)), "message " + std::to_string(rng.below(100))});
+      return OpResult(Error{static_cast<ErrorKind>(rng.below(14)), "message " + std::to_string(rng.below(100))});
     case 1:
       return OpResult(Outcome(Done{}));
     case 2:

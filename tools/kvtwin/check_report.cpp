@@ -3,9 +3,10 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <map>
+#include <sstream>
 
+#include "core/files.h"
 #include "tools/kvtwin/command.h"
 #include "tools/kvtwin/shard_reports.h"
 #include "tools/kvtwin/trace_options.h"
@@ -84,6 +85,9 @@ void print_check_report(const CheckReport& report, const Tallies& tallies) {
                 static_cast<unsigned long long>(t.failed), static_cast<unsigned long long>(t.skipped),
                 static_cast<unsigned long long>(t.ops), static_cast<unsigned long long>(t.checks), t.seconds);
   }
+  std::printf("digest %s (seed %llu: every item's result, not the times)\n",
+              check_report_json(report)["digest"].get<std::string>().c_str(),
+              static_cast<unsigned long long>(report.seed));
   // The last line says what was not checked: a pass with parts skipped is said to be one, and a
   // run that checked nothing is not a pass.
   std::uint64_t skipped = 0, passed = 0;
@@ -104,8 +108,7 @@ void print_check_report(const CheckReport& report, const Tallies& tallies) {
 }
 
 Status write_check_junit(const CheckReport& report, const Tallies& tallies, const std::string& path) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return make_error(ErrorKind::io, path + ": cannot open for writing");
+  std::ostringstream out;
   out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"kvtwin check\">\n";
   for (const std::string& key : tallies.order) {
     const Tally& t = tallies.by_part.at(key);
@@ -126,9 +129,7 @@ Status write_check_junit(const CheckReport& report, const Tallies& tallies, cons
     out << "  </testsuite>\n";
   }
   out << "</testsuites>\n";
-  out.close();
-  if (out.fail()) return make_error(ErrorKind::io, path + ": writing failed");
-  return ok_status();
+  return write_file_atomically(path, out.str());
 }
 
 }  // namespace
@@ -171,6 +172,9 @@ nlohmann::json check_report_json(const CheckReport& report) {
                     {"seconds", item.result.seconds}});
   }
   j["items"] = list;
+  // One value to compare runs by: every item's result, not its time (the same with any --jobs, on
+  // any machine; README "Determinism").
+  j["digest"] = report_digest(j);
   return j;
 }
 

@@ -20,7 +20,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -28,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
+#include "core/files.h"
 #include "tools/kvtwin/check_report.h"
 #include "tools/kvtwin/command.h"
 #include "tools/kvtwin/shard_reports.h"
@@ -369,7 +369,8 @@ std::vector<Item> gate_items(const CheckOptions& o, const GateSetup& g) {
       items.push_back(std::move(item));
       continue;
     }
-    item.run = [path, factory, backend_flag] {
+    // A copy: clang 14 cannot capture a structured binding (C++20 allows it; the asan preset builds with clang).
+    item.run = [path = fs::path(path), factory, backend_flag] {
       Result<traces::BackendSet> backends = factory();
       ItemResult r;
       if (!backends.ok()) {
@@ -445,7 +446,9 @@ std::vector<Item> gate_items(const CheckOptions& o, const GateSetup& g) {
       item.skip = path.string() + " not found (give " +
                   (slice.name.rfind("samples/", 0) == 0 ? "--samples-dir" : "--traces-dir") + ")";
     } else {
-      item.run = [path, slice, factory, backend_flag] { return run_request_item(path, slice, factory, backend_flag); };
+      item.run = [path = fs::path(path), slice = RequestSlice(slice), factory, backend_flag] {
+        return run_request_item(path, slice, factory, backend_flag);
+      };
     }
     items.push_back(std::move(item));
   }
@@ -515,6 +518,10 @@ int run_check(const CheckOptions& o) {
   std::fflush(stdout);
   Result<Shard> shard = resolve_shard(o.shard);
   if (!shard.ok()) return bad_input("check", shard.error());
+  for (const auto& [path, option] : {std::pair{o.json_file, "--json"}, std::pair{o.junit_file, "--junit"}})
+    if (!path.empty())
+      if (Status s = check_output_path(path, option); !s.ok()) return bad_input("check", s.error());
+  if (Status s = check_output_folder(o.out, "--out"); !s.ok()) return bad_input("check", s.error());
   Result<GateSetup> setup = gate_setup(o);
   if (!setup.ok()) return bad_input("check", setup.error());
   const std::string& backend_names = setup->backend_names;
@@ -553,13 +560,13 @@ Command add_check_command(CLI::App& root) {
       "on the model and (when a device exists) the GPU");
   app->add_option("--backend", o->backend, "auto (the GPU too when a device exists), model, gpu or both")
       ->capture_default_str();
-  app->add_option("--seconds", o->seconds,
-                  "run the property suite for this long instead of a fixed number of cases (shared equally)");
-  app->add_option("--cases", o->cases, "property cases per catalogue configuration")->capture_default_str();
-  app->add_option("--random-cases", o->random_cases, "property cases over random configurations")
-      ->capture_default_str();
-  app->add_option("--ops", o->ops, "operations per property case")->capture_default_str();
-  app->add_option("--seed", o->seed, "the run's seed; every case derives from it")->capture_default_str();
+  add_count(*app, "--seconds", o->seconds,
+            "run the property suite for this long instead of a fixed number of cases (shared equally)", 0,
+            UINT64_MAX, false);
+  add_count(*app, "--cases", o->cases, "property cases per catalogue configuration");
+  add_count(*app, "--random-cases", o->random_cases, "property cases over random configurations");
+  add_count(*app, "--ops", o->ops, "operations per property case", 1, kMaxOpsPerCase);
+  add_count(*app, "--seed", o->seed, "the run's seed; every case derives from it");
   app->add_option("--junit", o->junit_file, "write a JUnit XML report");
   app->add_option("--json", o->json_file, "write a JSON report ('-': stdout)");
   app->add_option("--traces-dir", o->traces_dir, "the shared request traces (default ../shared/traces-external)");
@@ -568,7 +575,7 @@ Command add_check_command(CLI::App& root) {
                   "regression traces of pools past 2 GiB, replayed with the GPU (default traces/regress-large)");
   app->add_option("--samples-dir", o->samples_dir, "committed request-trace samples (default traces/samples)");
   app->add_option("--out", o->out, "where shrunk property failures are written")->capture_default_str();
-  app->add_option("--jobs", o->jobs, "threads (default: the machine's cores)");
+  add_count(*app, "--jobs", o->jobs, "threads (default: the machine's cores)", 0, kMaxJobs, false);
   app->add_option("--fault", o->fault,
                   "a self-test: plant a named bug in the second backend (the model's copy, or the GPU's switches); "
                   "the gate must fail");
@@ -681,6 +688,9 @@ int run_selftest(const SelftestOptions& so) {
   if (so.gate.backend != "auto" && so.gate.backend != "model" && so.gate.backend != "gpu" && so.gate.backend != "both")
     return bad_input("selftest", make_error(ErrorKind::invalid_argument,
                                             "unknown backend '" + so.gate.backend + "'; use auto, model, gpu or both"));
+  if (!so.json_file.empty())
+    if (Status s = check_output_path(so.json_file, "--json"); !s.ok()) return bad_input("selftest", s.error());
+  if (Status s = check_output_folder(so.gate.out, "--out"); !s.ok()) return bad_input("selftest", s.error());
   const bool gpu_here = traces::gpu_device_available();
   if ((so.gate.backend == "gpu" || so.gate.backend == "both") && !gpu_here)
     return bad_input("selftest", make_error(ErrorKind::unsupported, traces::gpu_unavailable_reason()));
@@ -780,13 +790,14 @@ Command add_selftest_command(CLI::App& root) {
                   "alone")
       ->capture_default_str();
   app->add_option("--only", so->only, "only these faults (comma-separated)");
-  app->add_option("--seed", so->gate.seed, "the run's seed")->capture_default_str();
-  app->add_option("--fault-seconds", so->fault_seconds, "each fault's time limit")->capture_default_str();
-  app->add_option("--cases", so->gate.cases, "property cases per catalogue configuration")->capture_default_str();
-  app->add_option("--random-cases", so->gate.random_cases, "property cases over random configurations")
+  add_count(*app, "--seed", so->gate.seed, "the run's seed");
+  app->add_option("--fault-seconds", so->fault_seconds, "each fault's time limit")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app->add_option("--ops", so->gate.ops, "operations per property case")->capture_default_str();
-  app->add_option("--jobs", so->gate.jobs, "threads (default: the machine's cores)");
+  add_count(*app, "--cases", so->gate.cases, "property cases per catalogue configuration");
+  add_count(*app, "--random-cases", so->gate.random_cases, "property cases over random configurations");
+  add_count(*app, "--ops", so->gate.ops, "operations per property case", 1, kMaxOpsPerCase);
+  add_count(*app, "--jobs", so->gate.jobs, "threads (default: the machine's cores)", 0, kMaxJobs, false);
   app->add_option("--traces-dir", so->gate.traces_dir, "the shared request traces (default ../shared/traces-external)");
   app->add_option("--out", so->gate.out, "where shrunk failures are written")->capture_default_str();
   app->add_flag("--skip-clean", so->skip_clean, "do not run the clean gate first");

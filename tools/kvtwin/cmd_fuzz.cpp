@@ -7,9 +7,12 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
+#include "core/files.h"
+#include "core/rng.h"
 #include "tools/kvtwin/command.h"
 #include "tools/kvtwin/fuzz_report.h"
 #include "tools/kvtwin/shard_reports.h"
@@ -46,7 +49,13 @@ int run_fuzz(const FuzzOptions& o) {
   if (!shard.ok()) return bad_input("fuzz", shard.error());
   if (o.seconds != 0 && o.cases != 0)
     return bad_input("fuzz", make_error(ErrorKind::invalid_argument, "give --seconds or --cases, not both"));
-  if (o.ops == 0) return bad_input("fuzz", make_error(ErrorKind::invalid_argument, "--ops must be at least 1"));
+  if (!o.json_file.empty()) {
+    if (Status s = check_output_path(o.json_file, "--json"); !s.ok()) return bad_input("fuzz", s.error());
+  }
+  if (!o.junit_file.empty()) {
+    if (Status s = check_output_path(o.junit_file, "--junit"); !s.ok()) return bad_input("fuzz", s.error());
+  }
+  if (Status s = check_output_folder(o.out, "--out"); !s.ok()) return bad_input("fuzz", s.error());
   if (Result<PoolConfig> c = props::named_config(o.config, o.seed); !c.ok()) return bad_input("fuzz", c.error());
   const props::BackendFactory factory = [&] { return traces::make_backend_set(*choice, o.fault); };
   if (Result<traces::BackendSet> probe = factory(); !probe.ok()) return bad_input("fuzz", probe.error());
@@ -139,6 +148,8 @@ int run_fuzz(const FuzzOptions& o) {
                                                               std::to_string(r.spec.index) + ".jsonl"))
                                  .string();
     if (Status s = traces::write_pool_trace_file(path, trace); !s.ok()) return bad_input("fuzz", s.error());
+    std::ostringstream trace_text;
+    traces::write_pool_trace(trace_text, trace);
     std::printf("wrote the shrunk failure (%zu ops) to %s\n", trace.lines.size(), path.c_str());
     FuzzFailure f;
     f.case_index = r.spec.index;
@@ -153,6 +164,7 @@ int run_fuzz(const FuzzOptions& o) {
     f.reproduce = reproduce_fuzz;
     f.ops_before = r.failure->shrink_stats.ops_before;
     f.ops_after = r.failure->shrink_stats.ops_after;
+    f.trace_digest = hex_digest(fnv1a64(trace_text.str()));
     report.failures.push_back(std::move(f));
   }
   return finish_fuzz_report(report, o.json_file, o.junit_file);
@@ -165,16 +177,17 @@ Command add_fuzz_command(CLI::App& root) {
   CLI::App* app = root.add_subcommand(
       "fuzz", "Seeded swarm fuzzing of the stateful properties; a failure is shrunk and written as a pool trace");
   app->add_option("--backend", o->backend, "model, gpu or both")->capture_default_str();
-  auto* seconds = app->add_option("--seconds", o->seconds, "run cases for this long (checked between cases)");
-  auto* cases = app->add_option("--cases", o->cases, "run this many cases (default 100)");
+  auto* seconds = add_count(*app, "--seconds", o->seconds, "run cases for this long (checked between cases)", 0,
+                            UINT64_MAX, false);
+  auto* cases = add_count(*app, "--cases", o->cases, "run this many cases (default 100)", 0, UINT64_MAX, false);
   seconds->excludes(cases);
-  app->add_option("--seed", o->seed, "the run's seed; every case's seed derives from it")->capture_default_str();
+  add_count(*app, "--seed", o->seed, "the run's seed; every case's seed derives from it");
   app->add_option("--config", o->config,
                   "random, or MODEL[/tpN][/psN][/eager|lazy][/tables] (e.g. gpt-oss-20b/ps4/lazy)")
       ->capture_default_str();
   app->add_option("--out", o->out, "where a shrunk failure's trace is written")->capture_default_str();
-  app->add_option("--ops", o->ops, "operations a case")->capture_default_str();
-  app->add_option("--case", o->only_case, "run only this case of the run (to reproduce one)");
+  add_count(*app, "--ops", o->ops, "operations a case", 1, kMaxOpsPerCase);
+  add_optional_count(*app, "--case", o->only_case, "run only this case of the run (to reproduce one)");
   app->add_option("--fault", o->fault, "plant a named bug in the second backend (a self-test: the run must fail)");
   app->add_option("--json", o->json_file, "also write the report as JSON to FILE ('-': stdout)");
   app->add_option("--junit", o->junit_file, "also write a JUnit XML report to FILE");

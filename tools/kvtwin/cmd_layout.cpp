@@ -6,10 +6,10 @@
 //   kvtwin layout --list             the built-in catalogue
 //   kvtwin layout --all              every catalogue model, one compact line per sub-pool
 //
-// Numbers are parsed here, strictly (decimal digits; byte counts may end in KiB, MiB, GiB or
-// TiB), so that "-1", "0x40" or "1e9" are refused with a message instead of being read as
-// something else. Every bad input ends with one message on stderr and exit code 2; the report
-// itself is built and rendered by layout_report.h.
+// Numbers are parsed by the parsers every command shares (options.h: decimal digits; byte counts
+// may end in a unit), so that "-1", "0x40" or "1e9" are refused with a message instead of being
+// read as something else. Every bad input ends with one message on stderr and exit code 2; the
+// report itself is built and rendered by layout_report.h.
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -17,18 +17,18 @@
 #include <string>
 
 #include "core/catalogue.h"
-#include "core/checked.h"
+#include "core/files.h"
 #include "tools/kvtwin/command.h"
 #include "tools/kvtwin/layout_report.h"
+#include "tools/kvtwin/options.h"
 
 namespace kvtwin::cli {
 namespace {
 
 struct LayoutArgs {
-  std::string model;
-  std::string spec;
-  std::string tp = "1";
-  std::string page_size = std::to_string(kDefaultPageSize);
+  ModelSource source;
+  std::uint32_t tp = 1;
+  std::uint64_t page_size = kDefaultPageSize;
   std::string total_bytes = std::to_string(kDefaultTotalBytes);
   std::string dtype;
   std::string svg;
@@ -37,65 +37,13 @@ struct LayoutArgs {
   bool all = false;
 };
 
-// Decimal digits only, at most max_value.
-Result<std::uint64_t> parse_count(const std::string& text, const std::string& flag, std::uint64_t max_value,
-                                  const std::string& example) {
-  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos)
-    return make_error(ErrorKind::invalid_argument,
-                      flag + " '" + text + "' is not a whole number; give decimal digits, e.g. " + flag + " " + example);
-  std::uint64_t v = 0;
-  for (char c : text) {
-    auto next = checked_mul_add(v, 10, static_cast<std::uint64_t>(c - '0'), flag);
-    if (!next.ok())
-      return make_error(ErrorKind::overflow, flag + " '" + text + "' does not fit in 64 bits (at most " +
-                                                 std::to_string(UINT64_MAX) + ")");
-    v = *next;
-  }
-  if (v > max_value)
-    return make_error(ErrorKind::invalid_argument,
-                      flag + " " + text + " is too large; at most " + std::to_string(max_value));
-  return v;
-}
-
-// Digits with an optional binary suffix: 4294967296, 4096MiB, 4GiB.
-Result<std::uint64_t> parse_byte_count(const std::string& text, const std::string& flag) {
-  static const std::pair<const char*, std::uint64_t> kSuffixes[] = {
-      {"KiB", 1ULL << 10}, {"MiB", 1ULL << 20}, {"GiB", 1ULL << 30}, {"TiB", 1ULL << 40}};
-  std::string digits = text;
-  std::uint64_t scale = 1;
-  for (const auto& [suffix, factor] : kSuffixes) {
-    const std::string s(suffix);
-    if (text.size() > s.size() && text.compare(text.size() - s.size(), s.size(), s) == 0) {
-      digits = text.substr(0, text.size() - s.size());
-      scale = factor;
-    }
-  }
-  if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos)
-    return make_error(ErrorKind::invalid_argument, flag + " '" + text +
-                                                       "' is not a byte count; give decimal digits, optionally "
-                                                       "ending in KiB, MiB, GiB or TiB (e.g. 4GiB)");
-  KVTWIN_TRY(std::uint64_t v, parse_count(digits, flag, UINT64_MAX, "4294967296"));
-  auto bytes = checked_mul(v, scale, flag);
-  if (!bytes.ok())
-    return make_error(ErrorKind::overflow, flag + " '" + text + "' does not fit in 64 bits (at most " +
-                                               std::to_string(UINT64_MAX) + " bytes)");
-  return *bytes;
-}
-
-int fail(const Error& e) {
-  std::cerr << "kvtwin layout: " << e.message << "\n";
-  return kExitBadInput;
-}
+int fail(const Error& e) { return bad_input("layout", e); }
 
 Result<LayoutOptions> parse_options(const LayoutArgs& a) {
   LayoutOptions o;
-  KVTWIN_TRY(std::uint64_t tp, parse_count(a.tp, "--tp", 1024, "2"));
-  if (tp == 0) return make_error(ErrorKind::invalid_argument, "--tp 0: the tensor-parallel size is at least 1");
-  o.tp = static_cast<std::uint32_t>(tp);
-  KVTWIN_TRY(o.page_size, parse_count(a.page_size, "--page-size", UINT64_MAX, "64"));
-  if (o.page_size == 0)
-    return make_error(ErrorKind::invalid_argument, "--page-size 0: a page holds at least one slot (e.g. --page-size 64)");
-  KVTWIN_TRY(o.total_bytes, parse_byte_count(a.total_bytes, "--total-bytes"));
+  o.tp = a.tp;
+  o.page_size = a.page_size;
+  KVTWIN_TRY(o.total_bytes, parse_byte_size(a.total_bytes, "--total-bytes"));
   if (o.total_bytes == 0)
     return make_error(ErrorKind::invalid_argument, "--total-bytes 0: the pool needs bytes (e.g. --total-bytes 4GiB)");
   if (!a.dtype.empty()) {
@@ -104,15 +52,6 @@ Result<LayoutOptions> parse_options(const LayoutArgs& a) {
     o.dtype = *d;
   }
   return o;
-}
-
-Status write_file(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return make_error(ErrorKind::io, "cannot write '" + path + "'; check that its folder exists and is writable");
-  out << text;
-  out.close();
-  if (!out) return make_error(ErrorKind::io, "writing '" + path + "' failed; check the disk");
-  return ok_status();
 }
 
 int run_list(const LayoutArgs& a) {
@@ -131,7 +70,7 @@ int run_all(const LayoutArgs& a, const LayoutOptions& options) {
   for (const ModelShape& shape : model_catalogue()) {
     auto report = build_layout_report(shape, options);
     if (!report.ok()) {
-      std::cerr << "kvtwin layout: " << report.error().message << "\n";
+      (void)bad_input("layout", report.error());
       text += shape.name + ": cannot be laid out (see the message above)\n";
       rc = kExitBadInput;
       continue;
@@ -149,7 +88,8 @@ int run_all(const LayoutArgs& a, const LayoutOptions& options) {
 }
 
 int run_layout(const LayoutArgs& a) {
-  const int sources = (a.model.empty() ? 0 : 1) + (a.spec.empty() ? 0 : 1) + (a.list ? 1 : 0) + (a.all ? 1 : 0);
+  const int sources =
+      (a.source.model.empty() ? 0 : 1) + (a.source.spec.empty() ? 0 : 1) + (a.list ? 1 : 0) + (a.all ? 1 : 0);
   if (sources == 0)
     return fail(make_error(ErrorKind::invalid_argument,
                            "say which model: --model NAME (see --list), --spec FILE, or --all"));
@@ -159,20 +99,23 @@ int run_layout(const LayoutArgs& a) {
 
   auto options = parse_options(a);
   if (!options.ok()) return fail(options.error());
+  if (!a.svg.empty()) {
+    if (Status s = check_output_path(a.svg, "--svg"); !s.ok()) return fail(s.error());
+  }
   if (a.all) {
     if (!a.svg.empty())
       return fail(make_error(ErrorKind::invalid_argument, "--svg draws one model; use it with --model or --spec"));
     return run_all(a, *options);
   }
 
-  auto shape = a.model.empty() ? load_shape_file(a.spec) : find_model(a.model);
+  auto shape = resolve_model_source(a.source, "");
   if (!shape.ok()) return fail(shape.error());
   auto report = build_layout_report(*shape, *options);
   if (!report.ok()) return fail(report.error());
 
   if (!a.svg.empty()) {
-    auto written = write_file(a.svg, render_svg(*report));
-    if (!written.ok()) return fail(written.error().with_context("--svg: "));
+    auto written = write_file_atomically(a.svg, render_svg(*report));
+    if (!written.ok()) return fail(written.error().with_context("--svg: cannot write: "));
   }
   if (a.json)
     std::cout << render_json(*report).dump(2) << "\n";
@@ -187,10 +130,9 @@ Command add_layout_command(CLI::App& root) {
   auto args = std::make_shared<LayoutArgs>();
   CLI::App* app = root.add_subcommand(
       "layout", "Show where every byte of a model's KV state lives in the unified pool (the byte law, views, sizing)");
-  app->add_option("--model", args->model, "A catalogue model (see --list)");
-  app->add_option("--spec", args->spec, "A JSON file describing a custom shape (docs/spec-files.md)");
-  app->add_option("--tp", args->tp, "Tensor-parallel ranks; KV heads are split over them (default 1)");
-  app->add_option("--page-size", args->page_size, "Slots per page (default 64)");
+  add_model_source_options(*app, args->source, "");
+  add_tp_option(*app, args->tp, "Tensor-parallel ranks; KV heads are split over them");
+  add_count(*app, "--page-size", args->page_size, "Slots per page", 1);
   app->add_option("--dtype", args->dtype, "Element type, overriding the model's: bf16, fp16, fp8, fp32");
   app->add_option("--total-bytes", args->total_bytes,
                   "Pool bytes; digits, optionally ending in KiB, MiB, GiB or TiB (default 4294967296)");

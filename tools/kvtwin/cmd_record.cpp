@@ -3,9 +3,16 @@
 // the pool trace it produced, every line with the model's result as its expectation, so that
 // `kvtwin replay TRACE.jsonl` plays it back anywhere.
 //
+// The trace is written whole or not at all (core/files.h): under a temporary name, renamed over
+// --out when the run ends, with the end line that tells a complete trace from a truncated one.
+// --out must differ from --from (and --json from both), and both outputs are checked before the
+// run, so a run never ends in a file it cannot write.
+//
 // Exit: 0 recorded and every check passed, 1 a check failed (the trace so far is written), 2 bad
-// usage or input.
+// usage or input (nothing is written).
 #include <cstdio>
+
+#include "core/files.h"
 
 #include "tools/kvtwin/command.h"
 #include "tools/kvtwin/trace_options.h"
@@ -25,7 +32,22 @@ struct RecordOptions {
   CadenceOptions cadence;
 };
 
+// --out and --json: writable, and none of them the input or each other.
+Status check_outputs(const RecordOptions& o) {
+  if (same_file(o.from, o.out))
+    return make_error(ErrorKind::invalid_argument, "--out " + o.out + " is the request trace given by --from " + o.from +
+                                                       "; recording would overwrite its input: give another --out");
+  if (!o.json_file.empty() && o.json_file != "-") {
+    if (same_file(o.json_file, o.from) || same_file(o.json_file, o.out))
+      return make_error(ErrorKind::invalid_argument,
+                        "--json " + o.json_file + " is the same file as --from or --out; give another --json");
+    KVTWIN_TRY_STATUS(check_output_path(o.json_file, "--json"));
+  }
+  return check_output_path(o.out, "--out");
+}
+
 int run_record(const RecordOptions& o, const std::string& command) {
+  if (Status s = check_outputs(o); !s.ok()) return bad_input("record", s.error());
   Result<traces::BackendChoice> choice = traces::parse_backend_choice(o.backend);
   if (!choice.ok()) return bad_input("record", choice.error());
   Result<traces::TraceFormat> format =
@@ -66,9 +88,8 @@ int run_record(const RecordOptions& o, const std::string& command) {
   Result<traces::ReplayReport> report =
       traces::simulate_request_trace(*trace, *params, *backends, *checks, &*writer, progress);
   bar.finish();
-  Status closed = writer->close();
-  if (!report.ok()) return bad_input("record", report.error());
-  if (!closed.ok()) return bad_input("record", closed.error());
+  if (!report.ok()) return bad_input("record", report.error());  // the writer leaves no file
+  if (Status closed = writer->close(); !closed.ok()) return bad_input("record", closed.error());
   std::printf("%s\n", traces::report_text(*report).c_str());
   std::printf("wrote %llu operation lines to %s\n", static_cast<unsigned long long>(writer->lines_written()),
               o.out.c_str());

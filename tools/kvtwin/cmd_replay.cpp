@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <iostream>
 
+#include "core/files.h"
+
 #include "tools/kvtwin/command.h"
 #include "tools/kvtwin/trace_options.h"
 #include "props/observers.h"
@@ -45,7 +47,20 @@ int run_bless(const ReplayOptions& o) {
 }
 
 int run_replay(const ReplayOptions& o, const std::string& command) {
-  if (!o.bless_out.empty()) return run_bless(o);
+  if (Status s = check_model_source(o.serving.source); !s.ok()) return bad_input("replay", s.error());
+  if (!o.json_file.empty()) {
+    if (o.json_file != "-" && same_file(o.json_file, o.file))
+      return bad_input("replay", make_error(ErrorKind::invalid_argument,
+                                            "--json " + o.json_file + " is the trace being replayed; give another --json"));
+    if (Status s = check_output_path(o.json_file, "--json"); !s.ok()) return bad_input("replay", s.error());
+  }
+  if (!o.bless_out.empty()) {
+    if (same_file(o.bless_out, o.file))
+      return bad_input("replay", make_error(ErrorKind::invalid_argument,
+                                            "--bless " + o.bless_out + " is the trace being replayed; give another path"));
+    if (Status s = check_output_path(o.bless_out, "--bless"); !s.ok()) return bad_input("replay", s.error());
+    return run_bless(o);
+  }
   Result<traces::BackendChoice> choice = traces::parse_backend_choice(o.backend);
   if (!choice.ok()) return bad_input("replay", choice.error());
   traces::TraceFormat format{};

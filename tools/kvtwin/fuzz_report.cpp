@@ -3,9 +3,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 
+#include "core/files.h"
 #include "tools/kvtwin/command.h"
 #include "tools/kvtwin/shard_reports.h"
 #include "tools/kvtwin/trace_options.h"
@@ -35,13 +35,15 @@ void print_fuzz_report(const FuzzReport& report) {
     std::printf("reproduce: %s\n", f.replay.c_str());
     std::printf("reproduce the case: %s\n", f.reproduce.c_str());
   }
+  std::printf("digest %s (seed %llu: the report and the trace written)\n",
+              fuzz_report_json(report)["digest"].get<std::string>().c_str(),
+              static_cast<unsigned long long>(report.seed));
   std::printf("%s\n", report.failures.empty() ? "kvtwin fuzz: PASS" : "kvtwin fuzz: FAIL");
   std::fflush(stdout);
 }
 
 Status write_fuzz_junit(const FuzzReport& report, const std::string& path) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return make_error(ErrorKind::io, path + ": cannot open for writing");
+  std::ostringstream out;
   const std::string suite =
       "kvtwin fuzz (" + report.config + ", " + report.backend + (report.fault.empty() ? "" : ", fault " + report.fault) + ")";
   out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"kvtwin fuzz\">\n";
@@ -61,9 +63,7 @@ Status write_fuzz_junit(const FuzzReport& report, const std::string& path) {
         << "</failure>\n    </testcase>\n";
   }
   out << "  </testsuite>\n</testsuites>\n";
-  out.close();
-  if (out.fail()) return make_error(ErrorKind::io, path + ": writing failed");
-  return ok_status();
+  return write_file_atomically(path, out.str());
 }
 
 }  // namespace
@@ -82,9 +82,10 @@ nlohmann::json fuzz_report_json(const FuzzReport& report) {
                         {"replay", f.replay},
                         {"reproduce", f.reproduce},
                         {"ops_before", f.ops_before},
-                        {"ops_after", f.ops_after}});
+                        {"ops_after", f.ops_after},
+                        {"trace_digest", f.trace_digest}});
   }
-  return {{"report", "kvtwin fuzz"},
+  nlohmann::json j = {{"report", "kvtwin fuzz"},
           {"seed", report.seed},
           {"backend", report.backend},
           {"config", report.config},
@@ -97,6 +98,10 @@ nlohmann::json fuzz_report_json(const FuzzReport& report) {
           {"checks_passed", report.checks_passed},
           {"passed", report.failures.empty()},
           {"failures", failures}};
+  // One value to compare runs by, across runs and machines: the report, the written traces'
+  // digests included, not its times (README "Determinism").
+  j["digest"] = report_digest(j);
+  return j;
 }
 
 Result<FuzzReport> fuzz_report_from_json(const nlohmann::json& j, const std::string& file) {
@@ -129,6 +134,7 @@ Result<FuzzReport> fuzz_report_from_json(const nlohmann::json& j, const std::str
     KVTWIN_TRY(x.reproduce, f.string(j, at + "/reproduce"));
     KVTWIN_TRY(x.ops_before, f.uint(j, at + "/ops_before"));
     KVTWIN_TRY(x.ops_after, f.uint(j, at + "/ops_after"));
+    KVTWIN_TRY(x.trace_digest, f.string(j, at + "/trace_digest"));
     // A --case run reruns one case wherever it lies; otherwise a shard runs only its own cases.
     if (j["options"].value("case", nlohmann::json()).is_null() && r.shard_count != 0 &&
         x.case_index % r.shard_count != r.shard_index)

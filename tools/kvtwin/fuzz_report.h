@@ -30,6 +30,7 @@ struct FuzzFailure {
   std::string trace;        // the shrunk failure's pool trace
   std::string replay;       // the command that replays the trace
   std::string reproduce;    // the command that reruns the case
+  std::string trace_digest;  // fnv1a64 of the trace's bytes as written (the run's digest covers it)
   std::uint64_t ops_before = 0;
   std::uint64_t ops_after = 0;
 };

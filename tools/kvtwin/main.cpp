@@ -1,17 +1,22 @@
-// kvtwin: the command line. Parses flags with CLI11 and hands off to one command.
+// kvtwin: the command line. Parses flags with CLI11 and hands off to one command. Every parse
+// error is printed as "kvtwin COMMAND: error: ..." with exit code 2 (options.h), and SIGINT or
+// SIGTERM leaves no half-written output behind (core/files.h).
 #include <cstdio>
 #include <iostream>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "core/files.h"
 #include "tools/kvtwin/command.h"
+#include "tools/kvtwin/options.h"
 
 #ifndef KVTWIN_VERSION
 #define KVTWIN_VERSION "0.0.0"
 #endif
 
 int main(int argc, char** argv) {
+  kvtwin::install_interrupt_cleanup("kvtwin");
   CLI::App app{"kvtwin: a deterministic simulator and verification harness for unified KV-cache pools"};
   app.set_version_flag("--version", std::string("kvtwin ") + KVTWIN_VERSION);
   app.require_subcommand(1);
@@ -34,8 +39,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return kvtwin::cli::kExitBadInput;
+    return kvtwin::cli::cli_parse_error(app, argc, argv, e);
   }
   for (const kvtwin::cli::Command& c : commands)
     if (c.app->parsed()) return c.run();

@@ -11,102 +11,43 @@
 #include <nlohmann/json.hpp>
 
 #include "core/catalogue.h"
+#include "core/files.h"
+#include "core/rng.h"
 #include "tools/kvtwin/command.h"
 
 namespace kvtwin::cli {
 
-Result<std::uint64_t> parse_count(const std::string& text, std::string_view option) {
-  std::uint64_t v = 0;
-  if (text.empty())
-    return make_error(ErrorKind::invalid_argument, std::string(option) + " is empty; give a whole number");
-  for (char c : text) {
-    if (c < '0' || c > '9' || v > (UINT64_MAX - static_cast<std::uint64_t>(c - '0')) / 10)
-      return make_error(ErrorKind::invalid_argument,
-                        std::string(option) + " '" + text + "' is not a whole number of 64 bits (or 'auto')");
-    v = v * 10 + static_cast<std::uint64_t>(c - '0');
-  }
-  return v;
-}
-
-Result<std::uint64_t> parse_byte_size(const std::string& text, std::string_view option) {
-  const auto bad = [&](const std::string& why) {
-    return make_error(ErrorKind::invalid_argument, std::string(option) + " '" + text + "' " + why +
-                                                       "; give bytes as a whole number with an optional unit, "
-                                                       "e.g. 4096, 64MiB, 8GiB, 2TB");
-  };
-  std::size_t digits = 0;
-  while (digits < text.size() && text[digits] >= '0' && text[digits] <= '9') ++digits;
-  if (digits == 0) return bad("is not a byte size");
-  std::uint64_t value = 0;
-  for (std::size_t i = 0; i < digits; ++i) {
-    const std::uint64_t d = static_cast<std::uint64_t>(text[i] - '0');
-    if (value > (UINT64_MAX - d) / 10) return bad("is too big for 64 bits");
-    value = value * 10 + d;
-  }
-  const std::string unit = text.substr(digits);
-  std::uint64_t scale = 1;
-  if (unit.empty() || unit == "B")
-    scale = 1;
-  else if (unit == "KiB")
-    scale = std::uint64_t{1} << 10;
-  else if (unit == "MiB")
-    scale = std::uint64_t{1} << 20;
-  else if (unit == "GiB")
-    scale = std::uint64_t{1} << 30;
-  else if (unit == "TiB")
-    scale = std::uint64_t{1} << 40;
-  else if (unit == "KB" || unit == "kB")
-    scale = 1000;
-  else if (unit == "MB")
-    scale = 1000 * 1000;
-  else if (unit == "GB")
-    scale = 1000ULL * 1000 * 1000;
-  else if (unit == "TB")
-    scale = 1000ULL * 1000 * 1000 * 1000;
-  else
-    return bad("has an unknown unit '" + unit + "' (use B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)");
-  if (value > UINT64_MAX / scale) return bad("is too big for 64 bits");
-  return value * scale;
-}
-
 void add_serving_options(CLI::App& app, ServingOptions& o) {
-  app.add_option("--model", o.model, "catalogue model of the simulated server (kvtwin layout --list)")
-      ->capture_default_str();
-  app.add_option("--spec", o.spec_file, "a model shape from a JSON spec file, instead of --model");
-  app.add_option("--tp", o.tp, "tensor-parallel ranks (the pool is one rank's)")->capture_default_str();
-  app.add_option("--page-size", o.page_size, "tokens per page")->capture_default_str();
+  add_model_source_options(app, o.source, kDefaultServingModel);
+  add_tp_option(app, o.tp, "tensor-parallel ranks (the pool is one rank's)");
+  add_count(app, "--page-size", o.page_size, "tokens per page", 1);
   app.add_option("--pool-bytes", o.pool_bytes, "bytes of the device pool, e.g. 8GiB")->capture_default_str();
   app.add_option("--host-bytes", o.host_bytes, "bytes of the host arena (recorded; not modelled yet)")
       ->capture_default_str();
-  app.add_option("--token-scale", o.token_scale, "divide token counts by this (recorded in the output)")
-      ->capture_default_str();
-  app.add_option("--max-running", o.max_running, "most requests running at once")->capture_default_str();
+  add_count(app, "--token-scale", o.token_scale, "divide token counts by this (recorded in the output)", 1);
+  add_count(app, "--max-running", o.max_running, "most requests running at once", 1);
   app.add_option("--mode", o.mode, "compaction mode: eager or lazy")->capture_default_str();
   app.add_flag("--tables-only", o.tables_only, "keep tables only, no bytes (real-scale pools)");
-  app.add_option("--requests", o.requests, "simulate only the first N requests (0: all)")->capture_default_str();
-  app.add_option("--skip-requests", o.skip_requests, "skip the trace's first N requests (a slice from the middle)")
-      ->capture_default_str();
+  add_count(app, "--requests", o.requests, "simulate only the first N requests (0: all)");
+  add_count(app, "--skip-requests", o.skip_requests, "skip the trace's first N requests (a slice from the middle)");
   app.add_option("--checkpoint-every", o.checkpoint_every,
                  "simulated steps between checkpoints (whole-pool comparisons); 0: only at the end; auto: 64 with "
                  "bytes, 0 tables-only")
       ->capture_default_str();
-  app.add_option("--seed", o.seed, "the content oracle's seed")->capture_default_str();
-  app.add_option("--decode-step-us", o.decode_step_us, "simulated microseconds of one decode step (unscaled)")
-      ->capture_default_str();
-  app.add_option("--prefill-ns-per-token", o.prefill_ns_per_token, "simulated nanoseconds per prefilled token")
-      ->capture_default_str();
-  app.add_option("--reserve-permille", o.reserve_permille,
-                 "admission keeps this share (per mille) of running requests' remaining output free")
-      ->capture_default_str();
-  app.add_option("--prefill-budget", o.prefill_budget_tokens, "scaled prompt tokens one step may prefill")
-      ->capture_default_str();
+  add_count(app, "--seed", o.seed, "the content oracle's seed");
+  add_count(app, "--decode-step-us", o.decode_step_us, "simulated microseconds of one decode step (unscaled)");
+  add_count(app, "--prefill-ns-per-token", o.prefill_ns_per_token, "simulated nanoseconds per prefilled token");
+  add_count(app, "--reserve-permille", o.reserve_permille,
+            "admission keeps this share (per mille) of running requests' remaining output free", 0, 1000);
+  add_count(app, "--prefill-budget", o.prefill_budget_tokens, "scaled prompt tokens one step may prefill", 1);
 }
 
 Result<traces::ServingParams> serving_params(const ServingOptions& o) {
   traces::ServingParams p;
-  p.model = o.model;
-  if (!o.spec_file.empty()) {
-    KVTWIN_TRY(ModelShape shape, load_shape_file(o.spec_file));
+  KVTWIN_TRY_STATUS(check_model_source(o.source));
+  p.model = o.source.model.empty() ? kDefaultServingModel : o.source.model;
+  if (!o.source.spec.empty()) {
+    KVTWIN_TRY(ModelShape shape, load_shape_file(o.source.spec));
     p.shape = shape;
   }
   p.tp = o.tp;
@@ -139,9 +80,8 @@ void add_cadence_options(CLI::App& app, CadenceOptions& o) {
                  "run the model's verify() after every Nth op (0: at checkpoints and the end; auto: every op on "
                  "pools of tables only or of at most 4 MiB, else 0)")
       ->capture_default_str();
-  app.add_option("--tables-every", o.tables_every,
-                 "compare both backends' tables after every Nth op (0: at checkpoints and the end)")
-      ->capture_default_str();
+  add_count(app, "--tables-every", o.tables_every,
+            "compare both backends' tables after every Nth op (0: at checkpoints and the end)");
 }
 
 Result<traces::CheckCadence> cadence(const CadenceOptions& o) {
@@ -174,8 +114,8 @@ std::string command_line(const CLI::App& app) {
 }
 
 void add_shard_options(CLI::App& app, ShardOptions& o) {
-  app.add_option("--shard-index", o.index, "run only the work items of this shard (0-based; or GTEST_SHARD_INDEX)");
-  app.add_option("--shard-count", o.count, "split the work into this many shards (or GTEST_TOTAL_SHARDS)");
+  add_optional_count(app, "--shard-index", o.index, "run only the work items of this shard (0-based; or GTEST_SHARD_INDEX)");
+  add_optional_count(app, "--shard-count", o.count, "split the work into this many shards (or GTEST_TOTAL_SHARDS)");
 }
 
 Result<Shard> resolve_shard(const ShardOptions& o) {
@@ -200,22 +140,34 @@ Result<Shard> resolve_shard(const ShardOptions& o) {
 }
 
 Status write_json_file(const std::string& path, const nlohmann::json& j) {
-  if (path == "-") {
-    std::cout << j.dump(2) << "\n";
-    return ok_status();
-  }
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return make_error(ErrorKind::io, path + ": cannot open the file for writing; check the folder exists");
-  out << j.dump(2) << "\n";
-  out.close();
-  if (out.fail()) return make_error(ErrorKind::io, path + ": writing failed (disk full?)");
-  return ok_status();
+  return write_file_atomically(path, j.dump(2) + "\n");
 }
 
-int bad_input(std::string_view command, const Error& error) {
-  std::fprintf(stderr, "kvtwin %.*s: error: %s\n", static_cast<int>(command.size()), command.data(),
-               error.message.c_str());
-  return kExitBadInput;
+namespace {
+void drop_durations(nlohmann::json& j) {
+  if (j.is_object()) {
+    j.erase("seconds");
+    for (auto& [key, value] : j.items()) {
+      (void)key;
+      drop_durations(value);
+    }
+  } else if (j.is_array()) {
+    for (nlohmann::json& v : j) drop_durations(v);
+  }
+}
+}  // namespace
+
+std::string report_digest(const nlohmann::json& report, std::string_view extra) {
+  nlohmann::json stable = report;
+  drop_durations(stable);
+  const std::string text = stable.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return hex_digest(mix_seed(fnv1a64(text), fnv1a64(extra)));
+}
+
+std::string hex_digest(std::uint64_t digest) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(digest));
+  return hex;
 }
 
 ProgressBar::ProgressBar(std::string label) : label_(std::move(label)), active_(isatty(STDERR_FILENO) == 1) {}

@@ -10,21 +10,16 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "core/result.h"
+#include "tools/kvtwin/options.h"
 #include "traces/runner.h"
 #include "traces/serving_sim.h"
 
 namespace kvtwin::cli {
 
-// A whole number (for options that also take "auto").
-Result<std::uint64_t> parse_count(const std::string& text, std::string_view option);
-
-// "64MiB", "8GiB", "1.5GB" is refused (whole numbers only), "4096" is bytes.
-Result<std::uint64_t> parse_byte_size(const std::string& text, std::string_view option);
-
 // The serving simulator's options, as strings where units or names need checking.
+inline constexpr const char* kDefaultServingModel = "llama-3.1-8b";
 struct ServingOptions {
-  std::string model = "llama-3.1-8b";
-  std::string spec_file;
+  ModelSource source;  // --model or --spec; neither: kDefaultServingModel
   std::uint32_t tp = 1;
   std::uint64_t page_size = 16;
   std::string pool_bytes = "1GiB";
@@ -72,11 +67,17 @@ struct Shard {
 void add_shard_options(CLI::App& app, ShardOptions& options);
 Result<Shard> resolve_shard(const ShardOptions& options);
 
-// Writes a JSON document to a file ("-" is stdout); an io Error when it cannot.
+// Writes a JSON document to a file ("-" is stdout), whole or not at all (core/files.h); an io
+// Error when it cannot.
 Status write_json_file(const std::string& path, const nlohmann::json& j);
 
-// Prints "kvtwin CMD: error: MESSAGE" to stderr and returns the exit code for bad input (2).
-int bad_input(std::string_view command, const Error& error);
+// 16 hex digits over a report's deterministic content: its canonical JSON with every "seconds"
+// field removed, and `extra` (e.g. the bytes of the traces written). The same seed and options
+// give the same digest whatever the thread count, the run or the machine, so two runs compare
+// by one printed line.
+std::string report_digest(const nlohmann::json& report, std::string_view extra = "");
+// A 64-bit digest as 16 hex digits.
+std::string hex_digest(std::uint64_t digest);
 
 // A one-line progress bar on stderr, drawn only when stderr is a terminal; it redraws when the
 // whole percentage changes (never by time), and finish() ends the line.
