@@ -143,7 +143,8 @@ void walk(const std::vector<Op>& ops, Walk& w) {
       for (std::size_t i = 0; i < k; ++i)
         ASSERT_TRUE(pair.runner->play(ops[i]).has_value()) << "before the fault: " << pair.runner->failure()->describe();
       const bool answered = pair.runner->play(ops[k]).has_value();
-      ASSERT_EQ(pair.gpu->calls_in_armed_op(), calls_in_op[k]) << "the op makes the calls it made when counted";
+      // The op made the calls it made when counted, up to the failing one (it may stop there).
+      ASSERT_GE(pair.gpu->calls_in_armed_op(), n);
       ASSERT_EQ(pair.gpu->injected().size(), 1u);
       const CudaFaultSite& site = pair.gpu->injected()[0];
       ++w.calls;
