@@ -14,7 +14,11 @@ std::string percent(std::uint64_t part, std::uint64_t whole) {
   return buf;
 }
 
-Runner make_runner(BackendSet& backends, const CheckCadence& cadence) { return Runner(backends.players, cadence); }
+Runner make_runner(BackendSet& backends, const CheckCadence& cadence, const ReplayObservers& observers) {
+  Runner runner(backends.players, cadence);
+  runner.add_observer(observers.run);  // issue 15 hook
+  return runner;
+}
 
 void finish_report(ReplayReport& report, Runner& runner) {
   if (!runner.failure()) runner.finish();
@@ -89,7 +93,7 @@ std::string report_text(const ReplayReport& r) {
 }
 
 Result<ReplayReport> replay_pool_trace_file(const std::string& path, BackendSet& backends, const CheckCadence& cadence,
-                                            const Progress& progress) {
+                                            const Progress& progress, const ReplayObservers& observers) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return make_error(ErrorKind::io, path + ": cannot open the file for reading; check the path");
   in.seekg(0, std::ios::end);
@@ -103,7 +107,7 @@ Result<ReplayReport> replay_pool_trace_file(const std::string& path, BackendSet&
   report.backends = backends.names();
   report.seed = header.seed;
   report.parameters = header.origin;
-  Runner runner = make_runner(backends, cadence);
+  Runner runner = make_runner(backends, cadence, observers);
   if (runner.play(Op(BuildPool{header.config}), std::nullopt, 1)) {
     std::uint64_t lines = 0;
     while (true) {
@@ -120,14 +124,14 @@ Result<ReplayReport> replay_pool_trace_file(const std::string& path, BackendSet&
 }
 
 ReplayReport replay_lines(const TraceHeader& header, const std::vector<TraceLine>& lines, BackendSet& backends,
-                          const CheckCadence& cadence, const std::string& source) {
+                          const CheckCadence& cadence, const std::string& source, const ReplayObservers& observers) {
   ReplayReport report;
   report.source = source;
   report.format = "ops";
   report.backends = backends.names();
   report.seed = header.seed;
   report.parameters = header.origin;
-  Runner runner = make_runner(backends, cadence);
+  Runner runner = make_runner(backends, cadence, observers);
   if (runner.play(Op(BuildPool{header.config}), std::nullopt, lines.empty() ? 0 : 1)) {
     for (std::size_t i = 0; i < lines.size(); ++i)
       if (!runner.play(lines[i].op, lines[i].expect, lines[i].line)) break;
@@ -138,15 +142,16 @@ ReplayReport replay_lines(const TraceHeader& header, const std::vector<TraceLine
 
 Result<ReplayReport> simulate_request_trace(const RequestTrace& trace, const ServingParams& params,
                                             BackendSet& backends, const CheckCadence& cadence, PoolTraceWriter* record,
-                                            const Progress& progress) {
+                                            const Progress& progress, const ReplayObservers& observers) {
   KVTWIN_TRY(ServingSimulator sim, ServingSimulator::create(params, trace));
+  sim.set_observer(observers.serving);  // issue 15 hook
   ReplayReport report;
   report.source = trace.name;
   report.format = std::string(format_name(trace.format));
   report.backends = backends.names();
   report.seed = params.seed;
   report.parameters = serving_params_json(params, trace);
-  Runner runner = make_runner(backends, cadence);
+  Runner runner = make_runner(backends, cadence, observers);
   Status write_status = ok_status();
   bool build_seen = false;
   const OpSink sink = [&](const Op& op) -> std::optional<OpResult> {

@@ -42,20 +42,28 @@ std::string report_text(const ReplayReport& report);
 // Called with work done and work total (bytes of a trace file, or requests) for progress bars.
 using Progress = std::function<void(std::uint64_t done, std::uint64_t total)>;
 
+// issue 15 hook: who watches a replay (kvtwin replay --html); none by default.
+struct ReplayObservers {
+  RunObserver* run = nullptr;          // every op and each backend's answer
+  ServingObserver* serving = nullptr;  // the serving simulator's decisions (request traces)
+};
+
 // Replays a pool trace file, one line at a time: the header's pool is built, then every line is
 // played and checked; the run stops at the first failure.
 Result<ReplayReport> replay_pool_trace_file(const std::string& path, BackendSet& backends, const CheckCadence& cadence,
-                                            const Progress& progress = {});
+                                            const Progress& progress = {}, const ReplayObservers& observers = {});
 
 // Replays header + lines held in memory (fuzz cases, shrinking, tests).
 ReplayReport replay_lines(const TraceHeader& header, const std::vector<TraceLine>& lines, BackendSet& backends,
-                          const CheckCadence& cadence, const std::string& source = "<memory>");
+                          const CheckCadence& cadence, const std::string& source = "<memory>",
+                          const ReplayObservers& observers = {});
 
 // Runs a request trace through the serving simulator against the backends, checking as it
 // goes. When `record` is given, every op is written to it with the first backend's result as
 // its expectation. Parameter errors are Errors.
 Result<ReplayReport> simulate_request_trace(const RequestTrace& trace, const ServingParams& params,
                                             BackendSet& backends, const CheckCadence& cadence,
-                                            PoolTraceWriter* record = nullptr, const Progress& progress = {});
+                                            PoolTraceWriter* record = nullptr, const Progress& progress = {},
+                                            const ReplayObservers& observers = {});
 
 }  // namespace kvtwin::traces

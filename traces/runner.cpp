@@ -87,6 +87,10 @@ Runner::Runner(std::vector<Player> players, CheckCadence cadence) : players_(std
   for (const Player& p : players_) KVTWIN_CHECK(p.backend != nullptr, "a player without a backend");
 }
 
+void Runner::add_observer(RunObserver* observer) {  // issue 15 hook
+  if (observer != nullptr) observers_.push_back(observer);
+}
+
 bool Runner::fail(std::string check, std::string message) {
   Failure f;
   f.step = step_;
@@ -216,6 +220,7 @@ std::optional<OpResult> Runner::play(const Op& op, const std::optional<OpResult>
   std::vector<OpResult> results;
   results.reserve(players_.size());
   for (Player& p : players_) results.push_back(p.backend->apply(op));
+  for (RunObserver* o : observers_) o->after_apply(*this, OpEvent{step_, line, op, results});  // issue 15 hook
   const OpResult& first = results.front();
   ++stats_.ops;
   const auto failed = [&](bool ok) {

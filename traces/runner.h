@@ -73,6 +73,23 @@ struct RunStats {
   }
 };
 
+// ---- issue 15 hook (kvtwin replay/fuzz --html): something that watches a run from outside.
+// Called by Runner::play after every backend applied an op and before any check, so a failing op
+// is seen too (with each backend's answer). Observers only read; they never change the run.
+class Runner;
+struct OpEvent {
+  std::uint64_t step = 0;  // 0-based index of the op in the run
+  std::uint64_t line = 0;  // its trace line; 0 when it came from no file
+  const Op& op;
+  const std::vector<OpResult>& results;  // one per backend, in player order
+};
+class RunObserver {
+ public:
+  virtual ~RunObserver() = default;
+  virtual void after_apply(const Runner& runner, const OpEvent& event) = 0;
+};
+// ---- end of the issue 15 hook
+
 struct Failure {
   std::uint64_t step = 0;  // 0-based index of the op in the run
   std::uint64_t line = 0;  // its trace line; 0 when it came from no file
@@ -102,6 +119,8 @@ class Runner {
   const Player& player(std::size_t i) const { return players_.at(i); }
   // The configuration of the last successful build; nullopt before one.
   const std::optional<PoolConfig>& config() const { return config_; }
+  // issue 15 hook: `observer` (not owned) sees every op from now on; null is ignored.
+  void add_observer(RunObserver* observer);
 
  private:
   bool fail(std::string check, std::string message);
@@ -113,6 +132,7 @@ class Runner {
   std::string describe_byte(std::uint64_t byte) const;
 
   std::vector<Player> players_;
+  std::vector<RunObserver*> observers_;  // issue 15 hook
   CheckCadence cadence_;
   std::uint64_t verify_every_ = 1;  // cadence_.verify_every, resolved for the pool built last
   RunStats stats_;

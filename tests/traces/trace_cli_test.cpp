@@ -113,6 +113,26 @@ TEST(ReplayCli, ACleanTracePassesAndAPlantedFaultFailsAtItsLine) {
   EXPECT_EQ(j["failure"]["check"], "results");
 }
 
+// --html (tools/kvtwin/html_report.h; tests/cli opens the pages in a browser): a page is written
+// after the run, and a file that cannot be written is bad usage found before the run.
+TEST(ReplayCli, HtmlWritesAPageAndAnUnwritablePathIsRefusedBeforeTheRun) {
+  const fs::path dir = scratch();
+  const std::string trace = docs_example(dir);
+  const fs::path page = dir / "report.html";
+  CliRun ok = kvtwin({"replay", trace, "--html", page.string()});
+  ASSERT_EQ(ok.exit_code, 0) << ok.out << ok.err;
+  EXPECT_THAT(ok.out, HasSubstr("wrote the HTML report to " + page.string()));
+  const std::string html = read_file(page);
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_THAT(html, HasSubstr("<svg class=\"chart\" id=\"occupancy-full\""));
+  EXPECT_THAT(html, HasSubstr("kvtwin replay " + trace + " --html " + page.string()));
+  const std::string unwritable = (dir / "no-such-folder" / "report.html").string();
+  CliRun bad = kvtwin({"replay", trace, "--html", unwritable});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr(unwritable + ": cannot open the file for writing (--html)"));
+  EXPECT_THAT(bad.out, Not(HasSubstr("replayed "))) << "refused before the run";
+}
+
 TEST(ReplayCli, UnreadableInputExitsTwoWithFileAndLine) {
   const std::string bad = source("tests/traces/data/bad/unknown_op.jsonl");
   CliRun r = kvtwin({"replay", bad});
@@ -188,8 +208,8 @@ TEST(ReplayCli, ARequestTraceIsSimulatedAndCheckedInOneGo) {
 
 TEST(FuzzCli, APlantedFailureIsFoundShrunkWrittenAndReplaysAlone) {
   const fs::path dir = scratch();
-  CliRun f = kvtwin(
-      {"fuzz", "--fault", "pairing_out_of_order", "--cases", "300", "--seed", "3", "--out", dir.string(), "--quiet"});
+  CliRun f = kvtwin({"fuzz", "--fault", "pairing_out_of_order", "--cases", "300", "--seed", "3", "--out", dir.string(),
+                     "--quiet", "--html", (dir / "fuzz.html").string()});
   ASSERT_EQ(f.exit_code, 1) << f.out << f.err;
   EXPECT_EQ(f.out.rfind("kvtwin fuzz: seed 3\n", 0), 0u) << "the seed is printed first";
   EXPECT_THAT(f.out, HasSubstr("shrunk "));
@@ -210,6 +230,10 @@ TEST(FuzzCli, APlantedFailureIsFoundShrunkWrittenAndReplaysAlone) {
   EXPECT_THAT(again.out, HasSubstr("results check failed"));
   CliRun clean = kvtwin({"replay", args[1]});
   EXPECT_EQ(clean.exit_code, 0) << "the trace passes on the model alone" << clean.out;
+  // The page names the same reproduce command and draws the shrunk failure.
+  const std::string html = read_file(dir / "fuzz.html");
+  EXPECT_THAT(html, HasSubstr(command));
+  EXPECT_THAT(html, HasSubstr("id=\"replay-failure-strips\""));
 }
 
 TEST(FuzzCli, CleanRunsPassAndBadUsageExitsTwo) {
@@ -266,9 +290,13 @@ TEST(CheckCli, ASmallGateRunsSkipsByNameAndWritesReports) {
   const fs::path dir = scratch();
   CliRun r = kvtwin({"check", "--cases", "1", "--random-cases", "3", "--ops", "60", "--traces-dir",
                      (dir / "absent").string(), "--samples-dir", (dir / "absent").string(), "--junit",
-                     (dir / "junit.xml").string(), "--json", (dir / "check.json").string(), "--quiet"});
+                     (dir / "junit.xml").string(), "--json", (dir / "check.json").string(), "--html",
+                     (dir / "check.html").string(), "--quiet"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.out.rfind("kvtwin check: seed 1\n", 0), 0u);
+  const std::string html = read_file(dir / "check.html");
+  EXPECT_THAT(html, HasSubstr("kvtwin check: the gate <span class=\"verdict pass\">PASS</span>"));
+  EXPECT_THAT(html, HasSubstr("<td>properties (model)</td>"));
   EXPECT_THAT(r.out, HasSubstr("SKIP requests: shared/mooncake deepseek-v2-lite lazy (MLA): "));
   EXPECT_THAT(r.out, HasSubstr("conversation_trace.jsonl not found"));
   EXPECT_THAT(r.out, HasSubstr("kvtwin check: PASS"));

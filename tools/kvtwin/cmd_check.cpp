@@ -13,6 +13,9 @@
 // --junit and --json write reports for CI systems. Durations appear only in those reports and
 // the table; no result depends on them (except the property cases --seconds allows).
 //
+// --html FILE writes the same as a self-contained HTML page: the table of parts, charts of
+// items and time per part, and every failure with its reproduce command (html_report.h).
+//
 // Exit: 0 everything passed, 1 something failed, 2 bad usage.
 #include <algorithm>
 #include <atomic>
@@ -27,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tools/kvtwin/command.h"
+#include "tools/kvtwin/html_report.h"
 #include "tools/kvtwin/trace_options.h"
 #include "traces/fuzz.h"
 #include "traces/replay.h"
@@ -49,6 +53,7 @@ struct CheckOptions {
   std::uint64_t seed = 1;
   std::string junit_file;
   std::string json_file;
+  std::string html_file;
   std::string traces_dir;
   std::string regress_dir;
   std::string regress_large_dir;
@@ -255,7 +260,11 @@ ItemResult run_request_item(const fs::path& path, const RequestSlice& slice, con
   return r;
 }
 
-int run_check(const CheckOptions& o) {
+const char* state_name(ItemResult::State state) {
+  return state == ItemResult::State::passed ? "passed" : state == ItemResult::State::failed ? "failed" : "skipped";
+}
+
+int run_check(const CheckOptions& o, const std::string& command) {
   std::printf("kvtwin check: seed %llu\n", static_cast<unsigned long long>(o.seed));
   std::fflush(stdout);
   Result<Shard> shard = resolve_shard(o.shard);
@@ -277,6 +286,9 @@ int run_check(const CheckOptions& o) {
   if (!probe.ok()) return bad_input("check", probe.error());
   const std::string backend_names = probe->names();
 
+  if (!o.html_file.empty()) {
+    if (Status s = check_html_file_writable(o.html_file); !s.ok()) return bad_input("check", s.error());
+  }
   const fs::path root = repository_root();
   const fs::path regress_dir = o.regress_dir.empty() ? root / "traces" / "regress" : fs::path(o.regress_dir);
   const fs::path regress_large_dir =
@@ -532,9 +544,7 @@ int run_check(const CheckOptions& o) {
     nlohmann::json list = nlohmann::json::array();
     for (std::size_t i : mine) {
       const Item& item = items[i];
-      const char* state = item.result.state == ItemResult::State::passed   ? "passed"
-                          : item.result.state == ItemResult::State::failed ? "failed"
-                                                                           : "skipped";
+      const char* state = state_name(item.result.state);
       list.push_back({{"part", item.part},
                       {"name", item.name},
                       {"backend", item.backend},
@@ -548,6 +558,23 @@ int run_check(const CheckOptions& o) {
     }
     j["items"] = list;
     if (Status s = write_json_file(o.json_file, j); !s.ok()) return bad_input("check", s.error());
+  }
+  if (!o.html_file.empty()) {
+    GateReport gate;
+    gate.seed = o.seed;
+    gate.backend = backend_names;
+    gate.shard_index = shard->index;
+    gate.shard_count = shard->count;
+    gate.passed = failed_total == 0;
+    for (std::size_t i : mine) {
+      const Item& item = items[i];
+      gate.items.push_back(GateItem{item.part, item.name, item.backend, state_name(item.result.state),
+                                    item.result.detail, item.result.failure, item.result.reproduce, item.result.ops,
+                                    item.result.checks, item.result.seconds});
+    }
+    if (Status s = write_html_file(o.html_file, render_gate_html(gate, command)); !s.ok())
+      return bad_input("check", s.error());
+    std::printf("wrote the HTML report to %s\n", o.html_file.c_str());
   }
   if (!o.junit_file.empty()) {
     std::ofstream out(o.junit_file, std::ios::binary | std::ios::trunc);
@@ -598,6 +625,7 @@ Command add_check_command(CLI::App& root) {
   app->add_option("--seed", o->seed, "the run's seed; every case derives from it")->capture_default_str();
   app->add_option("--junit", o->junit_file, "write a JUnit XML report");
   app->add_option("--json", o->json_file, "write a JSON report ('-': stdout)");
+  app->add_option("--html", o->html_file, "write a self-contained HTML report (parts, failures, reproduce commands)");
   app->add_option("--traces-dir", o->traces_dir, "the shared request traces (default ../shared/traces-external)");
   app->add_option("--regress-dir", o->regress_dir, "regression traces (default traces/regress)");
   app->add_option("--regress-large-dir", o->regress_large_dir,
@@ -612,7 +640,7 @@ Command add_check_command(CLI::App& root) {
   add_shard_options(*app, o->shard);
   Command c;
   c.app = app;
-  c.run = [o] { return run_check(*o); };
+  c.run = [o, app] { return run_check(*o, command_line(*app)); };
   return c;
 }
 

@@ -2,16 +2,23 @@
 // printed first; a failing case is shrunk, written to --out as a pool trace that reproduces it
 // alone, and the exact kvtwin replay command is printed.
 //
+// --html FILE writes a self-contained HTML report: the campaign, and for a failure the shrunk
+// trace replayed with a recorder (the ops before the failure, every backend's answer, the pages
+// involved on the strip map).
+//
 // Exit: 0 no case failed, 1 a case failed (its trace is written), 2 bad usage.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
 #include "tools/kvtwin/command.h"
+#include "tools/kvtwin/html_report.h"
 #include "tools/kvtwin/trace_options.h"
 #include "traces/fuzz.h"
+#include "traces/replay.h"
 
 namespace kvtwin::cli {
 namespace {
@@ -27,11 +34,12 @@ struct FuzzOptions {
   std::int64_t only_case = -1;
   std::string fault;
   std::string json_file;
+  std::string html_file;
   bool quiet = false;
   ShardOptions shard;
 };
 
-int run_fuzz(const FuzzOptions& o) {
+int run_fuzz(const FuzzOptions& o, const std::string& command) {
   // The seed first, before anything can fail.
   std::printf("kvtwin fuzz: seed %llu\n", static_cast<unsigned long long>(o.seed));
   std::fflush(stdout);
@@ -46,6 +54,9 @@ int run_fuzz(const FuzzOptions& o) {
   const traces::BackendFactory factory = [&] { return traces::make_backend_set(*choice, o.fault); };
   if (Result<traces::BackendSet> probe = factory(); !probe.ok()) return bad_input("fuzz", probe.error());
 
+  if (!o.html_file.empty()) {
+    if (Status s = check_html_file_writable(o.html_file); !s.ok()) return bad_input("fuzz", s.error());
+  }
   const std::uint64_t cases = o.only_case >= 0 ? 0 : (o.cases != 0 ? o.cases : (o.seconds != 0 ? UINT64_MAX : 100));
   const auto started = std::chrono::steady_clock::now();
   const auto out_of_time = [&] {
@@ -64,6 +75,7 @@ int run_fuzz(const FuzzOptions& o) {
 
   ProgressBar bar("fuzz");
   std::uint64_t ran = 0, ops = 0, checks = 0;
+  std::map<std::string, std::uint64_t> cases_by_model;  // for the HTML report
   std::optional<traces::CaseResult> failed;
   const auto run_one = [&](std::uint64_t index) -> Status {
     traces::CaseSpec spec;
@@ -73,6 +85,7 @@ int run_fuzz(const FuzzOptions& o) {
     spec.ops = o.ops;
     KVTWIN_TRY(traces::CaseResult r, traces::run_case(spec, factory));
     ++ran;
+    ++cases_by_model[r.config.shape.name];
     ops += r.stats.ops;
     checks += r.stats.checks_passed() + r.shadow_checks;
     if (r.failure) failed = std::move(r);
@@ -100,6 +113,18 @@ int run_fuzz(const FuzzOptions& o) {
                            {"passed", !failed},
                            {"shard_index", shard->index},
                            {"shard_count", shard->count}};
+  FuzzReport html;
+  html.seed = o.seed;
+  html.backend = o.backend;
+  html.configuration = o.config;
+  html.fault = o.fault;
+  html.ops_per_case = o.ops;
+  html.shard_index = shard->index;
+  html.shard_count = shard->count;
+  html.cases = ran;
+  html.ops = ops;
+  html.checks = checks;
+  html.cases_by_model.assign(cases_by_model.begin(), cases_by_model.end());
   int exit_code = kExitOk;
   if (failed) {
     traces::CaseResult& r = *failed;
@@ -150,6 +175,34 @@ int run_fuzz(const FuzzOptions& o) {
                          {"ops_before", r.failure->shrink_stats.ops_before},
                          {"ops_after", r.failure->shrink_stats.ops_after}};
     exit_code = kExitCheckFailed;
+    if (!o.html_file.empty()) {
+      FuzzFailure f;
+      f.case_index = r.spec.index;
+      f.case_seed = r.spec.seed;
+      f.configuration = r.config.shape.name + " (" + o.config + ")";
+      f.swarm = r.swarm;
+      f.check = r.failure->failure.check;
+      f.message = r.failure->failure.describe();
+      f.ops_before_shrinking = r.failure->shrink_stats.ops_before;
+      f.ops_after_shrinking = r.failure->shrink_stats.ops_after;
+      f.trace_path = path;
+      f.reproduce_replay = replay;
+      f.reproduce_case = reproduce_fuzz;
+      html.failure = f;
+      // The shrunk trace replayed as `kvtwin replay` would, with a recorder watching.
+      Result<traces::BackendSet> backends = factory();
+      if (!backends.ok()) return bad_input("fuzz", backends.error());
+      RunRecorder recorder(/*serving=*/false);
+      Result<traces::ReplayReport> replayed =
+          traces::replay_pool_trace_file(path, *backends, {}, {}, recorder.observers());
+      if (!replayed.ok()) return bad_input("fuzz", replayed.error());
+      html.failure_replay = recorder.finish(*replayed);
+    }
+  }
+  if (!o.html_file.empty()) {
+    if (Status s = write_html_file(o.html_file, render_fuzz_html(html, command)); !s.ok())
+      return bad_input("fuzz", s.error());
+    std::printf("wrote the HTML report to %s\n", o.html_file.c_str());
   }
   if (!o.json_file.empty()) {
     if (Status s = write_json_file(o.json_file, report); !s.ok()) return bad_input("fuzz", s.error());
@@ -176,11 +229,13 @@ Command add_fuzz_command(CLI::App& root) {
   app->add_option("--case", o->only_case, "run only this case of the run (to reproduce one)");
   app->add_option("--fault", o->fault, "plant a named bug in the second backend (a self-test: the run must fail)");
   app->add_option("--json", o->json_file, "also write the report as JSON to FILE ('-': stdout)");
+  app->add_option("--html", o->html_file,
+                  "also write a self-contained HTML report (the campaign; a failure's shrunk trace replayed and drawn)");
   app->add_flag("--quiet", o->quiet, "no progress bar");
   add_shard_options(*app, o->shard);
   Command c;
   c.app = app;
-  c.run = [o] { return run_fuzz(*o); };
+  c.run = [o, app] { return run_fuzz(*o, command_line(*app)); };
   return c;
 }
 
