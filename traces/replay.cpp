@@ -16,7 +16,12 @@ std::string percent(std::uint64_t part, std::uint64_t whole) {
   return buf;
 }
 
-Runner make_runner(BackendSet& backends, const CheckCadence& cadence) { return Runner(backends.players, cadence); }
+// The watcher (when there is one) joins first, so that it sees the build too.
+Runner make_runner(BackendSet& backends, const CheckCadence& cadence, const ReplayWatchers& watchers) {
+  Runner runner(backends.players, cadence);
+  if (watchers.run != nullptr) runner.add_observer(watchers.run);
+  return runner;
+}
 
 // Builds the header's pool on every backend. A refusal is bad input: the trace cannot be checked.
 // Then the observers join the runner (they start from the built pool).
@@ -116,7 +121,8 @@ std::string report_text(const ReplayReport& r) {
 }
 
 Result<ReplayReport> replay_pool_trace_file(const std::string& path, BackendSet& backends, const CheckCadence& cadence,
-                                            const Progress& progress, const ObserverFactory& observers) {
+                                            const Progress& progress, const ObserverFactory& observers,
+                                            const ReplayWatchers& watchers) {
   KVTWIN_TRY(std::unique_ptr<std::ifstream> file, open_input(path, "pool trace"));
   std::ifstream& in = *file;
   // The size, for progress only: a pipe or a device has none.
@@ -137,7 +143,7 @@ Result<ReplayReport> replay_pool_trace_file(const std::string& path, BackendSet&
   report.backends = backends.names();
   report.seed = header.seed;
   report.parameters = header.origin;
-  Runner runner = make_runner(backends, cadence);
+  Runner runner = make_runner(backends, cadence, watchers);
   std::vector<std::unique_ptr<RunObserver>> owned;
   KVTWIN_TRY_STATUS(build_for_replay(runner, header.config, path + ":1", observers, owned));
   if (!runner.failure()) {
@@ -157,14 +163,14 @@ Result<ReplayReport> replay_pool_trace_file(const std::string& path, BackendSet&
 
 Result<ReplayReport> replay_lines(const TraceHeader& header, const std::vector<TraceLine>& lines, BackendSet& backends,
                                   const CheckCadence& cadence, const std::string& source,
-                                  const ObserverFactory& observers) {
+                                  const ObserverFactory& observers, const ReplayWatchers& watchers) {
   ReplayReport report;
   report.source = source;
   report.format = "ops";
   report.backends = backends.names();
   report.seed = header.seed;
   report.parameters = header.origin;
-  Runner runner = make_runner(backends, cadence);
+  Runner runner = make_runner(backends, cadence, watchers);
   std::vector<std::unique_ptr<RunObserver>> owned;
   KVTWIN_TRY_STATUS(build_for_replay(runner, header.config, source, observers, owned));
   if (!runner.failure()) {
@@ -177,15 +183,16 @@ Result<ReplayReport> replay_lines(const TraceHeader& header, const std::vector<T
 
 Result<ReplayReport> simulate_request_trace(const RequestTrace& trace, const ServingParams& params,
                                             BackendSet& backends, const CheckCadence& cadence, PoolTraceWriter* record,
-                                            const Progress& progress) {
+                                            const Progress& progress, const ReplayWatchers& watchers) {
   KVTWIN_TRY(ServingSimulator sim, ServingSimulator::create(params, trace));
+  sim.set_observer(watchers.serving);
   ReplayReport report;
   report.source = trace.name;
   report.format = std::string(format_name(trace.format));
   report.backends = backends.names();
   report.seed = params.seed;
   report.parameters = serving_params_json(params, trace);
-  Runner runner = make_runner(backends, cadence);
+  Runner runner = make_runner(backends, cadence, watchers);
   Status write_status = ok_status();
   bool build_seen = false;
   const OpSink sink = [&](const Op& op) -> std::optional<OpResult> {

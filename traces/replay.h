@@ -47,23 +47,32 @@ using ObserverFactory = std::function<std::vector<std::unique_ptr<RunObserver>>(
 // Called with work done and work total (bytes of a trace file, or requests) for progress bars.
 using Progress = std::function<void(std::uint64_t done, std::uint64_t total)>;
 
+// Who watches a replay from outside without checking anything (kvtwin replay --html's recorder);
+// none by default. The checks come from the ObserverFactory.
+struct ReplayWatchers {
+  RunObserver* run = nullptr;          // every op and each backend's answer (after_apply)
+  ServingObserver* serving = nullptr;  // the serving simulator's decisions (request traces)
+};
+
 // Replays a pool trace file, one line at a time: the header's pool is built, then every line is
 // played and checked; the run stops at the first failure. A header whose pool no backend can
 // build is bad input (an Error), never a pass that checked nothing.
 Result<ReplayReport> replay_pool_trace_file(const std::string& path, BackendSet& backends, const CheckCadence& cadence,
-                                            const Progress& progress = {}, const ObserverFactory& observers = {});
+                                            const Progress& progress = {}, const ObserverFactory& observers = {},
+                                            const ReplayWatchers& watchers = {});
 
 // Replays header + lines held in memory (fuzz cases, shrinking, tests). An unbuildable pool is an
 // Error, as above.
 Result<ReplayReport> replay_lines(const TraceHeader& header, const std::vector<TraceLine>& lines, BackendSet& backends,
                                   const CheckCadence& cadence, const std::string& source = "<memory>",
-                                  const ObserverFactory& observers = {});
+                                  const ObserverFactory& observers = {}, const ReplayWatchers& watchers = {});
 
 // Runs a request trace through the serving simulator against the backends, checking as it
 // goes. When `record` is given, every op is written to it with the first backend's result as
 // its expectation. Parameter errors are Errors.
 Result<ReplayReport> simulate_request_trace(const RequestTrace& trace, const ServingParams& params,
                                             BackendSet& backends, const CheckCadence& cadence,
-                                            PoolTraceWriter* record = nullptr, const Progress& progress = {});
+                                            PoolTraceWriter* record = nullptr, const Progress& progress = {},
+                                            const ReplayWatchers& watchers = {});
 
 }  // namespace kvtwin::traces

@@ -294,6 +294,7 @@ std::optional<OpResult> Runner::play(const Op& op, const std::optional<OpResult>
       return std::nullopt;
     }
   }
+  for (RunObserver* o : observers_) o->after_apply(*this, OpEvent{step_, line, op, results});
   const OpResult& first = results.front();
   ++stats_.ops;
   if (!first.ok())

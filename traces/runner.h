@@ -65,8 +65,17 @@ struct Player {
 
 class Runner;
 
-// A check the runner does not own, called around every operation (props/ adds the shadow, the
-// policy and the refusal checks this way). `after` runs only when the runner's own checks passed.
+// One operation as every backend answered it, before any check (what a watcher sees).
+struct OpEvent {
+  std::uint64_t step = 0;  // 0-based index of the op in the run
+  std::uint64_t line = 0;  // its trace line; 0 when it came from no file
+  const Op& op;
+  const std::vector<OpResult>& results;  // one per backend, in player order
+};
+
+// A check or a watcher the runner does not own, called around every operation. props/ adds the
+// shadow, the policy and the refusal checks this way (`after`); the HTML reports (tools/kvtwin/
+// run_recorder.h) watch a run this way (`after_apply`), seeing a failing op too.
 class RunObserver {
  public:
   virtual ~RunObserver() = default;
@@ -75,12 +84,22 @@ class RunObserver {
     (void)runner;
     (void)op;
   }
+  // Right after every backend applied it, before any check. Watchers only read.
+  virtual void after_apply(const Runner& runner, const OpEvent& event) {
+    (void)runner;
+    (void)event;
+  }
   struct Finding {
     std::string check;    // "shadow", "policy", "refusal", ...
     std::string message;  // what differed, with both values
   };
-  // After it, with every backend's answer; a finding stops the run.
-  virtual std::optional<Finding> after(const Runner& runner, const Op& op, const std::vector<OpResult>& results) = 0;
+  // After the runner's own checks passed, with every backend's answer; a finding stops the run.
+  virtual std::optional<Finding> after(const Runner& runner, const Op& op, const std::vector<OpResult>& results) {
+    (void)runner;
+    (void)op;
+    (void)results;
+    return std::nullopt;
+  }
 };
 
 // verify_every = kVerifyAuto: after every op on pools a verify() reads quickly (tables only, or

@@ -215,6 +215,23 @@ void ServingSimulator::note_occupancy() {
   }
 }
 
+void ServingSimulator::tell(ServingEvent::Kind kind, std::uint64_t request, std::vector<std::int64_t> pages) {
+  if (observer_ == nullptr) return;
+  ServingEvent e;
+  e.kind = kind;
+  e.step = step_;
+  e.now_us = now_us_;
+  if (kind != ServingEvent::Kind::step_done) {
+    e.request = request;
+    e.arrival_us = trace_->requests[request].arrival_us;
+  }
+  e.pages = std::move(pages);
+  e.waiting = waiting_.size();
+  e.running = running_.size();
+  e.totals = &summary_;
+  observer_->on_serving_event(e);
+}
+
 Status ServingSimulator::free_pages(std::vector<std::int64_t> pages) {
   if (pages.empty()) return ok_status();
   KVTWIN_TRY_STATUS(send_expect_ok(Op(Free{IdUnit::pages, std::move(pages)})));
@@ -332,6 +349,7 @@ Status ServingSimulator::admit(std::vector<Running>& admitted) {
     ++summary_.admissions;
     summary_.prompt_tokens += prompt_len;
     summary_.cached_tokens += cached_len;
+    tell(ServingEvent::Kind::admitted, r.request, new_pages);
     admitted.push_back(std::move(r));
   }
   return ok_status();
@@ -385,6 +403,7 @@ Status ServingSimulator::retract_one() {
   KVTWIN_TRY_STATUS(release(r));
   waiting_.push_front(Pending{r.request, r.generated});
   ++summary_.retractions;
+  tell(ServingEvent::Kind::retracted, r.request);
   return ok_status();
 }
 
@@ -403,6 +422,7 @@ Status ServingSimulator::grow_for_decode() {
       for (std::size_t k = 0; k < needers.size(); ++k) {
         KVTWIN_CHECK(a->pages[k].size() == 1, "a one-page request gets one page");
         running_[needers[k]].pages.push_back(a->pages[k][0]);
+        tell(ServingEvent::Kind::grew, running_[needers[k]].request, {a->pages[k][0]});
       }
       full_pages_held_ += needers.size();
       if (derived_.is_composite()) swa_pages_held_ += needers.size();
@@ -444,6 +464,7 @@ Status ServingSimulator::finish_and_window() {
     if (r.generated >= scaled(trace_->requests[r.request].output_tokens)) {
       KVTWIN_TRY_STATUS(release(r));
       ++summary_.requests_served;
+      tell(ServingEvent::Kind::finished, r.request);
     } else {
       still.push_back(std::move(r));
     }
@@ -495,6 +516,7 @@ Status ServingSimulator::run(const OpSink& sink, const ProgressFn& progress) {
     for (const Running& r : admitted) prefilled += r.prompt_len - r.cached_len;
     KVTWIN_TRY_STATUS(prefill(admitted));
     if (params_.mode == CompactionMode::lazy && freed_this_step_) KVTWIN_TRY_STATUS(send_expect_ok(Op(Flush{})));
+    tell(ServingEvent::Kind::step_done, 0);
     ++step_;
     ++summary_.steps;
     if (params_.checkpoint_every != 0 && !params_.tables_only && step_ % params_.checkpoint_every == 0)

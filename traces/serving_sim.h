@@ -119,6 +119,33 @@ struct ServingSummary {
   }
 };
 
+// The serving simulator's decisions, told to an observer after
+// the fact. The observer only reads; the run is the same with or without one.
+struct ServingEvent {
+  enum class Kind : std::uint8_t {
+    admitted,   // `request` was admitted (again, after a retraction); `pages`: the pages allocated for it
+    grew,       // `request` got one more page for decode: `pages` = {that page}
+    retracted,  // `request` left the pool to wait at the head of the queue
+    finished,   // `request` was served and released its private pages
+    step_done,  // the end of a forward step (the clock has not advanced yet)
+  };
+  Kind kind = Kind::step_done;
+  std::uint64_t step = 0;
+  std::uint64_t now_us = 0;       // the simulated clock
+  std::uint64_t request = 0;      // index in the trace (not for step_done)
+  std::uint64_t arrival_us = 0;   // the request's arrival (not for step_done)
+  std::vector<std::int64_t> pages;  // virtual pages
+  std::uint64_t waiting = 0;        // requests in the queue
+  std::uint64_t running = 0;        // requests holding pages
+  const ServingSummary* totals = nullptr;  // the running totals so far
+};
+class ServingObserver {
+ public:
+  virtual ~ServingObserver() = default;
+  virtual void on_serving_event(const ServingEvent& event) = 0;
+};
+
+
 // Where the simulator's operations go: the pool's answer, or nullopt to stop (a check failed).
 using OpSink = std::function<std::optional<OpResult>(const Op&)>;
 // Progress: requests finished (served or rejected) and the total.
@@ -136,6 +163,8 @@ class ServingSimulator {
   Status run(const OpSink& sink, const ProgressFn& progress = {});
 
   bool stopped() const { return stopped_; }
+  // `observer` (not owned, may be null) is told every decision of run().
+  void set_observer(ServingObserver* observer) { observer_ = observer; }
   const ServingSummary& summary() const { return summary_; }
 
  private:
@@ -179,6 +208,8 @@ class ServingSimulator {
   Status evict(std::uint64_t pages_wanted, bool draining = false);
   Status retract_one();
   void note_occupancy();
+  // tells the observer, when there is one.
+  void tell(ServingEvent::Kind kind, std::uint64_t request, std::vector<std::int64_t> pages = {});
   std::uint64_t scaled(std::uint64_t tokens) const;
 
   ServingParams params_;
@@ -189,6 +220,7 @@ class ServingSimulator {
   std::uint64_t block_tokens_ = 0;  // scaled tokens per prefix block; 0 when the trace has no hashes
   std::optional<RadixCache> cache_;
   const OpSink* sink_ = nullptr;
+  ServingObserver* observer_ = nullptr;
   bool stopped_ = false;
 
   std::uint64_t next_arrival_ = 0;  // index of the next request to arrive

@@ -120,6 +120,40 @@ TEST(Runner, DivergentResultsStopAtTheirLineWithBothAnswers) {
   EXPECT_THAT(r.failure->describe(), HasSubstr("line 8 (step 7): results check failed"));
 }
 
+// A watcher (after_apply) sees every op after every backend played it, the failing one too, with
+// each backend's answer, before the checks stop the run. The planted model plays alone; the
+// trace's expectation catches it.
+TEST(Runner, AnObserverSeesEveryOpAndEachBackendsAnswerTheFailingOneToo) {
+  struct Seen : RunObserver {
+    std::vector<std::uint64_t> steps, lines;
+    std::vector<std::string> ops;
+    std::vector<std::vector<std::string>> answers;
+    void after_apply(const Runner& runner, const OpEvent& e) override {
+      EXPECT_FALSE(runner.failure().has_value()) << "called before the checks";
+      steps.push_back(e.step);
+      lines.push_back(e.line);
+      ops.push_back(to_string(e.op));
+      std::vector<std::string> a;
+      for (const OpResult& r : e.results) a.push_back(to_string(r));
+      answers.push_back(a);
+    }
+  } seen;
+  const PoolTrace t = parse(docs_example());
+  Result<BackendSet> b = make_backend_set(BackendChoice::model, "model_negative_not_sink");
+  ASSERT_TRUE(b.ok());
+  const Result<ReplayReport> played =
+      replay_lines(t.header, t.lines, *b, {}, "t.jsonl", {}, ReplayWatchers{&seen, nullptr});
+  ASSERT_TRUE(played.ok()) << played.error().message;
+  const ReplayReport& r = *played;
+  ASSERT_FALSE(r.passed());
+  EXPECT_EQ(r.failure->check, "expect");
+  ASSERT_EQ(seen.ops.size(), r.stats.ops) << "the build and every line up to the failing one";
+  EXPECT_EQ(seen.lines.back(), 8u);
+  EXPECT_EQ(seen.steps.back(), r.failure->step);
+  EXPECT_EQ(seen.ops.back(), R"({"ids":[12,-1,1000],"op":"translate","shape":[3]})");
+  EXPECT_EQ(seen.answers.back(), (std::vector<std::string>{R"({"ids":[4,-1,0]})"}));
+}
+
 TEST(Runner, AnExpectationMismatchNamesExpectedAndActual) {
   std::string text = docs_example();
   const std::string right = R"("pages":[1,2])";

@@ -195,6 +195,62 @@ TEST(ServingSim, APoolUnderPressureRetractsAndStillServesEveryone) {
   expect_empty_at_the_end(run);
 }
 
+// The simulator tells an observer each decision; the events add up to its summary,
+// the pages it names are the ones the pool allocated, and the clock never runs back.
+TEST(ServingSim, AnObserverIsToldEveryDecisionAndTheyAddUpToTheSummary) {
+  struct Told : ServingObserver {
+    std::map<ServingEvent::Kind, std::uint64_t> count;
+    std::uint64_t pages = 0, last_now = 0, last_step = 0;
+    bool clock_ok = true, steps_ok = true;
+    std::set<std::uint64_t> requests;
+    void on_serving_event(const ServingEvent& e) override {
+      ++count[e.kind];
+      pages += e.pages.size();
+      clock_ok = clock_ok && e.now_us >= last_now;
+      last_now = e.now_us;
+      if (e.kind == ServingEvent::Kind::step_done) {
+        steps_ok = steps_ok && e.step == count[e.kind] - 1 && e.totals != nullptr;
+        last_step = e.step;
+      } else {
+        requests.insert(e.request);
+      }
+    }
+  } told;
+  const RequestTrace t = mooncake(60);
+  ServingParams p = params("llama-3.1-8b", 8, 24ull << 20, 16);
+  p.reserve_permille = 0;
+  p.max_running = 32;
+  p.tables_only = true;
+  Result<BackendSet> b = make_backend_set(BackendChoice::model);
+  ASSERT_TRUE(b.ok());
+  struct Allocations : RunObserver {
+    std::uint64_t pages = 0;
+    void after_apply(const Runner&, const OpEvent& e) override {
+      if (!e.results.front().ok()) return;
+      if (const auto* a = std::get_if<Allocated>(&e.results.front().value())) pages += a->pages.size();
+      if (const auto* m = std::get_if<AllocatedMany>(&e.results.front().value()))
+        for (const auto& one : m->pages) pages += one.size();
+    }
+  } allocations;
+  Result<ReplayReport> r =
+      simulate_request_trace(t, p, *b, CheckCadence{}, nullptr, {}, ReplayWatchers{&allocations, &told});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_TRUE(r->passed()) << r->failure->describe();
+  const ServingSummary& s = *r->serving;
+  using Kind = ServingEvent::Kind;
+  EXPECT_EQ(told.count[Kind::admitted], s.admissions);
+  EXPECT_EQ(told.count[Kind::retracted], s.retractions);
+  EXPECT_GT(s.retractions, 0u);
+  EXPECT_EQ(told.count[Kind::finished], s.requests_served);
+  EXPECT_EQ(told.count[Kind::step_done], s.steps);
+  EXPECT_TRUE(told.clock_ok);
+  EXPECT_TRUE(told.steps_ok);
+  EXPECT_EQ(told.requests.size(), s.requests_served) << "every served request was named";
+  // Every page the pool allocated was named once: at admission or at decode growth.
+  EXPECT_GT(told.count[Kind::grew], 0u);
+  EXPECT_EQ(told.pages, allocations.pages);
+}
+
 TEST(ServingSim, SlidingWindowPagesAreFreedOnTheSwaSideOnly) {
   // gpt-oss-20b: alternating sliding-window (128 tokens) and full layers: a composite pool.
   const RequestTrace t = azure(80);

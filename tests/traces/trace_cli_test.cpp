@@ -44,9 +44,12 @@ std::string read_file(const fs::path& p) {
   return s.str();
 }
 
+// A fresh folder per test (suite and name: two suites have tests of the same name, and ctest runs
+// them at once).
 fs::path scratch() {
-  const char* name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  const fs::path dir = fs::temp_directory_path() / (std::string("kvtwin-trace-cli-") + name);
+  const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  const fs::path dir = fs::temp_directory_path() /
+                       (std::string("kvtwin-trace-cli-") + info->test_suite_name() + "." + info->name());
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
@@ -112,6 +115,27 @@ TEST(ReplayCli, ACleanTracePassesAndAPlantedFaultFailsAtItsLine) {
   EXPECT_EQ(j["passed"], false);
   EXPECT_EQ(j["failure"]["line"], 8);
   EXPECT_EQ(j["failure"]["check"], "expect");
+}
+
+// --html (tools/kvtwin/html_report.h; tests/cli opens the pages in a browser): a page is written
+// after the run, and a file that cannot be written is bad usage found before the run.
+TEST(ReplayCli, HtmlWritesAPageAndAnUnwritablePathIsRefusedBeforeTheRun) {
+  const fs::path dir = scratch();
+  const std::string trace = docs_example(dir);
+  const fs::path page = dir / "report.html";
+  CliRun ok = kvtwin({"replay", trace, "--html", page.string()});
+  ASSERT_EQ(ok.exit_code, 0) << ok.out << ok.err;
+  EXPECT_THAT(ok.out, HasSubstr("wrote the HTML report to " + page.string()));
+  const std::string html = read_file(page);
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_THAT(html, HasSubstr("<svg class=\"chart\" id=\"occupancy-full\""));
+  EXPECT_THAT(html, HasSubstr("kvtwin replay " + trace + " --html " + page.string()));
+  const std::string unwritable = (dir / "no-such-folder" / "report.html").string();
+  CliRun bad = kvtwin({"replay", trace, "--html", unwritable});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--html"));
+  EXPECT_THAT(bad.err, HasSubstr(unwritable));
+  EXPECT_THAT(bad.out, Not(HasSubstr("replayed "))) << "refused before the run";
 }
 
 TEST(ReplayCli, UnreadableInputExitsTwoWithFileAndLine) {
@@ -189,8 +213,8 @@ TEST(ReplayCli, ARequestTraceIsSimulatedAndCheckedInOneGo) {
 
 TEST(FuzzCli, APlantedFailureIsFoundShrunkWrittenAndReplaysAlone) {
   const fs::path dir = scratch();
-  CliRun f = kvtwin(
-      {"fuzz", "--fault", "model_pairing_out_of_order", "--cases", "300", "--seed", "3", "--out", dir.string(), "--quiet"});
+  CliRun f = kvtwin({"fuzz", "--fault", "model_pairing_out_of_order", "--cases", "300", "--seed", "3", "--out",
+                     dir.string(), "--quiet", "--html", (dir / "fuzz.html").string()});
   ASSERT_EQ(f.exit_code, 1) << f.out << f.err;
   EXPECT_EQ(f.out.rfind("kvtwin fuzz: seed 3\n", 0), 0u) << "the seed is printed first";
   EXPECT_THAT(f.out, HasSubstr("shrunk "));
@@ -211,6 +235,10 @@ TEST(FuzzCli, APlantedFailureIsFoundShrunkWrittenAndReplaysAlone) {
   EXPECT_THAT(again.out, HasSubstr("check failed"));
   CliRun clean = kvtwin({"replay", args[1]});
   EXPECT_EQ(clean.exit_code, 0) << "the trace passes on the model alone" << clean.out;
+  // The page names the same reproduce command and draws the shrunk failure.
+  const std::string html = read_file(dir / "fuzz.html");
+  EXPECT_THAT(html, HasSubstr(command));
+  EXPECT_THAT(html, HasSubstr("id=\"replay-failure-strips\""));
 }
 
 TEST(FuzzCli, CleanRunsPassAndBadUsageExitsTwo) {
@@ -282,9 +310,13 @@ TEST(CheckCli, ASmallGateRunsSkipsByNameAndWritesReports) {
   const fs::path dir = scratch();
   CliRun r = kvtwin({"check", "--cases", "1", "--random-cases", "3", "--ops", "60", "--traces-dir",
                      empty_dir(dir), "--samples-dir", empty_dir(dir), "--junit",
-                     (dir / "junit.xml").string(), "--json", (dir / "check.json").string(), "--quiet"});
+                     (dir / "junit.xml").string(), "--json", (dir / "check.json").string(), "--html",
+                     (dir / "check.html").string(), "--quiet"});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.out.rfind("kvtwin check: seed 1\n", 0), 0u);
+  const std::string html = read_file(dir / "check.html");
+  EXPECT_THAT(html, HasSubstr("kvtwin check: the gate <span class=\"verdict pass\">PASS</span>"));
+  EXPECT_THAT(html, HasSubstr("<td>properties (model)</td>"));
   EXPECT_THAT(r.out, HasSubstr("SKIP requests: shared/mooncake deepseek-v2-lite lazy (MLA): "));
   EXPECT_THAT(r.out, HasSubstr("conversation_trace.jsonl not found"));
   EXPECT_THAT(r.out, HasSubstr("kvtwin check: PASS ("));

@@ -14,6 +14,9 @@
 // reports of every shard into the report of the whole run. Durations appear only in those reports
 // and the table; no result depends on them (except the property cases --seconds allows).
 //
+// --html FILE writes the same as a self-contained HTML page: the table of parts, charts of
+// items and time per part, and every failure with its reproduce command (html_report.h).
+//
 // Exit: 0 everything passed, 1 something failed, 2 bad usage.
 #include <algorithm>
 #include <atomic>
@@ -29,6 +32,7 @@
 #include "core/check.h"
 #include "core/files.h"
 #include "tools/kvtwin/check_report.h"
+#include "tools/kvtwin/html_report.h"
 #include "tools/kvtwin/command.h"
 #include "tools/kvtwin/shard_reports.h"
 #include "tools/kvtwin/trace_options.h"
@@ -54,6 +58,7 @@ struct CheckOptions {
   std::uint64_t seed = 1;
   std::string junit_file;
   std::string json_file;
+  std::string html_file;
   std::string traces_dir;
   std::string regress_dir;
   std::string regress_large_dir;
@@ -513,7 +518,7 @@ void run_items(std::vector<Item>& items, const std::vector<std::size_t>& mine, s
   bar.finish();
 }
 
-int run_check(const CheckOptions& o) {
+int run_check(const CheckOptions& o, const std::string& command) {
   std::printf("kvtwin check: seed %llu\n", static_cast<unsigned long long>(o.seed));
   std::fflush(stdout);
   Result<Shard> shard = resolve_shard(o.shard);
@@ -521,6 +526,8 @@ int run_check(const CheckOptions& o) {
   for (const auto& [path, option] : {std::pair{o.json_file, "--json"}, std::pair{o.junit_file, "--junit"}})
     if (!path.empty())
       if (Status s = check_output_path(path, option); !s.ok()) return bad_input("check", s.error());
+  if (!o.html_file.empty())
+    if (Status s = check_html_file_writable(o.html_file); !s.ok()) return bad_input("check", s.error());
   if (Status s = check_output_folder(o.out, "--out"); !s.ok()) return bad_input("check", s.error());
   Result<GateSetup> setup = gate_setup(o);
   if (!setup.ok()) return bad_input("check", setup.error());
@@ -547,7 +554,26 @@ int run_check(const CheckOptions& o) {
   report.shard_count = shard->count;
   report.items_total = items.size();
   for (std::size_t i : mine) report.items.push_back({i, items[i].part, items[i].name, items[i].backend, items[i].result});
-  return finish_check_report(report, o.json_file, o.junit_file);
+  const int exit_code = finish_check_report(report, o.json_file, o.junit_file);
+  if (!o.html_file.empty() && exit_code != kExitBadInput) {
+    GateReport gate;
+    gate.seed = report.seed;
+    gate.backend = report.backend;
+    gate.shard_index = report.shard_index;
+    gate.shard_count = report.shard_count;
+    gate.passed = report.passed();
+    const nlohmann::json items = check_report_json(report)["items"];
+    for (std::size_t k = 0; k < report.items.size(); ++k) {
+      const CheckReportItem& item = report.items[k];
+      gate.items.push_back(GateItem{item.part, item.name, item.backend, items[k]["state"].get<std::string>(),
+                                    item.result.detail, item.result.failure, item.result.reproduce, item.result.ops,
+                                    item.result.checks, item.result.seconds});
+    }
+    if (Status s = write_html_file(o.html_file, render_gate_html(gate, command)); !s.ok())
+      return bad_input("check", s.error());
+    std::printf("wrote the HTML report to %s\n", o.html_file.c_str());
+  }
+  return exit_code;
 }
 
 }  // namespace
@@ -569,6 +595,7 @@ Command add_check_command(CLI::App& root) {
   add_count(*app, "--seed", o->seed, "the run's seed; every case derives from it");
   app->add_option("--junit", o->junit_file, "write a JUnit XML report");
   app->add_option("--json", o->json_file, "write a JSON report ('-': stdout)");
+  app->add_option("--html", o->html_file, "write a self-contained HTML report (parts, failures, reproduce commands)");
   app->add_option("--traces-dir", o->traces_dir, "the shared request traces (default ../shared/traces-external)");
   app->add_option("--regress-dir", o->regress_dir, "regression traces (default traces/regress)");
   app->add_option("--regress-large-dir", o->regress_large_dir,
@@ -586,7 +613,7 @@ Command add_check_command(CLI::App& root) {
   Command c;
   c.app = app;
   c.run = [o, app] {
-    if (o->merge.empty()) return run_check(*o);
+    if (o->merge.empty()) return run_check(*o, command_line(*app));
     if (Status s = only_merge_options(*app); !s.ok()) return bad_input("check", s.error());
     return merge_check_reports(o->merge, o->json_file, o->junit_file);
   };

@@ -3,10 +3,15 @@
 // alone, and the exact kvtwin replay command is printed. --json and --junit write the report
 // (fuzz_report.h); --merge combines the JSON reports of every shard into the report of the run.
 //
+// --html FILE writes a self-contained HTML report: the campaign, and for a failure the shrunk
+// trace replayed with a recorder (the ops before the failure, every backend's answer, the pages
+// involved on the strip map).
+//
 // Exit: 0 no case failed, 1 a case failed (its trace is written), 2 bad usage.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -15,9 +20,12 @@
 #include "core/rng.h"
 #include "tools/kvtwin/command.h"
 #include "tools/kvtwin/fuzz_report.h"
+#include "tools/kvtwin/html_report.h"
 #include "tools/kvtwin/shard_reports.h"
 #include "tools/kvtwin/trace_options.h"
 #include "props/fuzz.h"
+#include "props/observers.h"
+#include "traces/replay.h"
 
 namespace kvtwin::cli {
 namespace {
@@ -34,12 +42,13 @@ struct FuzzOptions {
   std::string fault;
   std::string json_file;
   std::string junit_file;
+  std::string html_file;
   bool quiet = false;
   ShardOptions shard;
   std::vector<std::string> merge;  // shard reports to combine instead of running
 };
 
-int run_fuzz(const FuzzOptions& o) {
+int run_fuzz(const FuzzOptions& o, const std::string& command) {
   // The seed first, before anything can fail.
   std::printf("kvtwin fuzz: seed %llu\n", static_cast<unsigned long long>(o.seed));
   std::fflush(stdout);
@@ -60,6 +69,9 @@ int run_fuzz(const FuzzOptions& o) {
   const props::BackendFactory factory = [&] { return traces::make_backend_set(*choice, o.fault); };
   if (Result<traces::BackendSet> probe = factory(); !probe.ok()) return bad_input("fuzz", probe.error());
 
+  if (!o.html_file.empty()) {
+    if (Status s = check_html_file_writable(o.html_file); !s.ok()) return bad_input("fuzz", s.error());
+  }
   const std::uint64_t cases = o.only_case >= 0 ? 0 : (o.cases != 0 ? o.cases : (o.seconds != 0 ? UINT64_MAX : 100));
   const auto started = std::chrono::steady_clock::now();
   const auto out_of_time = [&] {
@@ -78,6 +90,7 @@ int run_fuzz(const FuzzOptions& o) {
 
   ProgressBar bar("fuzz");
   std::uint64_t ran = 0, ops = 0, checks = 0;
+  std::map<std::string, std::uint64_t> cases_by_model;  // for the HTML report
   std::optional<props::CaseResult> failed;
   const auto run_one = [&](std::uint64_t index) -> Status {
     props::CaseSpec spec;
@@ -87,6 +100,7 @@ int run_fuzz(const FuzzOptions& o) {
     spec.ops = o.ops;
     KVTWIN_TRY(props::CaseResult r, props::run_case(spec, factory));
     ++ran;
+    ++cases_by_model[r.config.shape.name];
     ops += r.stats.ops;
     checks += r.stats.checks_passed() + r.shadow_checks;
     if (r.failure) failed = std::move(r);
@@ -116,6 +130,18 @@ int run_fuzz(const FuzzOptions& o) {
   report.cases = ran;
   report.ops = ops;
   report.checks_passed = checks;
+  FuzzHtml html;
+  html.seed = o.seed;
+  html.backend = o.backend;
+  html.configuration = o.config;
+  html.fault = o.fault;
+  html.ops_per_case = o.ops;
+  html.shard_index = shard->index;
+  html.shard_count = shard->count;
+  html.cases = ran;
+  html.ops = ops;
+  html.checks = checks;
+  html.cases_by_model.assign(cases_by_model.begin(), cases_by_model.end());
   if (failed) {
     props::CaseResult& r = *failed;
     std::printf("case %llu failed: %s check at op %llu of the case; shrinking\n",
@@ -165,9 +191,39 @@ int run_fuzz(const FuzzOptions& o) {
     f.ops_before = r.failure->shrink_stats.ops_before;
     f.ops_after = r.failure->shrink_stats.ops_after;
     f.trace_digest = hex_digest(fnv1a64(trace_text.str()));
+    if (!o.html_file.empty()) {
+      FuzzHtmlFailure h;
+      h.case_index = f.case_index;
+      h.case_seed = f.case_seed;
+      h.configuration = r.config.shape.name + " (" + o.config + ")";
+      h.swarm = f.swarm;
+      h.check = f.check;
+      h.message = f.description;
+      h.ops_before_shrinking = f.ops_before;
+      h.ops_after_shrinking = f.ops_after;
+      h.trace_path = path;
+      h.reproduce_replay = f.replay;
+      h.reproduce_case = f.reproduce;
+      html.failure = h;
+      // The shrunk trace replayed as `kvtwin replay` would (the gate's checks too), with a
+      // recorder watching.
+      Result<traces::BackendSet> backends = factory();
+      if (!backends.ok()) return bad_input("fuzz", backends.error());
+      RunRecorder recorder(/*serving=*/false);
+      Result<traces::ReplayReport> replayed = traces::replay_pool_trace_file(
+          path, *backends, {}, {}, props::property_observer_factory(), recorder.watchers());
+      if (!replayed.ok()) return bad_input("fuzz", replayed.error());
+      html.failure_replay = recorder.finish(*replayed);
+    }
     report.failures.push_back(std::move(f));
   }
-  return finish_fuzz_report(report, o.json_file, o.junit_file);
+  const int exit_code = finish_fuzz_report(report, o.json_file, o.junit_file);
+  if (!o.html_file.empty() && exit_code != kExitBadInput) {
+    if (Status s = write_html_file(o.html_file, render_fuzz_html(html, command)); !s.ok())
+      return bad_input("fuzz", s.error());
+    std::printf("wrote the HTML report to %s\n", o.html_file.c_str());
+  }
+  return exit_code;
 }
 
 }  // namespace
@@ -191,6 +247,8 @@ Command add_fuzz_command(CLI::App& root) {
   app->add_option("--fault", o->fault, "plant a named bug in the second backend (a self-test: the run must fail)");
   app->add_option("--json", o->json_file, "also write the report as JSON to FILE ('-': stdout)");
   app->add_option("--junit", o->junit_file, "also write a JUnit XML report to FILE");
+  app->add_option("--html", o->html_file,
+                  "also write a self-contained HTML report (the campaign; a failure's shrunk trace replayed and drawn)");
   app->add_flag("--quiet", o->quiet, "no progress bar");
   add_shard_options(*app, o->shard);
   app->add_option("--merge", o->merge,
@@ -198,7 +256,7 @@ Command add_fuzz_command(CLI::App& root) {
   Command c;
   c.app = app;
   c.run = [o, app] {
-    if (o->merge.empty()) return run_fuzz(*o);
+    if (o->merge.empty()) return run_fuzz(*o, command_line(*app));
     if (Status s = only_merge_options(*app); !s.ok()) return bad_input("fuzz", s.error());
     return merge_fuzz_reports(o->merge, o->json_file, o->junit_file);
   };

@@ -2,6 +2,9 @@
 // operation, and stops at the first divergence with the operation's line. On a request trace
 // (Mooncake, Azure) it runs the serving simulator and checks in one go.
 //
+// --html FILE writes a self-contained HTML report of the run (html_report.h): occupancy, the strip
+// map, the serving charts, and the failure with the pages it involves.
+//
 // Exit: 0 every check passed, 1 a check failed, 2 bad usage or a file that cannot be read.
 #include <cstdio>
 #include <iostream>
@@ -9,6 +12,7 @@
 #include "core/files.h"
 
 #include "tools/kvtwin/command.h"
+#include "tools/kvtwin/html_report.h"
 #include "tools/kvtwin/trace_options.h"
 #include "props/observers.h"
 #include "sim/model.h"
@@ -22,6 +26,7 @@ struct ReplayOptions {
   std::string format = "auto";
   std::string backend = "model";
   std::string json_file;
+  std::string html_file;
   std::string fault;
   bool quiet = false;
   ServingOptions serving;
@@ -76,11 +81,18 @@ int run_replay(const ReplayOptions& o, const std::string& command) {
   Result<traces::BackendSet> backends = traces::make_backend_set(*choice, o.fault);
   if (!backends.ok()) return bad_input("replay", backends.error());
 
+  if (!o.html_file.empty()) {
+    if (Status s = check_html_file_writable(o.html_file); !s.ok()) return bad_input("replay", s.error());
+  }
   ProgressBar bar(o.quiet ? "" : "replay");
   const traces::Progress progress = [&](std::uint64_t done, std::uint64_t total) {
     if (!o.quiet) bar.update(done, total);
   };
   Result<traces::ReplayReport> report = make_error(ErrorKind::internal, "not run");
+  // The HTML report's recorder watches the run (it changes nothing in it).
+  std::optional<RunRecorder> recorder;
+  if (!o.html_file.empty()) recorder.emplace(format != traces::TraceFormat::pool);
+  const traces::ReplayWatchers watchers = recorder ? recorder->watchers() : traces::ReplayWatchers{};
   if (format == traces::TraceFormat::pool) {
     std::printf("kvtwin replay: %s (pool trace) on %s\n", o.file.c_str(), backends->names().c_str());
     std::fflush(stdout);
@@ -90,7 +102,8 @@ int run_replay(const ReplayOptions& o, const std::string& command) {
     // tables are checked after every line (the default); a sparser cadence skips them.
     report = traces::replay_pool_trace_file(o.file, *backends, *checks, progress,
                                             checks->tables_every == 1 ? props::property_observer_factory()
-                                                                      : traces::ObserverFactory{});
+                                                                      : traces::ObserverFactory{},
+                                            watchers);
   } else {
     Result<traces::ServingParams> params = serving_params(o.serving);
     if (!params.ok()) return bad_input("replay", params.error());
@@ -104,7 +117,7 @@ int run_replay(const ReplayOptions& o, const std::string& command) {
     std::fflush(stdout);
     Result<traces::CheckCadence> checks = cadence(o.cadence);
     if (!checks.ok()) return bad_input("replay", checks.error());
-    report = traces::simulate_request_trace(*trace, *params, *backends, *checks, nullptr, progress);
+    report = traces::simulate_request_trace(*trace, *params, *backends, *checks, nullptr, progress, watchers);
   }
   bar.finish();
   if (!report.ok()) return bad_input("replay", report.error());
@@ -115,6 +128,11 @@ int run_replay(const ReplayOptions& o, const std::string& command) {
   if (!o.json_file.empty()) {
     Status s = write_json_file(o.json_file, traces::report_json(*report));
     if (!s.ok()) return bad_input("replay", s.error());
+  }
+  if (recorder) {
+    Status s = write_html_file(o.html_file, render_run_html(recorder->finish(*report), command));
+    if (!s.ok()) return bad_input("replay", s.error());
+    std::printf("wrote the HTML report to %s\n", o.html_file.c_str());
   }
   return report->passed() ? kExitOk : kExitCheckFailed;
 }
@@ -134,6 +152,9 @@ Command add_replay_command(CLI::App& root) {
   app->add_option("--json", options->json_file, "also write the report as JSON to FILE ('-': stdout)");
   app->add_option("--bless", options->bless_out,
                   "write the pool trace to FILE with the reference model's answers as every line's expectation");
+  app->add_option(
+      "--html", options->html_file,
+      "also write a self-contained HTML report (occupancy, strip map, serving charts, the failure) to FILE");
   app->add_option("--fault", options->fault,
                   "plant a named bug in the second backend (a self-test: the replay must fail)");
   app->add_flag("--quiet", options->quiet, "no progress bar");
