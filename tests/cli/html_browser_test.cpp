@@ -22,6 +22,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -179,6 +180,25 @@ TEST_F(HtmlInBrowser, ARequestTraceReportOfAzureWithASlidingWindowOpensWithEvery
                    out_dir() / "replay-azure-sample.log"),
             0);
   expect_opens_clean(page, 8);  // two sub-pools
+}
+
+// The whole shared request traces (../shared/traces-external, beside the repository; skipped by
+// name where they are not), at the replay's defaults, tables only: each page under 5 MiB
+// (expect_opens_clean), every chart drawn.
+TEST_F(HtmlInBrowser, TheWholeSharedRequestTracesOpenWithEveryChartDrawn) {
+  const std::vector<std::pair<std::string, std::string>> traces = {
+      {"mooncake", "../shared/traces-external/mooncake/conversation_trace.jsonl"},
+      {"azure", "../shared/traces-external/azure-llm-2023/AzureLLMInferenceTrace_code.csv"}};
+  for (const auto& [name, relative] : traces) {
+    const std::string trace = source(relative);
+    if (!fs::exists(trace)) GTEST_SKIP() << "the shared traces are not beside the repository: " << trace;
+    const fs::path page = out_dir() / ("replay-shared-" + name + ".html");
+    ASSERT_EQ(kvtwin({"replay", trace, "--tables-only", "--quiet", "--html", page.string()},
+                     out_dir() / ("replay-shared-" + name + ".log")),
+              0)
+        << name;
+    expect_opens_clean(page, 7);
+  }
 }
 
 TEST_F(HtmlInBrowser, AFailingPoolTraceReportOpensWithThePagesInvolvedDrawn) {
