@@ -7,6 +7,7 @@
 
 #include "core/json_fields.h"
 #include "core/printable.h"
+#include "core/reasons.h"
 #include "core/oracle.h"
 
 namespace kvtwin {
@@ -420,7 +421,12 @@ Result<Op> op_from_json(const json& j, std::string_view where) {
 }
 
 json result_to_json(const OpResult& r) {
-  if (!r.ok()) return json{{"error", std::string(error_kind_name(r.error().kind))}, {"message", r.error().message}};
+  if (!r.ok()) {
+    json e{{"error", std::string(error_kind_name(r.error().kind))}};
+    if (!r.error().reason.empty()) e["reason"] = r.error().reason;
+    e["message"] = r.error().message;
+    return e;
+  }
   json j = json::object();
   std::visit(Overloaded{
                  [&](const Done&) { j["ok"] = true; },
@@ -454,12 +460,16 @@ Result<OpResult> result_from_json(const json& j, std::string_view where) {
   JsonFields f(j, where);
   if (!j.is_object()) return f.error("an expected result must be a JSON object");
   if (f.has("error")) {
-    KVTWIN_TRY_STATUS(f.only({"error", "message"}));
+    KVTWIN_TRY_STATUS(f.only({"error", "reason", "message"}));
     KVTWIN_TRY(std::string kind_name, f.string_required("error"));
     ErrorKind kind{};
     if (!parse_error_kind(kind_name, kind)) return f.error("unknown error kind '" + printable(kind_name) + "'");
+    KVTWIN_TRY(std::string reason_code, f.string("reason", ""));
+    if (!reason::known(kind, reason_code))
+      return f.error("unknown reason '" + printable(reason_code) + "' for error kind '" + kind_name +
+                     "' (docs/traces.md lists the codes)");
     KVTWIN_TRY(std::string message, f.string("message", ""));
-    return OpResult(Error{kind, message});
+    return OpResult(Error{kind, message, reason_code});
   }
   if (f.has("ok")) {
     KVTWIN_TRY_STATUS(f.only({"ok"}));
@@ -532,8 +542,14 @@ Result<OpResult> result_from_json(const json& j, std::string_view where) {
 
 bool same_result(const OpResult& a, const OpResult& b) {
   if (a.ok() != b.ok()) return false;
-  if (!a.ok()) return a.error().kind == b.error().kind;
+  if (!a.ok()) return a.error().kind == b.error().kind && a.error().reason == b.error().reason;
   return a.value() == b.value();
+}
+
+bool meets_expectation(const OpResult& actual, const OpResult& expected) {
+  if (!expected.ok() && expected.error().reason.empty())
+    return !actual.ok() && actual.error().kind == expected.error().kind;
+  return same_result(actual, expected);
 }
 
 std::string to_string(const Op& op) { return op_to_json(op).dump(); }

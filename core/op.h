@@ -297,8 +297,13 @@ struct Decode {
 using Outcome = std::variant<Done, NoRoom, Allocated, AllocatedMany, Compaction, Ids, Table, Bytes, Marks, Decode>;
 using OpResult = Result<Outcome>;
 
-// Equality of results: same outcome, or errors of the same kind (messages may differ).
+// Equality of results: same outcome, or errors of the same kind and reason code (messages may
+// differ; core/reasons.h).
 bool same_result(const OpResult& a, const OpResult& b);
+
+// Whether `actual` is what a trace line's expectation says: same_result, except that an expected
+// error without a reason code (traces written before codes existed) matches any reason.
+bool meets_expectation(const OpResult& actual, const OpResult& expected);
 
 // ---------------------------------------------------------------- JSON (trace syntax)
 

@@ -40,15 +40,24 @@ bool parse_error_kind(std::string_view name, ErrorKind& kind);
 struct Error {
   ErrorKind kind = ErrorKind::internal;
   std::string message;
+  // A stable code for why an operation was refused, where one kind has several causes (a free of
+  // the sink and a free of a page never allocated are both refusals of a free, for different
+  // reasons): core/reasons.h lists them. Empty where the kind says it all. Backends compare it.
+  std::string reason;
 
   // Prepends context ("spec.json: ", "line 7: ") to the message.
   Error with_context(std::string_view context) const {
-    return Error{kind, std::string(context) + message};
+    return Error{kind, std::string(context) + message, reason};
   }
 };
 
 inline Error make_error(ErrorKind kind, std::string message) {
-  return Error{kind, std::move(message)};
+  return Error{kind, std::move(message), {}};
+}
+
+// A refusal with its reason code (core/reasons.h).
+inline Error make_refusal(ErrorKind kind, std::string_view reason, std::string message) {
+  return Error{kind, std::move(message), std::string(reason)};
 }
 
 struct Unit {

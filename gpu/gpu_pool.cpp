@@ -14,6 +14,7 @@
 
 #include "core/checked.h"
 #include "core/oracle.h"
+#include "core/reasons.h"
 #include "gpu/decode_step.h"
 #include "gpu/fault_layout.h"
 #include "gpu/kernels.cuh"
@@ -317,8 +318,9 @@ Result<std::vector<std::int64_t>> GpuPool::virtual_pages(IdUnit unit, const std:
   pages.reserve(ids.size());
   for (std::int64_t id : ids) {
     if (id < 0)
-      return out_of_range(std::string(what) + ": id " + std::to_string(id) + " is negative; give virtual " +
-                          (unit == IdUnit::tokens ? "token" : "page") + " ids");
+      return make_refusal(ErrorKind::out_of_range, reason::negative_id,
+                          std::string(what) + ": id " + std::to_string(id) + " is negative; give virtual " +
+                              (unit == IdUnit::tokens ? "token" : "page") + " ids");
     pages.push_back(unit == IdUnit::tokens ? id / ps : id);  // SPEC 4 free: v = t // page_size
   }
   // docs/decisions.md: duplicates are allowed (made sorted-unique); the sink and pages below the
@@ -328,10 +330,13 @@ Result<std::vector<std::int64_t>> GpuPool::virtual_pages(IdUnit unit, const std:
   std::vector<std::int64_t> outside;
   for (std::int64_t v : pages)
     if (v < full.min_page() || v >= full.num_pages()) outside.push_back(v);
+  // The smallest page outside names the reason (core/reasons.h).
   if (!outside.empty())
-    return out_of_range(std::string(what) + ": virtual pages " + list_ids(outside) + " are outside the usable range [" +
-                        std::to_string(full.min_page()) + ", " + std::to_string(full.num_pages()) +
-                        ") (page 0 is the sink and is never allocated); free only ids that alloc returned");
+    return make_refusal(ErrorKind::out_of_range,
+                        outside.front() < full.min_page() ? reason::reserved_page : reason::past_last_page,
+                        std::string(what) + ": virtual pages " + list_ids(outside) + " are outside the usable range [" +
+                            std::to_string(full.min_page()) + ", " + std::to_string(full.num_pages()) +
+                            ") (page 0 is the sink and is never allocated); free only ids that alloc returned");
   return pages;
 }
 
@@ -439,7 +444,7 @@ OpResult GpuPool::free_pages(const Free& op) {
     std::vector<std::int64_t> bad;
     for (std::size_t i = 0; i < pages.size(); ++i)
       if (pages[i] < 0) bad.push_back(vpages[i]);
-    return make_error(ErrorKind::double_free, "free: virtual pages " + list_ids(bad) +
+    return make_refusal(ErrorKind::double_free, reason::not_allocated, "free: virtual pages " + list_ids(bad) +
                                                   " are not allocated (double free or never allocated); nothing was freed");
   }
   const bool eager = config_.mode == CompactionMode::eager;
@@ -506,9 +511,14 @@ OpResult GpuPool::free_swa(const FreeSwa& op) {
   // double free.
   KVTWIN_TRY(bool full_unbound, any_outside(ids_[1].get(), n, 0, INT64_MAX));
   KVTWIN_TRY(bool swa_unbound, any_outside(ids_[2].get(), n, 1, INT64_MAX));
-  if (full_unbound || swa_unbound)
-    return make_error(ErrorKind::double_free, "free_swa: some of virtual pages " + list_ids(vpages) +
-                                                  " are not allocated or already left the window; nothing was freed");
+  // A page not allocated at all comes first; then an SWA tombstone (core/reasons.h).
+  if (full_unbound)
+    return make_refusal(ErrorKind::double_free, reason::not_allocated,
+                        "free_swa: some of virtual pages " + list_ids(vpages) + " are not allocated; nothing was freed");
+  if (swa_unbound)
+    return make_refusal(ErrorKind::double_free, reason::left_window,
+                        "free_swa: some of virtual pages " + list_ids(vpages) +
+                            " already left the window (their SWA pages are tombstones); nothing was freed");
   std::int64_t* swa_pages = ids_[2].get();
   const bool eager = config_.mode == CompactionMode::eager;
   std::vector<SidePlan> plans;

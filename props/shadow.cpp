@@ -12,6 +12,7 @@
 #include "core/checked.h"
 #include "core/det_math.h"
 #include "core/oracle.h"
+#include "core/reasons.h"
 
 namespace kvtwin::props {
 namespace {
@@ -25,9 +26,10 @@ constexpr std::uint64_t kMaxTranslateElements = std::uint64_t{1} << 24;
 Expectation expect(Outcome outcome, bool bytes_by_size = false) {
   return Expectation{OpResult(std::move(outcome)), bytes_by_size, std::nullopt};
 }
-Expectation refuse(ErrorKind kind) {
-  return Expectation{OpResult(Error{kind, "(predicted by the shadow)"}), false, std::nullopt};
+Expectation refuse(ErrorKind kind, std::string_view reason = {}) {
+  return Expectation{OpResult(Error{kind, "(predicted by the shadow)", std::string(reason)}), false, std::nullopt};
 }
+Expectation refuse(const Error& e) { return Expectation{OpResult(e), false, std::nullopt}; }
 
 // A translate buffer laid out with `stride` (0: contiguous) fits the model's limits.
 bool buffer_fits(bool two_dim, std::uint64_t lanes, std::uint64_t cols, std::int64_t stride) {
@@ -52,6 +54,10 @@ std::optional<std::string> mismatch(const Expectation& expected, const OpResult&
     if (actual.error().kind != want.error().kind)
       return "expected error " + std::string(error_kind_name(want.error().kind)) + ", got error " +
              std::string(error_kind_name(actual.error().kind)) + ": " + actual.error().message;
+    // The reason too (core/reasons.h): a refusal for another cause is not the refusal predicted.
+    if (actual.error().reason != want.error().reason)
+      return "expected error " + std::string(error_kind_name(want.error().kind)) + " for the reason '" +
+             want.error().reason + "', got it for the reason '" + actual.error().reason + "': " + actual.error().message;
     return std::nullopt;
   }
   if (!actual.ok()) return "expected " + to_string(want) + ", got error " + std::string(error_kind_name(actual.error().kind)) +
@@ -244,14 +250,20 @@ Expectation PoolShadow::on(const AllocMany& op) {
   return expect(std::move(out));
 }
 
-std::optional<ErrorKind> PoolShadow::virtual_pages(IdUnit unit, const std::vector<std::int64_t>& ids,
-                                                   std::set<std::int64_t>& out) const {
+std::optional<Error> PoolShadow::virtual_pages(IdUnit unit, const std::vector<std::int64_t>& ids,
+                                               std::set<std::int64_t>& out) const {
+  const auto outside = [](std::string_view why) {
+    return Error{ErrorKind::out_of_range, "(predicted by the shadow)", std::string(why)};
+  };
   for (std::int64_t id : ids) {
-    if (id < 0) return ErrorKind::out_of_range;
+    if (id < 0) return outside(reason::negative_id);
     out.insert(unit == IdUnit::tokens ? id / page_size_ : id);
   }
-  for (std::int64_t v : out)
-    if (v < sides_[0].min_page || v >= num_virtual()) return ErrorKind::out_of_range;
+  // docs/decisions.md: the smallest page outside the usable range names the reason.
+  for (std::int64_t v : out) {
+    if (v < sides_[0].min_page) return outside(reason::reserved_page);
+    if (v >= num_virtual()) return outside(reason::past_last_page);
+  }
   return std::nullopt;
 }
 
@@ -336,7 +348,7 @@ Expectation PoolShadow::on(const Free& op) {
   std::set<std::int64_t> pages;
   if (auto e = virtual_pages(op.unit, op.ids, pages)) return refuse(*e);
   for (std::int64_t v : pages)
-    if (!sides_[0].v2p.count(v)) return refuse(ErrorKind::double_free);
+    if (!sides_[0].v2p.count(v)) return refuse(ErrorKind::double_free, reason::not_allocated);
   std::vector<SideMoves> steps;
   if (is_composite()) {
     // SWA first, only where the SWA page is live (strict > 0: a tombstone is skipped).
@@ -353,8 +365,11 @@ Expectation PoolShadow::on(const FreeSwa& op) {
   if (!is_composite()) return refuse(ErrorKind::invalid_argument);
   std::set<std::int64_t> pages;
   if (auto e = virtual_pages(op.unit, op.ids, pages)) return refuse(*e);
+  // docs/decisions.md: a page not allocated at all comes first; then an SWA tombstone.
   for (std::int64_t v : pages)
-    if (!sides_[0].v2p.count(v) || !sides_[1].v2p.count(v)) return refuse(ErrorKind::double_free);
+    if (!sides_[0].v2p.count(v)) return refuse(ErrorKind::double_free, reason::not_allocated);
+  for (std::int64_t v : pages)
+    if (!sides_[1].v2p.count(v)) return refuse(ErrorKind::double_free, reason::left_window);
   return free_steps({plan(1, pages, false)}, false);
 }
 

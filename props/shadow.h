@@ -157,7 +157,7 @@ class PoolShadow {
   SideMoves plan(std::size_t side, std::set<std::int64_t> freed_virtual, bool flush) const;
   bool held(std::size_t side, std::int64_t page) const;
   Expectation free_steps(const std::vector<SideMoves>& steps, bool release_ids);
-  std::optional<ErrorKind> virtual_pages(IdUnit unit, const std::vector<std::int64_t>& ids,
+  std::optional<Error> virtual_pages(IdUnit unit, const std::vector<std::int64_t>& ids,
                                          std::set<std::int64_t>& out) const;
   std::optional<ErrorKind> check_write(std::uint32_t model_layer, const std::vector<std::int64_t>& loc) const;
   std::int64_t slots(std::size_t side) const;

@@ -16,6 +16,7 @@
 #include "core/check.h"
 #include "core/checked.h"
 #include "core/printable.h"
+#include "core/reasons.h"
 #include "core/rng.h"
 #include "core/table_check.h"
 #include "sim/allocation_faults.h"
@@ -238,8 +239,9 @@ Result<std::vector<std::int64_t>> Model::virtual_pages_of(IdUnit unit, const std
   pages.reserve(ids.size());
   for (std::int64_t id : ids) {
     if (id < 0)
-      return out_of_range(std::string(op_name) + ": id " + num(id) + " is negative; give virtual " +
-                          (unit == IdUnit::tokens ? "token" : "page") + " ids");
+      return make_refusal(ErrorKind::out_of_range, reason::negative_id,
+                          std::string(op_name) + ": id " + num(id) + " is negative; give virtual " +
+                              (unit == IdUnit::tokens ? "token" : "page") + " ids");
     // SPEC 4 free: v = t // page_size for token ids.
     pages.push_back(unit == IdUnit::tokens ? id / pool_->page_size : id);
   }
@@ -247,11 +249,14 @@ Result<std::vector<std::int64_t>> Model::virtual_pages_of(IdUnit unit, const std
   std::vector<std::int64_t> outside;
   for (std::int64_t v : pages)
     if (v < owner.min_page() || v >= owner.num_pages()) outside.push_back(v);
-  // docs/decisions.md: the sink and pages below the first usable page are out of range.
+  // docs/decisions.md: the sink and pages below the first usable page are out of range; the
+  // smallest page outside names the reason.
   if (!outside.empty())
-    return out_of_range(std::string(op_name) + ": virtual pages " + list_ids(outside) + " are outside the usable range [" +
-                        num(owner.min_page()) + ", " + num(owner.num_pages()) +
-                        ") (page 0 is the sink and is never allocated); free only ids that alloc returned");
+    return make_refusal(ErrorKind::out_of_range,
+                        outside.front() < owner.min_page() ? reason::reserved_page : reason::past_last_page,
+                        std::string(op_name) + ": virtual pages " + list_ids(outside) + " are outside the usable range [" +
+                            num(owner.min_page()) + ", " + num(owner.num_pages()) +
+                            ") (page 0 is the sink and is never allocated); free only ids that alloc returned");
   return pages;
 }
 
@@ -309,7 +314,7 @@ OpResult Model::on(const Free& op) {
     if (pool_->allocator.owner().physical_of(v) < 0) unbound.push_back(v);
   // SPEC 4: any v2p[v] < 0 is an error and nothing changes.
   if (!unbound.empty())
-    return make_error(ErrorKind::double_free, "free: virtual pages " + list_ids(unbound) +
+    return make_refusal(ErrorKind::double_free, reason::not_allocated, "free: virtual pages " + list_ids(unbound) +
                                                   " are not allocated (double free or never allocated); free each "
                                                   "allocation once, with the ids alloc returned");
   const FreePlan plan = pool_->allocator.plan_free(pages, pairing());
@@ -330,10 +335,10 @@ OpResult Model::on(const FreeSwa& op) {
   }
   // docs/decisions.md: free_swa of an unallocated page or of a tombstone is a double free.
   if (!unallocated.empty())
-    return make_error(ErrorKind::double_free, "free_swa: virtual pages " + list_ids(unallocated) +
+    return make_refusal(ErrorKind::double_free, reason::not_allocated, "free_swa: virtual pages " + list_ids(unallocated) +
                                                   " are not allocated; free_swa only pages of live allocations");
   if (!tombstoned.empty())
-    return make_error(ErrorKind::double_free, "free_swa: virtual pages " + list_ids(tombstoned) +
+    return make_refusal(ErrorKind::double_free, reason::left_window, "free_swa: virtual pages " + list_ids(tombstoned) +
                                                   " already left the window (their SWA pages are tombstones); free_swa "
                                                   "each page once");
   const FreePlan plan = pool_->allocator.plan_free_swa(pages, pairing());

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/printable.h"
+#include "core/reasons.h"
 #include "sim/model.h"
 
 #if KVTWIN_HAVE_GPU
@@ -51,6 +52,14 @@ class PlantedModel : public sim::Model {
         stale.write_number = w->write_number == 0 ? 1 : w->write_number - 1;
         return sim::Model::apply(Op(stale));
       }
+    }
+    // A refusal for the wrong reason: free_swa of a page that already left the window is refused
+    // as a page never allocated (the kind is right, the cause is not; core/reasons.h).
+    if (fault_ == "model_wrong_refusal_reason" && std::holds_alternative<FreeSwa>(op)) {
+      OpResult r = sim::Model::apply(op);
+      if (!r.ok() && r.error().reason == reason::left_window)
+        return make_refusal(r.error().kind, reason::not_allocated, r.error().message);
+      return r;
     }
     // SPEC 10.10 (a tombstone never made): free_swa is acknowledged but not applied.
     if (fault_ == "model_drop_free_swa" && std::holds_alternative<FreeSwa>(op)) return OpResult(Outcome(Compaction{}));
@@ -115,6 +124,8 @@ const std::vector<FaultInfo>& model_faults() {
       {"model_negative_not_sink", FaultSite::model, "9", "translate passes a negative id through instead of the sink"},
       {"model_pairing_out_of_order", FaultSite::model, "11", "compaction pairs survivors (descending) with holes"},
       {"model_stale_write", FaultSite::model, "", "the write door puts down the previous write's rows"},
+      {"model_wrong_refusal_reason", FaultSite::model, "",
+       "free_swa of a page already out of the window is refused as a page never allocated"},
   };
   return kFaults;
 }

@@ -108,7 +108,7 @@ bool Runner::fail(std::string check, std::string message) {
 
 bool Runner::check_expect(const std::vector<OpResult>& results, const OpResult& expect) {
   for (std::size_t i = 0; i < results.size(); ++i) {
-    if (!same_result(results[i], expect))
+    if (!meets_expectation(results[i], expect))
       return fail("expect", "expected " + clip(to_string(expect)) + " but " + std::string(players_[i].backend->name()) +
                                 " answered " + clip(to_string(results[i])));
   }

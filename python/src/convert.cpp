@@ -111,7 +111,7 @@ void register_error_translator() {
       if (p) std::rethrow_exception(p);
     } catch (const ErrorException& e) {
       py::object instance = py::reinterpret_borrow<py::object>(error_class())(
-          e.error().message, std::string(error_kind_name(e.error().kind)));
+          e.error().message, std::string(error_kind_name(e.error().kind)), e.error().reason);
       PyErr_SetObject(error_class(), instance.ptr());
     }
   });

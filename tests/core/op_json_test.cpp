@@ -11,6 +11,7 @@
 
 #include "core/catalogue.h"
 #include "core/op.h"
+#include "core/reasons.h"
 
 namespace kvtwin {
 namespace {
@@ -134,8 +135,8 @@ std::vector<OpResult> every_result() {
       OpResult(Outcome(Bytes::of(data))),
       OpResult(Outcome(Marks{true, false})),
       OpResult(Outcome(Decode{{64, 0}, {{1, 2}, {0, 0}}, Bytes::of(data)})),
-      OpResult(Error{ErrorKind::double_free, "double free of page 5"}),
-      OpResult(Error{ErrorKind::unmarked_loc, "the loc is not marked physical"}),
+      OpResult(make_refusal(ErrorKind::double_free, reason::not_allocated, "double free of page 5")),
+      OpResult(make_error(ErrorKind::unmarked_loc, "the loc is not marked physical")),
   };
 }
 
@@ -169,10 +170,28 @@ TEST(ResultJson, BytesCompareBySizeAndDigest) {
   b[31] = 2;
   EXPECT_FALSE(Bytes::of(a) == Bytes::of(b));
   EXPECT_TRUE(Bytes::of(a) == Bytes::of(a));
-  // Errors compare by kind only.
-  EXPECT_TRUE(same_result(OpResult(Error{ErrorKind::double_free, "x"}), OpResult(Error{ErrorKind::double_free, "y"})));
-  EXPECT_FALSE(same_result(OpResult(Error{ErrorKind::double_free, "x"}), OpResult(Error{ErrorKind::out_of_range, "x"})));
-  EXPECT_FALSE(same_result(OpResult(Outcome(Done{})), OpResult(Error{ErrorKind::internal, ""})));
+  // Errors compare by kind and reason code, never by message.
+  const auto error = [](ErrorKind kind, std::string_view why, std::string message) {
+    return OpResult(make_refusal(kind, why, std::move(message)));
+  };
+  EXPECT_TRUE(same_result(error(ErrorKind::double_free, "", "x"), error(ErrorKind::double_free, "", "y")));
+  EXPECT_FALSE(same_result(error(ErrorKind::double_free, "", "x"), error(ErrorKind::out_of_range, "", "x")));
+  EXPECT_FALSE(same_result(OpResult(Outcome(Done{})), error(ErrorKind::internal, "", "")));
+  EXPECT_TRUE(same_result(error(ErrorKind::double_free, reason::not_allocated, "x"),
+                          error(ErrorKind::double_free, reason::not_allocated, "y")));
+  // The same kind for another reason is another answer: a tombstone freed again is not a page
+  // never allocated.
+  EXPECT_FALSE(same_result(error(ErrorKind::double_free, reason::left_window, "x"),
+                           error(ErrorKind::double_free, reason::not_allocated, "x")));
+  EXPECT_FALSE(same_result(error(ErrorKind::out_of_range, reason::reserved_page, "x"),
+                           error(ErrorKind::out_of_range, "", "x")));
+  // A trace's expectation without a reason (written before the codes) matches any reason; one
+  // with a reason matches only it.
+  EXPECT_TRUE(meets_expectation(error(ErrorKind::double_free, reason::left_window, "x"),
+                                error(ErrorKind::double_free, "", "")));
+  EXPECT_FALSE(meets_expectation(error(ErrorKind::double_free, reason::left_window, "x"),
+                                 error(ErrorKind::double_free, reason::not_allocated, "")));
+  EXPECT_FALSE(meets_expectation(error(ErrorKind::out_of_range, "", "x"), error(ErrorKind::double_free, "", "")));
 }
 
 struct BadOp {
@@ -251,4 +270,22 @@ TEST(ResultJson, MalformedResultsAreErrors) {
 }
 
 }  // namespace
+// A reason code travels in traces beside the kind; an unknown code, or a code of another kind, is
+// refused with its place.
+TEST(OpJson, AnErrorsReasonRoundTripsAndAnUnknownOneIsRefused) {
+  const OpResult r = make_refusal(ErrorKind::double_free, reason::left_window, "again");
+  const nlohmann::json j = result_to_json(r);
+  EXPECT_EQ(j.dump(), R"({"error":"double_free","message":"again","reason":"already_left_window"})");
+  Result<OpResult> back = result_from_json(j, "t.jsonl:3");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_TRUE(same_result(*back, r));
+  Result<OpResult> unknown = result_from_json(nlohmann::json::parse(R"({"error":"double_free","reason":"nope"})"), "t.jsonl:4");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_THAT(unknown.error().message, ::testing::HasSubstr("t.jsonl:4"));
+  EXPECT_THAT(unknown.error().message, ::testing::HasSubstr("unknown reason 'nope'"));
+  Result<OpResult> other_kind =
+      result_from_json(nlohmann::json::parse(R"({"error":"out_of_range","reason":"already_left_window"})"), "t.jsonl:5");
+  EXPECT_FALSE(other_kind.ok());
+}
+
 }  // namespace kvtwin

@@ -9,6 +9,7 @@
 #include "core/catalogue.h"
 #include "core/op.h"
 #include "core/pool_config.h"
+#include "core/reasons.h"
 #include "core/rng.h"
 
 namespace kvtwin::traces::testing {
@@ -185,8 +186,15 @@ inline Op any_op(Rng& rng) {
 // A result of any kind (errors of every kind, every outcome).
 inline OpResult any_result(Rng& rng) {
   switch (rng.below(11)) {
-    case 0:
-      return OpResult(Error{static_cast<ErrorKind>(rng.below(14)), "message " + std::to_string(rng.below(100))});
+    case 0: {
+      // Any kind, with one of its reason codes (core/reasons.h) half the time when it has some.
+      const auto kind = static_cast<ErrorKind>(rng.below(14));
+      std::vector<std::string_view> codes;
+      for (const reason::Info& i : reason::catalogue())
+        if (i.kind == kind) codes.push_back(i.code);
+      const std::string_view code = !codes.empty() && rng.below(2) == 0 ? codes[rng.below(codes.size())] : "";
+      return OpResult(make_refusal(kind, code, "message " + std::to_string(rng.below(100))));
+    }
     case 1:
       return OpResult(Outcome(Done{}));
     case 2:
