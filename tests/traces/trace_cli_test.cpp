@@ -405,7 +405,7 @@ TEST(CheckCli, MergedShardsEqualTheUnshardedRun) {
                           (dir / "merged.xml").string()});
   ASSERT_EQ(merged.exit_code, 0) << merged.out << merged.err;
   EXPECT_THAT(merged.out, HasSubstr("kvtwin check: seed 1, merging 3 shard reports"));
-  EXPECT_THAT(merged.out, HasSubstr("\nkvtwin check: PASS (11 of 37 work items skipped: see SKIP above)\n"));
+  EXPECT_THAT(merged.out, HasSubstr("\nkvtwin check: PASS (11 of 42 work items skipped: see SKIP above)\n"));
   const nlohmann::json whole_json = nlohmann::json::parse(read_file(dir / "whole.json"));
   const nlohmann::json merged_json = nlohmann::json::parse(read_file(dir / "merged.json"));
   EXPECT_EQ(without_seconds(merged_json), without_seconds(whole_json));
@@ -557,9 +557,9 @@ TEST(FuzzCli, MergedShardsEqualTheUnshardedRunAndOthersExitTwo) {
 
 TEST(FuzzCli, AFailureInOneShardFailsTheMergeWithItsReproduceCommand) {
   const fs::path dir = scratch();
-  // Seed 3 with this fault: case 0 fails, cases 1 and 2 pass. Shard 0 of 2 runs case 0, shard 1 case 1.
+  // Seed 4 with this fault: case 0 fails, case 1 passes. Shard 0 of 2 runs case 0, shard 1 case 1.
   const auto run = [&](std::vector<std::string> more) {
-    std::vector<std::string> args = {"fuzz",    "--fault", "model_pairing_out_of_order", "--seed", "3", "--cases", "3",
+    std::vector<std::string> args = {"fuzz",    "--fault", "model_pairing_out_of_order", "--seed", "4", "--cases", "3",
                                      "--quiet", "--out",   (dir / "failures").string()};
     args.insert(args.end(), more.begin(), more.end());
     return kvtwin(args);
@@ -580,7 +580,7 @@ TEST(FuzzCli, AFailureInOneShardFailsTheMergeWithItsReproduceCommand) {
   const std::string replay = w["failures"][0]["replay"];
   EXPECT_THAT(replay, HasSubstr("kvtwin replay " + (dir / "failures").string()));
   EXPECT_THAT(merged.out, HasSubstr("\nreproduce: " + replay + "\n"));
-  EXPECT_THAT(merged.out, HasSubstr("\nreproduce the case: kvtwin fuzz --seed 3 --case 0 "));
+  EXPECT_THAT(merged.out, HasSubstr("\nreproduce the case: kvtwin fuzz --seed 4 --case 0 "));
   EXPECT_THAT(merged.out, HasSubstr("\nkvtwin fuzz: FAIL\n"));
   EXPECT_EQ(parse_junit(read_file(dir / "merged.xml")).failures, 1);
 }
