@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/checked.h"
+#include "core/planted_sizing.h"
 
 namespace kvtwin {
 
@@ -17,9 +18,12 @@ Result<PoolGeometry> size_pool(const std::vector<DenseEntryLayout>& layouts, std
   PoolGeometry g;
   g.total_bytes = total_bytes;
   g.page_size = page_size;
+  // A planted self-test bug (core/planted_sizing.h): the floor from the first sub-pool only.
+  const bool one_sided_floor = planted_sizing_bug() == PlantedSizingBug::one_sided_floor;
   for (const DenseEntryLayout& l : layouts) {
     KVTWIN_TRY_STATUS(l.validate());
     KVTWIN_TRY(std::uint64_t page_bytes, checked_mul(page_size, l.entry_bytes, "page bytes of '" + l.sub_pool + "'"));
+    if (one_sided_floor && &l != &layouts.front()) continue;
     g.reserved_floor_bytes = std::max({g.reserved_floor_bytes, l.entry_bytes, page_bytes});
   }
   for (std::size_t i = 0; i < layouts.size(); ++i) {

@@ -90,9 +90,31 @@ ModelShape generate_shape(Choices& c) {
   return s;
 }
 
+// A catalogue model as it is, at TP 1, tables-only, 4 to 8 GiB: the page size doubles from the
+// drawn one until a side has at most 4096 pages (its tables stay quick to compare every step).
+PoolConfig past_4gib_config(Choices& c) {
+  PoolConfig config;
+  config.shape = c.pick(model_catalogue());
+  config.tp = 1;
+  config.tables_only = true;
+  config.mode = c.chance(1, 2) ? CompactionMode::lazy : CompactionMode::eager;
+  config.seed = c.below(std::uint64_t{1} << 32);
+  config.page_size = c.pick(std::vector<std::uint64_t>{16, 32, 64, 128, 256});
+  config.total_bytes = (std::uint64_t{4} << 30) + (std::uint64_t{64} << 20) + c.below(std::uint64_t{4} << 30);
+  for (;;) {
+    Result<PoolDerived> d = derive_pool(config);
+    KVTWIN_CHECK(d.ok(), d.ok() ? std::string() : "a catalogue model past 4 GiB derives: " + d.error().message);
+    std::uint64_t pages = 0;
+    for (const SubPoolGeometry& g : d->geometry.sub_pools) pages = std::max(pages, g.num_pages);
+    if (pages <= 4096) return config;
+    config.page_size *= 2;
+  }
+}
+
 }  // namespace
 
 PoolConfig generate_config(Choices& c, const ConfigLimits& limits) {
+  if (limits.past_4gib_one_in != 0 && c.chance(1, limits.past_4gib_one_in)) return past_4gib_config(c);
   PoolConfig config;
   config.shape = generate_shape(c);
   config.tp = 1;

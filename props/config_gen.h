@@ -3,7 +3,8 @@
 // tens of pages: MHA full-only, full + SWA
 // composites (sometimes with unequal SWA heads), MLA; occasionally a cross-attention layer;
 // 1-8 layers, 1-4 heads, head dims 16-64, every dtype, page sizes 1-64, eager and lazy, with
-// and without bytes. Every configuration it returns builds (derive_pool succeeds).
+// and without bytes; optionally, now and then, a real-scale tables-only pool past 4 GiB (see
+// ConfigLimits). Every configuration it returns builds (derive_pool succeeds).
 #pragma once
 
 #include <cstdint>
@@ -16,6 +17,10 @@ namespace kvtwin::props {
 struct ConfigLimits {
   std::uint64_t max_total_bytes = 256 * 1024;  // the page size is lowered until a small pool fits
   std::int64_t max_usable_pages = 40;          // usable pages of the owner side, at most
+  // One configuration in this many (0: none) is instead a tables-only pool of 4 to 8 GiB: a
+  // catalogue model at TP 1 with pages of 16 to 256 tokens or more (at most 4096 pages a side),
+  // so that row addresses past 2^32 are derived and compared (props/shadow_sizing.h). No bytes.
+  std::uint32_t past_4gib_one_in = 0;
 };
 
 PoolConfig generate_config(Choices& choices, const ConfigLimits& limits = {});

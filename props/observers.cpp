@@ -6,6 +6,7 @@
 #include <set>
 
 #include "core/oracle.h"
+#include "props/shadow_sizing.h"
 
 namespace kvtwin::props {
 namespace {
@@ -113,6 +114,17 @@ std::optional<traces::RunObserver::Finding> ShadowObserver::after(const traces::
   return std::nullopt;
 }
 
+std::optional<traces::RunObserver::Finding> SizingObserver::after(const traces::Runner& runner, const Op& op,
+                                                                  const std::vector<OpResult>& results) {
+  (void)op;
+  (void)results;
+  if (!runner.config() || !runner.derived() || (checked_ && *checked_ == *runner.config())) return std::nullopt;
+  checked_ = *runner.config();
+  if (std::optional<std::string> d = compare_sizing(*runner.config(), *runner.derived()))
+    return Finding{"sizing", "the pool as core derives it differs from SPEC 2/3: " + *d};
+  return std::nullopt;
+}
+
 void PolicyObserver::before(const traces::Runner& runner, const Op& op) {
   (void)op;
   before_.reset();
@@ -134,6 +146,7 @@ std::optional<traces::RunObserver::Finding> PolicyObserver::after(const traces::
 traces::ObserverFactory property_observer_factory() {
   return [](const PoolConfig& config) {
     std::vector<std::unique_ptr<traces::RunObserver>> out;
+    out.push_back(std::make_unique<SizingObserver>());
     auto shadow = std::make_unique<ShadowObserver>(config);
     auto refusal = std::make_unique<RefusalObserver>(*shadow);
     out.push_back(std::move(shadow));

@@ -9,12 +9,17 @@
 //                    the step: an allocation binds queue-front virtual pages to the pages the
 //                    policy names, a compaction's moves are ascending, distinct and cross the new
 //                    watermark, carrying their virtual pages ("policy");
+//   SizingObserver   at every pool the runner built (checked at the first step after the build, as
+//                    the observers join a run after its build), core's derivation of it (the
+//                    runner's derived(): entries, floor, slots, pages, row addresses) against the
+//                    shadow's own derivation from SPEC 2 and 3 (props/shadow_sizing.h) ("sizing");
 //   RefusalObserver  an operation the shadow expects to be refused leaves every backend's state
 //                    exactly as it was: its state digest (the model's, or a digest of its tables
 //                    for a backend without one) is equal before and after, and it wrote no byte
 //                    of the pool ("refusal").
 //
-// Add them in this order (the refusal observer reads the shadow's prediction). Each reads only
+// Add them in this order (the refusal observer reads the shadow's prediction; sizing comes first,
+// so that a pool sized wrong is named as such before anything played on it is compared). Each reads only
 // what core/backend.h and the runner's Player expose.
 #pragma once
 
@@ -45,6 +50,14 @@ class ShadowObserver : public traces::RunObserver {
   Expectation expected_;
 };
 
+class SizingObserver : public traces::RunObserver {
+ public:
+  std::optional<Finding> after(const traces::Runner& runner, const Op& op, const std::vector<OpResult>& results) override;
+
+ private:
+  std::optional<PoolConfig> checked_;  // the configuration whose derivation was compared last
+};
+
 class PolicyObserver : public traces::RunObserver {
  public:
   void before(const traces::Runner& runner, const Op& op) override;
@@ -65,20 +78,22 @@ class RefusalObserver : public traces::RunObserver {
   std::vector<std::optional<std::uint64_t>> digests_;  // per player, taken when a refusal is expected
 };
 
-// The three observers of the stateful properties, added to a runner in order.
+// The observers of the stateful properties, added to a runner in order.
 struct PropertyObservers {
   explicit PropertyObservers(const PoolConfig& config) : shadow(config), refusal(shadow) {}
   void attach(traces::Runner& runner) {
+    runner.add_observer(&sizing);
     runner.add_observer(&shadow);
     runner.add_observer(&policy);
     runner.add_observer(&refusal);
   }
+  SizingObserver sizing;
   ShadowObserver shadow;
   PolicyObserver policy;
   RefusalObserver refusal;
 };
 
-// The three observers for a replay (traces/replay.h): kvtwin replay, the regression traces and
+// The same observers for a replay (traces/replay.h): kvtwin replay, the regression traces and
 // failure traces are checked by the shadow too, not only by their expectations.
 traces::ObserverFactory property_observer_factory();
 

@@ -67,15 +67,20 @@ std::vector<Op> shrink_ops(std::vector<Op> ops, const StillFails& still_fails, c
   ShrinkStats local;
   ShrinkStats& st = stats != nullptr ? *stats : local;
   st.ops_before = ops.size();
+  const auto spent = [&] {
+    return st.replays >= options.max_replays ||
+           (options.max_replayed_ops != 0 && st.replayed_ops >= options.max_replayed_ops);
+  };
   const auto try_candidate = [&](const std::vector<Op>& candidate) {
-    if (st.replays >= options.max_replays) return false;
+    if (spent()) return false;
     ++st.replays;
+    st.replayed_ops += candidate.size();
     return still_fails(candidate);
   };
 
   // Delta debugging: remove chunks, largest first.
   std::size_t chunks = 2;
-  while (ops.size() >= 2 && st.replays < options.max_replays) {
+  while (ops.size() >= 2 && !spent()) {
     const std::size_t chunk = (ops.size() + chunks - 1) / chunks;
     bool removed = false;
     for (std::size_t start = 0; start < ops.size(); start += chunk) {
@@ -98,7 +103,7 @@ std::vector<Op> shrink_ops(std::vector<Op> ops, const StillFails& still_fails, c
 
   // Simplify operations one at a time, repeating while anything gets simpler.
   bool changed = true;
-  while (changed && st.replays < options.max_replays) {
+  while (changed && !spent()) {
     changed = false;
     for (std::size_t i = 0; i < ops.size(); ++i) {
       for (Op& variant : simpler_variants(ops[i])) {

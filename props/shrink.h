@@ -23,10 +23,14 @@ namespace kvtwin::props {
 
 struct ShrinkOptions {
   std::uint64_t max_replays = 4000;
+  // A budget of work rather than attempts: no replay starts once the replayed sequences hold
+  // this many operations in all (a replay of a large pool costs per operation). 0: no budget.
+  std::uint64_t max_replayed_ops = 0;
 };
 
 struct ShrinkStats {
   std::uint64_t replays = 0;
+  std::uint64_t replayed_ops = 0;
   std::uint64_t ops_before = 0;
   std::uint64_t ops_after = 0;
 };

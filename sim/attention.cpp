@@ -39,6 +39,16 @@ std::vector<std::uint8_t> reference_decode_attention(const PoolBytes& bytes, con
                                                      const std::vector<std::vector<std::int64_t>>& table,
                                                      const std::vector<std::int64_t>& lengths,
                                                      std::uint64_t query_seed) {
+  const AttentionRowAt row_at = [&bytes, &shape](std::int64_t pt, std::size_t part) {
+    return bytes.row(*shape.layout, pt, part, shape.local_layer);
+  };
+  return reference_decode_attention(row_at, shape, table, lengths, query_seed);
+}
+
+std::vector<std::uint8_t> reference_decode_attention(const AttentionRowAt& row_at, const AttentionShape& shape,
+                                                     const std::vector<std::vector<std::int64_t>>& table,
+                                                     const std::vector<std::int64_t>& lengths,
+                                                     std::uint64_t query_seed) {
   const DenseEntryLayout& layout = *shape.layout;
   const DensePart& k_part = layout.parts.at(shape.k_part);
   const DensePart& v_part = layout.parts.at(shape.v_part);
@@ -64,7 +74,7 @@ std::vector<std::uint8_t> reference_decode_attention(const PoolBytes& bytes, con
       // s_j = (sum over d in order of q[d] * k_j[d]) * scale
       std::vector<float> s(len);
       for (std::size_t j = 0; j < len; ++j) {
-        const auto k_row = bytes.row(layout, tokens[j], shape.k_part, shape.local_layer);
+        const auto k_row = row_at(tokens[j], shape.k_part);
         float acc = 0.0f;
         for (std::uint32_t d = 0; d < shape.k_head_dim; ++d)
           acc = det::add(acc, det::mul(q[d], element_as_float(k_row, k_part.dtype, std::uint64_t{g} * shape.k_head_dim + d)));
@@ -86,7 +96,7 @@ std::vector<std::uint8_t> reference_decode_attention(const PoolBytes& bytes, con
       for (std::uint32_t e = 0; e < shape.v_head_dim; ++e) {
         float acc = 0.0f;
         for (std::size_t j = 0; j < len; ++j) {
-          const auto v_row = bytes.row(layout, tokens[j], shape.v_part, shape.local_layer);
+          const auto v_row = row_at(tokens[j], shape.v_part);
           acc = det::add(acc, det::mul(p[j], element_as_float(v_row, v_part.dtype, g * v_head_stride + e)));
         }
         out[(b * shape.query_heads + h) * shape.v_head_dim + e] = det::div(acc, l);

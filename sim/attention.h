@@ -13,6 +13,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <vector>
 
 #include "core/layout.h"
@@ -33,8 +35,17 @@ struct AttentionShape {
 };
 
 // fp32 [bs, query_heads, v_head_dim], little-endian, for requests of lengths `lengths` whose
-// pages are `table[b][c]`.
+// pages are `table[b][c]`; rows read from the pool by the byte law (SPEC 2).
 std::vector<std::uint8_t> reference_decode_attention(const PoolBytes& bytes, const AttentionShape& shape,
+                                                     const std::vector<std::vector<std::int64_t>>& table,
+                                                     const std::vector<std::int64_t>& lengths,
+                                                     std::uint64_t query_seed);
+
+// The same formulas over rows handed out by `row_at(physical token, part)` (the layer is the
+// shape's local layer). The overload above passes the pool's rows; a planted fault of the
+// harness's self-test (traces/backends.cpp) passes rows read from the wrong place.
+using AttentionRowAt = std::function<std::span<const std::uint8_t>(std::int64_t pt, std::size_t part)>;
+std::vector<std::uint8_t> reference_decode_attention(const AttentionRowAt& row_at, const AttentionShape& shape,
                                                      const std::vector<std::vector<std::int64_t>>& table,
                                                      const std::vector<std::int64_t>& lengths,
                                                      std::uint64_t query_seed);

@@ -123,6 +123,18 @@ class Model : public Backend {
   virtual std::vector<PagePair> pair_for_compaction(const std::vector<std::int64_t>& survivors,
                                                     const std::vector<std::int64_t>& holes) const;
 
+  // One layer's write (a write op, or every layer of a decode step): validated lane locs, then
+  // the rows. A lane whose loc is below the side's first usable page is the sink's (discarded).
+  struct LayerWrite {
+    std::size_t side = 0;
+    std::uint32_t local_layer = 0;
+    std::vector<std::int64_t> locs;    // final per-lane locs in the layer's sub-pool
+    std::vector<std::int64_t> tokens;  // per lane: whose rows
+  };
+  // Puts down the rows of a validated write (bytes and ledger) and nothing else. Virtual so that
+  // the harness's self-test (traces/backends.cpp) can plant a write door that skips a lane.
+  virtual void commit_layer_write(const LayerWrite& w, std::uint64_t write_number);
+
   // Test seams: a test-only subclass corrupts the state through these to show that verify()
   // catches it. Require built(); the byte buffer is empty in tables-only mode.
   std::span<std::uint8_t> bytes_for_test();
@@ -174,15 +186,7 @@ class Model : public Backend {
   std::int64_t sink_end(std::size_t side) const;
   std::int64_t slot_count(std::size_t side) const;
 
-  // One layer's write: validated lane locs, then the rows.
-  struct LayerWrite {
-    std::size_t side = 0;
-    std::uint32_t local_layer = 0;
-    std::vector<std::int64_t> locs;    // final per-lane locs in the layer's sub-pool
-    std::vector<std::int64_t> tokens;  // per lane: whose rows
-  };
   Result<LayerWrite> plan_layer_write(std::uint32_t model_layer, const WriteLoc& loc) const;
-  void commit_layer_write(const LayerWrite& w, std::uint64_t write_number);
   void write_row(std::size_t side, std::int64_t pt, std::uint32_t layer, std::size_t part, std::int64_t token,
                  std::uint64_t write_number);
   void forget_overlapped_rows(std::size_t written_side, std::uint64_t begin, std::uint64_t end);

@@ -2,6 +2,7 @@
 #include "sim/pool_bytes.h"
 
 #include <algorithm>
+#include <new>
 #include <string>
 
 #include "core/check.h"
@@ -9,12 +10,18 @@
 
 namespace kvtwin::sim {
 
-// SPEC 3: zero-filled. The allocation point comes first (a comma expression in the initializer).
-PoolBytes::PoolBytes(std::uint64_t total_bytes) : bytes_((allocation_point(), total_bytes), 0) {}
+// SPEC 3: zero-filled (calloc). The allocation point comes first; a real failure is std::bad_alloc
+// too, as it was from a std::vector.
+PoolBytes::PoolBytes(std::uint64_t total_bytes) {
+  allocation_point();
+  storage_.reset(static_cast<std::uint8_t*>(std::calloc(total_bytes == 0 ? 1 : total_bytes, 1)));
+  if (!storage_) throw std::bad_alloc();
+  bytes_ = std::span<std::uint8_t>(storage_.get(), total_bytes);
+}
 
 std::span<const std::uint8_t> PoolBytes::range(std::uint64_t offset, std::uint64_t length) const {
   KVTWIN_CHECK(offset <= bytes_.size() && length <= bytes_.size() - offset, "a byte range inside the pool");
-  return std::span<const std::uint8_t>(bytes_).subspan(offset, length);
+  return std::span<const std::uint8_t>(bytes_.data(), bytes_.size()).subspan(offset, length);
 }
 
 std::uint64_t PoolBytes::row_offset(const DenseEntryLayout& layout, std::int64_t pt, std::size_t part,

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -39,7 +41,13 @@ class PoolBytes {
  private:
   std::uint64_t row_offset(const DenseEntryLayout& layout, std::int64_t pt, std::size_t part, std::uint32_t layer) const;
 
-  std::vector<std::uint8_t> bytes_;
+  struct Free {
+    void operator()(std::uint8_t* p) const { std::free(p); }
+  };
+  // calloc'ed: the zero fill comes from the allocator (fresh pages of a large pool are zero
+  // without being written), so building a large pool costs the pages it touches, not its size.
+  std::unique_ptr<std::uint8_t[], Free> storage_;
+  std::span<std::uint8_t> bytes_;
 };
 
 }  // namespace kvtwin::sim

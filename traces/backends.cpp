@@ -2,9 +2,13 @@
 #include "traces/backends.h"
 
 #include <algorithm>
+#include <map>
+#include <optional>
 
+#include "core/planted_sizing.h"
 #include "core/printable.h"
 #include "core/reasons.h"
+#include "sim/attention.h"
 #include "sim/model.h"
 
 #if KVTWIN_HAVE_GPU
@@ -17,13 +21,54 @@ namespace {
 // The reference model with one named bug planted, for self-tests of the harness: every fault is
 // a real bug class of SPEC.md section 10, and a run that pairs this copy with the plain model
 // must catch it.
+// SPEC 10.8, planted: the in-page token stride taken from the row's shape (heads * head_dim *
+// itemsize) instead of the whole entry: page * page_size * E + slot * row + offset + l * stride.
+// Inside the page's envelope (slot * row + E <= page_size * E), so never outside the pool.
+std::uint64_t shape_stride_row_address(const DenseEntryLayout& layout, std::uint64_t page_size, std::int64_t pt,
+                                       std::size_t part, std::uint32_t layer) {
+  const DensePart& p = layout.parts[part];
+  const auto t = static_cast<std::uint64_t>(pt);
+  return t / page_size * page_size * layout.entry_bytes + t % page_size * p.row_bytes() + p.offset_bytes +
+         std::uint64_t{layer} * p.layer_stride_bytes;
+}
+
 class PlantedModel : public sim::Model {
  public:
-  explicit PlantedModel(std::string fault) : fault_(std::move(fault)), name_(fault_) {}
+  explicit PlantedModel(std::string fault) : fault_(std::move(fault)), name_(fault_) {
+    // The sizing bugs live in core's arithmetic (core/planted_sizing.h): planted for real, on
+    // this thread, for as long as this model lives, so every user of core here shares them.
+    if (fault_ == "model_one_sided_floor") sizing_bug_.emplace(PlantedSizingBug::one_sided_floor);
+    if (fault_ == "model_row_address_32bit") sizing_bug_.emplace(PlantedSizingBug::row_address_32bit);
+  }
 
   std::string_view name() const override { return name_; }
 
   OpResult apply(const Op& op) override {
+    // SPEC 10.8 in a read: rows fetched with the shape-derived in-page token stride.
+    if (fault_ == "model_read_stride_from_shape") {
+      if (const auto* read = std::get_if<Read>(&op)) {
+        OpResult r = sim::Model::apply(op);
+        if (!r.ok() || !std::holds_alternative<Bytes>(r.value())) return r;
+        return OpResult(Outcome(shape_stride_read(*read)));
+      }
+    }
+    // SPEC 10.8 in the decode attention: K and V rows fetched with the shape-derived stride.
+    if (fault_ == "model_attention_stride_from_shape") {
+      if (std::holds_alternative<BuildPool>(op)) captures_.clear();
+      if (const auto* capture = std::get_if<Capture>(&op)) {
+        OpResult r = sim::Model::apply(op);
+        if (r.ok()) captures_[capture->graph] = *capture;
+        return r;
+      }
+      if (const auto* replay = std::get_if<Replay>(&op)) {
+        OpResult r = sim::Model::apply(op);
+        if (!r.ok() || !std::holds_alternative<Decode>(r.value())) return r;
+        Decode d = std::get<Decode>(r.value());
+        if (d.attention.size == 0) return r;
+        d.attention = Bytes::of(shape_stride_attention(*replay, d));
+        return OpResult(Outcome(std::move(d)));
+      }
+    }
     // SPEC 10.9: a negative id is not routed to the sink (here it passes through unchanged).
     if (fault_ == "model_negative_not_sink") {
       if (const auto* t = std::get_if<Translate>(&op)) {
@@ -67,6 +112,25 @@ class PlantedModel : public sim::Model {
   }
 
  protected:
+  // The write door skips the last lane of a write that puts down two lanes or more: the answer
+  // and the tables are right, the lane's rows keep their old bytes, and the ledger (written with
+  // the rows) agrees, so verify() passes: only an oracle that predicts the bytes can see it.
+  void commit_layer_write(const LayerWrite& w, std::uint64_t write_number) override {
+    if (fault_ != "model_skipped_write_lane") return sim::Model::commit_layer_write(w, write_number);
+    const std::uint64_t sink_end = derived().geometry.sub_pools[w.side].min_page_index * config().page_size;
+    std::optional<std::size_t> last;
+    std::size_t lanes = 0;
+    for (std::size_t i = 0; i < w.locs.size(); ++i)
+      if (w.locs[i] >= 0 && static_cast<std::uint64_t>(w.locs[i]) >= sink_end) {
+        last = i;
+        ++lanes;
+      }
+    if (lanes < 2) return sim::Model::commit_layer_write(w, write_number);
+    LayerWrite skipped = w;
+    skipped.locs[*last] = 0;  // the sink: discarded
+    sim::Model::commit_layer_write(skipped, write_number);
+  }
+
   // SPEC 10.11: compaction pairs survivors and holes out of order (survivors descending).
   std::vector<sim::PagePair> pair_for_compaction(const std::vector<std::int64_t>& survivors,
                                                  const std::vector<std::int64_t>& holes) const override {
@@ -76,8 +140,64 @@ class PlantedModel : public sim::Model {
   }
 
  private:
+  // A read's answer with every non-sink row taken from the shape-stride address (the model
+  // validated the read already).
+  Bytes shape_stride_read(const Read& read) const {
+    const PoolDerived& d = derived();
+    const LayerPlacement& place = d.plan.layer_map[read.layer];
+    const DenseEntryLayout& layout = d.layouts[place.sub_pool];
+    const std::size_t part = *layout.part_index(read.part);
+    const std::uint64_t row = layout.parts[part].row_bytes();
+    const std::uint64_t sink_end = d.geometry.sub_pools[place.sub_pool].min_page_index * config().page_size;
+    const std::span<const std::uint8_t> pool = *bytes_view();
+    std::vector<std::uint8_t> data;
+    for (std::int64_t id : read.ids) {
+      if (static_cast<std::uint64_t>(id) < sink_end) {
+        data.insert(data.end(), row, 0);
+        continue;
+      }
+      const std::uint64_t at = shape_stride_row_address(layout, config().page_size, id, part, place.local_layer);
+      data.insert(data.end(), pool.begin() + static_cast<std::ptrdiff_t>(at),
+                  pool.begin() + static_cast<std::ptrdiff_t>(at + row));
+    }
+    return Bytes::of(std::move(data));
+  }
+
+  // The decode step's attention as the model computes it, over rows at the shape-stride address.
+  std::vector<std::uint8_t> shape_stride_attention(const Replay& replay, const Decode& decode) const {
+    const Capture& shape = captures_.at(replay.graph);
+    const PoolDerived& d = derived();
+    const LayerPlacement& place = d.plan.layer_map[shape.layer];
+    const SubPoolSpec& spec = d.plan.sub_pools[place.sub_pool];
+    const DenseEntryLayout& layout = d.layouts[place.sub_pool];
+    const bool mla = spec.kind == SubPoolKind::mla;
+    sim::AttentionShape a;
+    a.layout = &layout;
+    a.k_part = *layout.part_index(mla ? "kv" : "k");
+    a.v_part = *layout.part_index(mla ? "kv" : "v");
+    a.local_layer = place.local_layer;
+    a.kv_heads = spec.heads_per_rank;
+    a.k_head_dim = spec.k_head_dim;
+    a.v_head_dim = spec.v_head_dim;
+    a.query_heads = shape.query_heads;
+    a.page_size = static_cast<std::int64_t>(config().page_size);
+    std::vector<std::int64_t> lengths;
+    for (const auto& tokens : replay.requests) lengths.push_back(static_cast<std::int64_t>(tokens.size()));
+    std::vector<std::vector<std::int64_t>> table(decode.table.begin(),
+                                                 decode.table.begin() + static_cast<std::ptrdiff_t>(lengths.size()));
+    const std::span<const std::uint8_t> pool = *bytes_view();
+    const std::uint64_t ps = config().page_size;
+    const sim::AttentionRowAt row_at = [&](std::int64_t pt, std::size_t part) {
+      const std::uint64_t at = shape_stride_row_address(layout, ps, pt, part, a.local_layer);
+      return pool.subspan(at, layout.parts[part].row_bytes());
+    };
+    return sim::reference_decode_attention(row_at, a, table, lengths, replay.query_seed);
+  }
+
   std::string fault_;
   std::string name_;
+  std::optional<PlantedSizingHold> sizing_bug_;
+  std::map<std::uint32_t, Capture> captures_;  // model_attention_stride_from_shape: graph -> its capture
 };
 
 }  // namespace
@@ -120,9 +240,18 @@ std::string gpu_unavailable_reason() {
 const std::vector<FaultInfo>& model_faults() {
   static const std::vector<FaultInfo> kFaults = {
       {"model_alloc_many_partial", FaultSite::model, "14", "alloc_many leaves its first request allocated on no room"},
+      {"model_attention_stride_from_shape", FaultSite::model, "8",
+       "the decode attention takes the in-page token stride from the row shape, not the entry"},
       {"model_drop_free_swa", FaultSite::model, "10", "free_swa is acknowledged but no tombstone is made"},
       {"model_negative_not_sink", FaultSite::model, "9", "translate passes a negative id through instead of the sink"},
+      {"model_one_sided_floor", FaultSite::model, "",
+       "core sizes the reserved floor from the first sub-pool of the chain only (every backend shares it)"},
       {"model_pairing_out_of_order", FaultSite::model, "11", "compaction pairs survivors (descending) with holes"},
+      {"model_read_stride_from_shape", FaultSite::model, "8",
+       "a read takes the in-page token stride from the row shape, not the entry"},
+      {"model_row_address_32bit", FaultSite::model, "18",
+       "core computes a row's byte address in 32 bits, wrapping past 4 GiB (every backend shares it)"},
+      {"model_skipped_write_lane", FaultSite::model, "", "the write door skips the last lane of a multi-lane write"},
       {"model_stale_write", FaultSite::model, "", "the write door puts down the previous write's rows"},
       {"model_wrong_refusal_reason", FaultSite::model, "",
        "free_swa of a page already out of the window is refused as a page never allocated"},

@@ -99,7 +99,7 @@ TEST(Fuzz, CleanCasesPassOnTheModelAndAreDeterministic) {
     ASSERT_TRUE(a.ok()) << a.error().message;
     ASSERT_FALSE(a->failure.has_value()) << "case " << i << ": " << a->failure->failure.describe();
     EXPECT_EQ(a->stats.ops, 201u) << "the build and 200 ops";
-    EXPECT_EQ(a->shadow_checks, 600u) << "three observers (shadow, policy, refusal) after each of 200 ops";
+    EXPECT_EQ(a->shadow_checks, 800u) << "four observers (sizing, shadow, policy, refusal) after each of 200 ops";
     Result<CaseResult> b = run_case(spec(i), factory(""));
     EXPECT_EQ(a->config, b->config);
     EXPECT_EQ(a->swarm, b->swarm);
