@@ -989,4 +989,76 @@ std::uint64_t Model::state_digest(bool with_bytes) const {
   return d.value();
 }
 
+bool Model::perturb_for_test(std::string_view what, std::uint64_t pick) {
+  KVTWIN_CHECK(pool_ != nullptr, "perturb_for_test needs a built pool");
+  PageAllocator& a = pool_->allocator;
+  const std::size_t side = static_cast<std::size_t>(pick % a.side_count());
+  AllocatorSide::TablesForTest t = a.side_for_test(side).tables_for_test();
+  const auto bump = [pick](std::vector<std::int64_t>& v) {
+    if (v.empty()) return false;
+    v[static_cast<std::size_t>(pick % v.size())] += 1;
+    return true;
+  };
+  if (what == "v2p") return bump(t.v2p);
+  if (what == "p2v") return bump(t.p2v);
+  if (what == "watermark") return ++t.watermark, true;
+  if (what == "allocated") return ++t.allocated, true;
+  if (what == "holes") {
+    if (!t.holes.empty()) return t.holes.erase(t.holes.begin()), true;
+    return t.holes.insert(t.watermark), true;
+  }
+  if (what == "free_queue") {
+    std::deque<std::int64_t>& q = a.free_queue_for_test();
+    if (q.empty()) return false;
+    q[static_cast<std::size_t>(pick % q.size())] += 1;
+    return true;
+  }
+  if (what == "held") {
+    std::vector<std::uint32_t>& h = pool_->held[side];
+    if (h.empty()) return false;
+    h[static_cast<std::size_t>(pick % h.size())] += 1;
+    return true;
+  }
+  if (what == "ledger") {
+    if (!pool_->bytes) return false;
+    std::optional<std::int64_t> page;
+    pool_->ledger.for_each_row(side, [&](std::int64_t v, const RowSlot&, const WrittenRow&) {
+      if (!page) page = v;
+    });
+    if (!page) return false;
+    pool_->ledger.forget_page(side, *page);
+    return true;
+  }
+  if (what == "batch") {
+    for (auto& [id, b] : pool_->batches) {
+      if (b.loc.empty()) continue;
+      b.loc[static_cast<std::size_t>(pick % b.loc.size())] += 1;
+      return true;
+    }
+    return false;
+  }
+  if (what == "reader") {
+    if (pool_->readers.empty()) return false;
+    pool_->readers.begin()->second.pages.push_back(-7);
+    return true;
+  }
+  if (what == "graph") {
+    for (auto& [id, g] : pool_->graphs) {
+      if (g.loc.empty()) continue;
+      g.loc[static_cast<std::size_t>(pick % g.loc.size())] += 1;
+      return true;
+    }
+    return false;
+  }
+  if (what == "bytes") {
+    if (!pool_->bytes) return false;
+    std::span<std::uint8_t> all = bytes_for_test();
+    if (all.empty()) return false;
+    all[static_cast<std::size_t>(pick % all.size())] ^= 0x01;
+    return true;
+  }
+  KVTWIN_CHECK(false, "perturb_for_test: unknown piece of state");
+  return false;
+}
+
 }  // namespace kvtwin::sim

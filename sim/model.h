@@ -139,6 +139,11 @@ class Model : public Backend {
   // catches it. Require built(); the byte buffer is empty in tables-only mode.
   std::span<std::uint8_t> bytes_for_test();
   PageAllocator& allocator_for_test();
+  // Changes one element of the named piece of state ("v2p", "p2v", "watermark", "holes",
+  // "allocated", "free_queue", "held", "ledger", "batch", "reader", "graph", "bytes") on side
+  // `pick % sides` (element `pick % size`); false when that piece is empty in this state, so
+  // there is nothing to change. For the property that state_digest() covers what it claims.
+  bool perturb_for_test(std::string_view what, std::uint64_t pick);
 
  private:
   struct Reader {

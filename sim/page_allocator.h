@@ -68,6 +68,17 @@ class AllocatorSide {
   const std::set<std::int64_t>& holes() const { return holes_; }
   std::uint64_t allocated_pages() const { return allocated_; }
 
+  // Test seam: every field of the tables, writable, so that a test can corrupt one and see the
+  // checks (verify, the state digest) notice.
+  struct TablesForTest {
+    std::vector<std::int64_t>& v2p;
+    std::vector<std::int64_t>& p2v;
+    std::int64_t& watermark;
+    std::set<std::int64_t>& holes;
+    std::uint64_t& allocated;
+  };
+  TablesForTest tables_for_test() { return {v2p_, p2v_, watermark_, holes_, allocated_}; }
+
   // v2p[v] for a virtual page inside the table, -1 otherwise.
   std::int64_t physical_of(std::int64_t vpage) const;
   // p2v[p] for a physical page inside the table, -1 otherwise.
@@ -150,6 +161,9 @@ class PageAllocator {
   std::int64_t num_virtual() const { return owner().num_pages(); }
   // The owner's free virtual pages, front first (SPEC 4).
   const std::deque<std::int64_t>& free_queue() const { return free_queue_; }
+  // Test seams (see AllocatorSide::tables_for_test).
+  AllocatorSide& side_for_test(std::size_t i) { return sides_.at(i); }
+  std::deque<std::int64_t>& free_queue_for_test() { return free_queue_; }
 
   // Bytes between the two frontiers (SPEC 4): composite (wm_down + 1) * epp_down - wm_up * epp_up;
   // a single side grows up to its last page: num_pages * epp - wm * epp.
