@@ -479,6 +479,7 @@ Status ServingSimulator::finish_and_window() {
   std::uint64_t count = 0;
   for (Running& r : running_) {
     if (r.seq_len <= window) continue;
+    if (params_.planted_fault == "keep_dead_window_page" && &r == &running_.front()) continue;
     const std::uint64_t dead_pages = (r.seq_len - window) / ps;
     for (std::uint64_t j = r.shared_pages + r.swa_freed_pages; j < dead_pages; ++j) {
       pages.push_back(r.pages[j]);
@@ -491,6 +492,57 @@ Status ServingSimulator::finish_and_window() {
   swa_pages_held_ -= count;
   summary_.swa_freed_pages += count;
   freed_this_step_ = true;
+  return ok_status();
+}
+
+Status ServingSimulator::check_accounting(bool window_settled) const {
+  const std::uint64_t ps = params_.page_size;
+  const std::uint64_t window = config_.shape.sliding_window_tokens;
+  const bool windowed = derived_.is_composite() && window != 0;
+  const auto broken = [&](const std::string& what) {
+    return make_error(ErrorKind::internal, "serving simulator accounting broken at step " + std::to_string(step_) + ": " +
+                                               what);
+  };
+  std::uint64_t private_pages = 0, swa_freed = 0;
+  for (const Running& r : running_) {
+    const std::string who = "request " + std::to_string(r.request);
+    if (r.pages.size() != ceil_div(r.seq_len, ps))
+      return broken(who + " holds " + std::to_string(r.pages.size()) + " pages for " + std::to_string(r.seq_len) +
+                    " tokens (pages of " + std::to_string(ps) + ": " + std::to_string(ceil_div(r.seq_len, ps)) + ")");
+    if (r.shared_pages > r.pages.size())
+      return broken(who + " shares " + std::to_string(r.shared_pages) + " cached pages of its " +
+                    std::to_string(r.pages.size()));
+    if (cache_ && r.path.size() * cache_->block_pages() != r.shared_pages)
+      return broken(who + " holds " + std::to_string(r.path.size()) + " cached blocks of " +
+                    std::to_string(cache_->block_pages()) + " pages but shares " + std::to_string(r.shared_pages));
+    if (!windowed && r.swa_freed_pages != 0)
+      return broken(who + " freed " + std::to_string(r.swa_freed_pages) + " SWA pages in a pool without a window");
+    if (windowed && window_settled) {
+      const std::uint64_t dead = r.seq_len > window ? (r.seq_len - window) / ps : 0;
+      const std::uint64_t dead_private = dead > r.shared_pages ? dead - r.shared_pages : 0;
+      if (r.swa_freed_pages != dead_private)
+        return broken(who + " (" + std::to_string(r.seq_len) + " tokens, window " + std::to_string(window) +
+                      ") has " + std::to_string(dead_private) + " private pages behind the window but freed " +
+                      std::to_string(r.swa_freed_pages) + " of their SWA pages");
+    }
+    private_pages += r.pages.size() - r.shared_pages;
+    swa_freed += r.swa_freed_pages;
+  }
+  const std::uint64_t cached = cache_ ? cache_->cached_pages() : 0;
+  if (cache_ && cached != cache_->node_count() * cache_->block_pages())
+    return broken("the prefix cache holds " + std::to_string(cached) + " pages for " +
+                  std::to_string(cache_->node_count()) + " blocks of " + std::to_string(cache_->block_pages()));
+  if (full_pages_held_ != private_pages + cached)
+    return broken(std::to_string(full_pages_held_) + " pages held, but the running requests hold " +
+                  std::to_string(private_pages) + " of their own and the cache " + std::to_string(cached));
+  if (derived_.is_composite() && swa_pages_held_ != full_pages_held_ - swa_freed)
+    return broken(std::to_string(swa_pages_held_) + " SWA pages held, but " + std::to_string(full_pages_held_) +
+                  " pages less " + std::to_string(swa_freed) + " freed from the window is " +
+                  std::to_string(full_pages_held_ - swa_freed));
+  const std::uint64_t settled = summary_.requests_served + summary_.requests_rejected + summary_.requests_dropped;
+  if (settled + waiting_.size() + running_.size() != next_arrival_)
+    return broken(std::to_string(next_arrival_) + " requests arrived, but " + std::to_string(settled) + " settled, " +
+                  std::to_string(waiting_.size()) + " wait and " + std::to_string(running_.size()) + " run");
   return ok_status();
 }
 
@@ -510,12 +562,14 @@ Status ServingSimulator::run(const OpSink& sink, const ProgressFn& progress) {
     KVTWIN_TRY_STATUS(decode());
     const bool decoded = summary_.decode_tokens != decoded_before;
     KVTWIN_TRY_STATUS(finish_and_window());
+    KVTWIN_TRY_STATUS(check_accounting(/*window_settled=*/true));
     std::vector<Running> admitted;
     KVTWIN_TRY_STATUS(admit(admitted));
     std::uint64_t prefilled = 0;
     for (const Running& r : admitted) prefilled += r.prompt_len - r.cached_len;
     KVTWIN_TRY_STATUS(prefill(admitted));
     if (params_.mode == CompactionMode::lazy && freed_this_step_) KVTWIN_TRY_STATUS(send_expect_ok(Op(Flush{})));
+    KVTWIN_TRY_STATUS(check_accounting(/*window_settled=*/false));
     tell(ServingEvent::Kind::step_done, 0);
     ++step_;
     ++summary_.steps;

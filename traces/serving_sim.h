@@ -72,6 +72,10 @@ struct ServingParams {
   std::uint64_t checkpoint_every = 0;  // steps between checkpoints; 0 = none (the runner checks at the end)
   // Stop admitting after this many requests (0 = all): a slice.
   std::uint64_t max_requests = 0;
+  // Self-test only (tests, never the CLI): a simulator bug to plant, to show that the simulator's
+  // own accounting check (check_accounting) fails the run. "keep_dead_window_page": the sliding
+  // window never frees the SWA pages of the first running request.
+  std::string planted_fault;
 };
 
 // Checks the parameters against the trace and the model, and derives the pool configuration.
@@ -208,6 +212,14 @@ class ServingSimulator {
   Status evict(std::uint64_t pages_wanted, bool draining = false);
   Status retract_one();
   void note_occupancy();
+  // The simulator's own accounting, checked after every step (a simulator bug is a failure, not
+  // a quieter replay): every running request holds exactly the pages its tokens imply, its cached
+  // prefix first; once the window has been applied (`window_settled`), no page of a running
+  // request that lies wholly behind the sliding window keeps its SWA page; the prefix cache
+  // holds exactly its blocks' pages; the pages held add up to the running requests' private pages
+  // and the cache's; every arrived request is waiting, running, or settled (a finished one holds
+  // nothing). O(running requests) per step. An internal Error naming the step and the request.
+  Status check_accounting(bool window_settled) const;
   // tells the observer, when there is one.
   void tell(ServingEvent::Kind kind, std::uint64_t request, std::vector<std::int64_t> pages = {});
   std::uint64_t scaled(std::uint64_t tokens) const;

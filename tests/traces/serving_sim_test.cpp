@@ -268,6 +268,22 @@ TEST(ServingSim, SlidingWindowPagesAreFreedOnTheSwaSideOnly) {
   expect_empty_at_the_end(run);
 }
 
+// The simulator checks its own accounting after every step: a planted simulator bug (the window
+// never frees the first request's dead pages) fails the run with the step and the request named,
+// where without the check the replay would pass with those pages quietly kept.
+TEST(ServingSim, ASimulatorBugFailsTheRunInsteadOfPassingQuietly) {
+  const RequestTrace t = azure(80);
+  ServingParams p = params("gpt-oss-20b", 8, 16ull << 20, 4);
+  p.mode = CompactionMode::lazy;
+  p.planted_fault = "keep_dead_window_page";
+  Result<BackendSet> b = make_backend_set(BackendChoice::model);
+  ASSERT_TRUE(b.ok());
+  Result<ReplayReport> r = simulate_request_trace(t, p, *b, CheckCadence{});
+  const std::string failure = !r.ok() ? r.error().message : r->passed() ? "" : r->failure->describe();
+  EXPECT_THAT(failure, HasSubstr("serving simulator accounting broken at step "));
+  EXPECT_THAT(failure, HasSubstr("private pages behind the window but freed 0 of their SWA pages"));
+}
+
 TEST(ServingSim, MlaAndTablesOnlyPoolsRunToo) {
   const RequestTrace t = mooncake(50);
   ServingParams p = params("deepseek-v2-lite", 1, 64ull << 20, 16);
