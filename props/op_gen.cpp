@@ -486,9 +486,16 @@ class Generator {
       op.requests.push_back(request_tokens(s_.allocations()[order[b]], std::int64_t{max_pages} * ps_));
     }
     if (invalid()) {
-      switch (c_.below(3)) {
+      switch (c_.below(4)) {
         case 0: op.requests.push_back(op.requests.empty() ? Ids{live_token()} : op.requests.front()); break;  // duplicate new token
         case 1: op.requests.push_back(Ids{s_.num_virtual() * ps_}); break;  // not allocated
+        case 2: {
+          // A token of the sink page or a reserved page (v2p row 0, not -1): never allocated,
+          // though a `>= 0` test would take it for allocated (SPEC 10.9/10.10).
+          const std::int64_t reserved = std::max<std::int64_t>(1, s_.sides()[0].min_page) * ps_;
+          op.requests.push_back(Ids{static_cast<std::int64_t>(c_.below(static_cast<std::uint64_t>(reserved)))});
+          break;
+        }
         default: op.requests.push_back(Ids{}); break;
       }
     }
