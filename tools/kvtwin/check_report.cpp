@@ -12,9 +12,8 @@
 #include "tools/kvtwin/trace_options.h"
 
 namespace kvtwin::cli {
-namespace {
 
-const char* state_name(ItemResult::State state) {
+std::string_view item_state_name(ItemResult::State state) {
   switch (state) {
     case ItemResult::State::passed:
       return "passed";
@@ -25,6 +24,8 @@ const char* state_name(ItemResult::State state) {
   }
   return "?";
 }
+
+namespace {
 
 std::string part_key(const CheckReportItem& item) { return item.part + " (" + item.backend + ")"; }
 
@@ -63,7 +64,7 @@ Tallies tally(const CheckReport& report) {
   return t;
 }
 
-void print_check_report(const CheckReport& report, const Tallies& tallies) {
+void print_check_report(const CheckReport& report, const Tallies& tallies, const std::string& digest) {
   for (const CheckReportItem& item : report.items) {
     if (item.result.state == ItemResult::State::skipped)
       std::printf("SKIP %s: %s: %s\n", item.part.c_str(), item.name.c_str(), item.result.detail.c_str());
@@ -85,8 +86,7 @@ void print_check_report(const CheckReport& report, const Tallies& tallies) {
                 static_cast<unsigned long long>(t.failed), static_cast<unsigned long long>(t.skipped),
                 static_cast<unsigned long long>(t.ops), static_cast<unsigned long long>(t.checks), t.seconds);
   }
-  std::printf("digest %s (seed %llu: every item's result, not the times)\n",
-              check_report_json(report)["digest"].get<std::string>().c_str(),
+  std::printf("digest %s (seed %llu: every item's result, not the times)\n", digest.c_str(),
               static_cast<unsigned long long>(report.seed));
   // The last line says what was not checked: a pass with parts skipped is said to be one, and a
   // run that checked nothing is not a pass.
@@ -163,7 +163,7 @@ nlohmann::json check_report_json(const CheckReport& report) {
                     {"part", item.part},
                     {"name", item.name},
                     {"backend", item.backend},
-                    {"state", state_name(item.result.state)},
+                    {"state", item_state_name(item.result.state)},
                     {"detail", item.result.detail},
                     {"failure", item.result.failure},
                     {"reproduce", item.result.reproduce},
@@ -225,9 +225,10 @@ Result<CheckReport> check_report_from_json(const nlohmann::json& j, const std::s
 
 int finish_check_report(const CheckReport& report, const std::string& json_file, const std::string& junit_file) {
   const Tallies tallies = tally(report);
-  print_check_report(report, tallies);
+  const nlohmann::json json = check_report_json(report);
+  print_check_report(report, tallies, json["digest"].get<std::string>());
   if (!json_file.empty()) {
-    if (Status s = write_json_file(json_file, check_report_json(report)); !s.ok()) return bad_input("check", s.error());
+    if (Status s = write_json_file(json_file, json); !s.ok()) return bad_input("check", s.error());
   }
   if (!junit_file.empty()) {
     if (Status s = write_check_junit(report, tallies, junit_file); !s.ok()) return bad_input("check", s.error());

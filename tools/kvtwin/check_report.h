@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -32,6 +33,9 @@ struct ItemResult {
   std::string check;
   std::uint64_t reproducer_ops = 0;
 };
+
+// "passed", "failed" or "skipped", as the reports name a state.
+std::string_view item_state_name(ItemResult::State state);
 
 struct CheckReportItem {
   std::uint64_t index = 0;  // the item's place in the unsharded run

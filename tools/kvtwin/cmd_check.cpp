@@ -567,10 +567,8 @@ int run_check(const CheckOptions& o, const std::string& command) {
     gate.shard_index = report.shard_index;
     gate.shard_count = report.shard_count;
     gate.passed = report.passed();
-    const nlohmann::json items = check_report_json(report)["items"];
-    for (std::size_t k = 0; k < report.items.size(); ++k) {
-      const CheckReportItem& item = report.items[k];
-      gate.items.push_back(GateItem{item.part, item.name, item.backend, items[k]["state"].get<std::string>(),
+    for (const CheckReportItem& item : report.items) {
+      gate.items.push_back(GateItem{item.part, item.name, item.backend, std::string(item_state_name(item.result.state)),
                                     item.result.detail, item.result.failure, item.result.reproduce, item.result.ops,
                                     item.result.checks, item.result.seconds});
     }

@@ -173,9 +173,10 @@ int run_fuzz(const FuzzOptions& o, const std::string& command) {
     const std::string path = (std::filesystem::path(o.out) / ("fuzz-seed" + std::to_string(o.seed) + "-case" +
                                                               std::to_string(r.spec.index) + ".jsonl"))
                                  .string();
-    if (Status s = traces::write_pool_trace_file(path, trace); !s.ok()) return bad_input("fuzz", s.error());
+    // Serialized once: the file and its digest are the same bytes.
     std::ostringstream trace_text;
     traces::write_pool_trace(trace_text, trace);
+    if (Status s = write_file_atomically(path, trace_text.str()); !s.ok()) return bad_input("fuzz", s.error());
     std::printf("wrote the shrunk failure (%zu ops) to %s\n", trace.lines.size(), path.c_str());
     FuzzFailure f;
     f.case_index = r.spec.index;

@@ -25,7 +25,7 @@ std::string failure_title(const FuzzFailure& f) {
          f.configuration + ", swarm " + f.swarm + ": " + f.check + " check failed";
 }
 
-void print_fuzz_report(const FuzzReport& report) {
+void print_fuzz_report(const FuzzReport& report, const std::string& digest) {
   std::printf("%llu cases, %llu ops, %llu checks passed\n", static_cast<unsigned long long>(report.cases),
               static_cast<unsigned long long>(report.ops), static_cast<unsigned long long>(report.checks_passed));
   for (const FuzzFailure& f : report.failures) {
@@ -35,8 +35,7 @@ void print_fuzz_report(const FuzzReport& report) {
     std::printf("reproduce: %s\n", f.replay.c_str());
     std::printf("reproduce the case: %s\n", f.reproduce.c_str());
   }
-  std::printf("digest %s (seed %llu: the report and the trace written)\n",
-              fuzz_report_json(report)["digest"].get<std::string>().c_str(),
+  std::printf("digest %s (seed %llu: the report and the trace written)\n", digest.c_str(),
               static_cast<unsigned long long>(report.seed));
   std::printf("%s\n", report.failures.empty() ? "kvtwin fuzz: PASS" : "kvtwin fuzz: FAIL");
   std::fflush(stdout);
@@ -147,9 +146,10 @@ Result<FuzzReport> fuzz_report_from_json(const nlohmann::json& j, const std::str
 }
 
 int finish_fuzz_report(const FuzzReport& report, const std::string& json_file, const std::string& junit_file) {
-  print_fuzz_report(report);
+  const nlohmann::json json = fuzz_report_json(report);
+  print_fuzz_report(report, json["digest"].get<std::string>());
   if (!json_file.empty()) {
-    if (Status s = write_json_file(json_file, fuzz_report_json(report)); !s.ok()) return bad_input("fuzz", s.error());
+    if (Status s = write_json_file(json_file, json); !s.ok()) return bad_input("fuzz", s.error());
   }
   if (!junit_file.empty()) {
     if (Status s = write_fuzz_junit(report, junit_file); !s.ok()) return bad_input("fuzz", s.error());
