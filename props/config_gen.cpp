@@ -115,6 +115,8 @@ PoolConfig past_4gib_config(Choices& c) {
 
 PoolConfig generate_config(Choices& c, const ConfigLimits& limits) {
   if (limits.past_4gib_one_in != 0 && c.chance(1, limits.past_4gib_one_in)) return past_4gib_config(c);
+  const bool large = limits.large_one_in != 0 && c.chance(1, limits.large_one_in);
+  const std::uint64_t max_total_bytes = large ? std::max(limits.max_total_bytes, kLargeTotalBytes) : limits.max_total_bytes;
   PoolConfig config;
   config.shape = generate_shape(c);
   config.tp = 1;
@@ -122,7 +124,8 @@ PoolConfig generate_config(Choices& c, const ConfigLimits& limits) {
   config.mode = c.chance(1, 2) ? CompactionMode::lazy : CompactionMode::eager;
   config.tables_only = c.chance(1, 8);
   config.seed = c.below(std::uint64_t{1} << 32);
-  const std::int64_t usable_wanted = c.between(2, std::max<std::int64_t>(2, limits.max_usable_pages));
+  const std::int64_t usable_wanted = large ? c.between(256, kLargeUsablePages)
+                                           : c.between(2, std::max<std::int64_t>(2, limits.max_usable_pages));
   const std::uint64_t tail_draw = c.below(1 << 16);
 
   // Entry sizes do not depend on total_bytes: derive them once from a roomy pool.
@@ -141,13 +144,13 @@ PoolConfig generate_config(Choices& c, const ConfigLimits& limits) {
     const PoolDerived d = entries(config.page_size);
     const std::uint64_t page_bytes = d.geometry.sub_pools[0].page_bytes;
     const std::uint64_t min_page = ceil_div(d.geometry.reserved_floor_bytes, page_bytes);
-    const std::uint64_t fit = limits.max_total_bytes / page_bytes;
+    const std::uint64_t fit = max_total_bytes / page_bytes;
     std::uint64_t usable = static_cast<std::uint64_t>(usable_wanted);
     if (min_page + usable + 1 > fit && fit > min_page + 3) usable = fit - min_page - 1;
     for (int attempt = 0; attempt < 16; ++attempt, usable += 2) {
       config.total_bytes = (min_page + usable) * page_bytes + tail_draw % page_bytes;
       if (!derive_pool(config).ok()) continue;
-      if (config.total_bytes <= limits.max_total_bytes || config.page_size == 1) return config;
+      if (config.total_bytes <= max_total_bytes || config.page_size == 1) return config;
       break;
     }
     if (config.page_size == 1) break;

@@ -3,8 +3,8 @@
 // tens of pages: MHA full-only, full + SWA
 // composites (sometimes with unequal SWA heads), MLA; occasionally a cross-attention layer;
 // 1-8 layers, 1-4 heads, head dims 16-64, every dtype, page sizes 1-64, eager and lazy, with
-// and without bytes; optionally, now and then, a real-scale tables-only pool past 4 GiB (see
-// ConfigLimits). Every configuration it returns builds (derive_pool succeeds).
+// and without bytes; optionally, now and then, a larger pool of thousands of pages (up to
+// 64 MiB) or a real-scale tables-only pool past 4 GiB (see ConfigLimits). Every configuration it returns builds (derive_pool succeeds).
 #pragma once
 
 #include <cstdint>
@@ -21,7 +21,14 @@ struct ConfigLimits {
   // catalogue model at TP 1 with pages of 16 to 256 tokens or more (at most 4096 pages a side),
   // so that row addresses past 2^32 are derived and compared (props/shadow_sizing.h). No bytes.
   std::uint32_t past_4gib_one_in = 0;
+  // One configuration in this many (0: none) is a larger pool, with bytes when drawn so: up to
+  // kLargeTotalBytes and 256 to kLargeUsablePages usable pages, so that operations drawn at real
+  // sizes (props/op_gen.h) find thousands of live tokens.
+  std::uint32_t large_one_in = 0;
 };
+
+inline constexpr std::uint64_t kLargeTotalBytes = std::uint64_t{64} << 20;
+inline constexpr std::int64_t kLargeUsablePages = 4096;
 
 PoolConfig generate_config(Choices& choices, const ConfigLimits& limits = {});
 

@@ -36,8 +36,9 @@ Result<std::uint64_t> number_after(std::string_view part, std::string_view prefi
 
 Result<PoolConfig> case_config(const CaseSpec& spec, Choices& choices) {
   // Now and then a tables-only pool past 4 GiB, so that every run derives and compares row
-  // addresses past 2^32 (props/observers.h SizingObserver).
-  if (spec.config == "random") return generate_config(choices, ConfigLimits{.past_4gib_one_in = 16});
+  // addresses past 2^32 (props/observers.h SizingObserver); and a pool of thousands of pages,
+  // where operations at real sizes (props/op_gen.h) reach thousands of lanes.
+  if (spec.config == "random") return generate_config(choices, ConfigLimits{.past_4gib_one_in = 16, .large_one_in = 8});
   return named_config(spec.config, spec.seed);
 }
 

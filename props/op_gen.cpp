@@ -3,9 +3,11 @@
 #include "props/op_gen.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "core/checked.h"
+#include "props/config_gen.h"
 
 namespace kvtwin::props {
 namespace {
@@ -45,6 +47,7 @@ class Generator {
       case OpKind::capture: return capture();
       case OpKind::replay: return replay();
       case OpKind::checkpoint: return Checkpoint{};
+      case OpKind::rebuild: return rebuild();
     }
     return Checkpoint{};
   }
@@ -52,15 +55,34 @@ class Generator {
  private:
   // A deliberately invalid variant this time?
   bool invalid() { return o_.invalid_one_in > 0 && c_.chance(1, o_.invalid_one_in); }
+  // An operation at a serving engine's sizes this time (OpGenOptions::large_one_in)?
+  bool large() { return o_.large_one_in > 0 && c_.chance(1, o_.large_one_in); }
+  // A count in [1, max], log-uniform (as many 10s as 1000s), shrinking toward 1.
+  std::int64_t log_count(std::int64_t max) {
+    if (max <= 1) return 1;
+    std::int64_t bits = 0;
+    while ((std::int64_t{1} << (bits + 1)) <= max) ++bits;
+    const std::int64_t b = c_.between(0, bits);
+    const std::int64_t lo = std::int64_t{1} << b;
+    return c_.between(lo, std::min(max, 2 * lo - 1));
+  }
+  // How many of something: 1..small mostly, 1..large (log-uniform) for a large operation.
+  std::size_t count(std::int64_t small, std::int64_t large_max, bool is_large) {
+    return static_cast<std::size_t>(is_large ? log_count(large_max) : c_.between(1, small));
+  }
 
-  Ids live_pages() const {
-    Ids v;
-    for (const auto& [page, physical] : s_.sides()[0].v2p) v.push_back(page);
-    return v;
+  // The live virtual pages of the owner side, gathered once (the shadow does not change while
+  // one operation is generated).
+  const Ids& live_pages() {
+    if (!live_pages_) {
+      live_pages_.emplace();
+      for (const auto& [page, physical] : s_.sides()[0].v2p) live_pages_->push_back(page);
+    }
+    return *live_pages_;
   }
   // A token of a live page (or a random token when nothing is live).
   std::int64_t live_token() {
-    const Ids pages = live_pages();
+    const Ids& pages = live_pages();
     if (pages.empty()) return c_.between(-1, s_.num_virtual() * ps_);
     return c_.pick(pages) * ps_ + static_cast<std::int64_t>(c_.below(static_cast<std::uint64_t>(ps_)));
   }
@@ -107,7 +129,7 @@ class Generator {
   Op alloc_many() {
     const auto ps = static_cast<std::uint64_t>(ps_);
     AllocMany op;
-    const std::size_t n = static_cast<std::size_t>(c_.between(1, 3));
+    const std::size_t n = count(3, 64, large());
     for (std::size_t i = 0; i < n; ++i) op.tokens.push_back(static_cast<std::uint64_t>(c_.between(0, 3)) * ps);
     if (invalid()) {
       if (c_.chance(1, 2) || ps == 1)
@@ -209,7 +231,7 @@ class Generator {
       }
       free_pages.push_back(p);
     }
-    const std::size_t n = static_cast<std::size_t>(c_.between(1, 2));
+    const std::size_t n = count(2, 256, large());
     std::set<std::int64_t> used;
     for (std::size_t i = 0; i < n && !free_pages.empty(); ++i) {
       const std::int64_t dst = c_.pick(free_pages);
@@ -221,11 +243,33 @@ class Generator {
       op.src.push_back(src);
     }
     if (op.dst.empty() || invalid()) {
-      // A bound destination, a page past the sub-pool, or the sink.
-      op.dst.push_back(side.p2v.empty() || c_.chance(1, 2) ? c_.pick(Ids{0, side.num_pages}) : side.p2v.begin()->first);
+      // A bound destination, a page past the sub-pool, the sink, or (in a composite) a page whose
+      // bytes lie in the other side's band.
+      const Ids in_other_band = pages_in_other_band(si);
+      if (!in_other_band.empty() && c_.chance(1, 3))
+        op.dst.push_back(c_.pick(in_other_band));
+      else
+        op.dst.push_back(side.p2v.empty() || c_.chance(1, 2) ? c_.pick(Ids{0, side.num_pages}) : side.p2v.begin()->first);
       op.src.push_back(c_.between(side.min_page, side.num_pages - 1));
     }
     return op;
+  }
+
+  // Unbound pages of side `si` whose bytes overlap the other side's band (at most 64 of them).
+  Ids pages_in_other_band(std::size_t si) const {
+    Ids out;
+    if (!s_.is_composite()) return out;
+    const ShadowSide& side = s_.sides()[si];
+    const ShadowSide& other = s_.sides()[1 - si];
+    const std::uint64_t ob = static_cast<std::uint64_t>(other.band_begin()) * other.page_bytes;
+    const std::uint64_t oe = static_cast<std::uint64_t>(other.band_end()) * other.page_bytes;
+    for (std::int64_t p = std::max<std::int64_t>(side.min_page, static_cast<std::int64_t>(ob / side.page_bytes));
+         p < side.num_pages && out.size() < 64; ++p) {
+      const std::uint64_t b = static_cast<std::uint64_t>(p) * side.page_bytes;
+      if (b >= oe) break;
+      if (!side.p2v.count(p) && b + side.page_bytes > ob) out.push_back(p);
+    }
+    return out;
   }
 
   Op begin_read() {
@@ -237,7 +281,7 @@ class Generator {
     // Hold bound pages (so that later compactions may run into the reader), sometimes any page.
     Ids bound;
     for (const auto& [p, v] : side.p2v) bound.push_back(p);
-    const std::size_t n = static_cast<std::size_t>(c_.between(1, 3));
+    const std::size_t n = count(3, 256, large());
     for (std::size_t i = 0; i < n; ++i)
       op.pages.push_back(!bound.empty() && c_.chance(3, 4) ? c_.pick(bound) : c_.between(0, side.num_pages - 1));
     if (invalid()) op.pages.push_back(c_.chance(1, 2) ? side.num_pages : -1);
@@ -251,7 +295,7 @@ class Generator {
   Op batch() {
     MakeBatch op;
     op.batch = fresh_id(s_.batches(), 8);
-    op.tokens = live_tokens(static_cast<std::size_t>(c_.between(1, 6)));
+    op.tokens = live_tokens(count(6, kLargeLanes, large()));
     if (c_.chance(1, 5)) op.tokens.push_back(-1);  // a padding lane
     if (c_.chance(1, 4)) {
       for (std::size_t i = 0; i < op.tokens.size(); ++i) op.encoder_tokens.push_back(live_token());
@@ -304,7 +348,7 @@ class Generator {
       return op;
     }
     // Explicit form: live tokens at their physical ids, marked.
-    op.tokens = live_tokens(static_cast<std::size_t>(c_.between(1, 5)));
+    op.tokens = live_tokens(count(5, kLargeLanes, large()));
     for (std::int64_t t : op.tokens) op.loc.push_back(s_.translate(t));
     op.physical = true;
     if (invalid()) {
@@ -324,7 +368,7 @@ class Generator {
     const LayerPlacement& place = s_.derived().plan.layer_map[op.layer];
     const DenseEntryLayout& layout = s_.derived().layouts[place.sub_pool];
     op.part = layout.parts[c_.below(layout.parts.size())].name;
-    const std::size_t n = static_cast<std::size_t>(c_.between(1, 4));
+    const std::size_t n = count(4, kLargeLanes, large());
     const auto slots = static_cast<std::int64_t>(s_.derived().geometry.sub_pools[place.sub_pool].max_slots);
     for (std::size_t i = 0; i < n; ++i) {
       std::int64_t id = c_.between(0, slots - 1);
@@ -355,7 +399,8 @@ class Generator {
 
   Op translate() {
     Translate op;
-    const std::size_t n = static_cast<std::size_t>(c_.between(0, 6));
+    std::size_t n = static_cast<std::size_t>(c_.between(0, 6));
+    if (large()) n = static_cast<std::size_t>(log_count(c_.chance(1, 32) ? kHugeTranslateIds : kLargeLanes));
     for (std::size_t i = 0; i < n; ++i) op.ids.push_back(some_id());
     op.shape = {static_cast<std::int64_t>(n)};
     if (n >= 2 && n % 2 == 0 && c_.chance(1, 3)) op.shape = {2, static_cast<std::int64_t>(n / 2)};
@@ -384,7 +429,7 @@ class Generator {
   Op swa_translate() {
     SwaTranslate op;
     const auto slots = static_cast<std::int64_t>(s_.derived().geometry.sub_pools[0].max_slots);
-    const std::size_t n = static_cast<std::size_t>(c_.between(1, 5));
+    const std::size_t n = count(5, kLargeLanes, large());
     for (std::size_t i = 0; i < n; ++i)
       op.ids.push_back(c_.chance(3, 4) ? s_.translate(live_token()) : c_.between(-2, slots + 4));
     return op;
@@ -399,14 +444,39 @@ class Generator {
     out.resize(static_cast<std::size_t>(c_.between(1, std::max<std::int64_t>(1, limit))));
     return out;
   }
+  // A request over scattered pages, as a serving engine's decode sees them after prefix sharing
+  // and compaction: up to `max_pages` live pages from anywhere (distinct, in random order), every
+  // slot of each, cut at a random length. Empty when nothing is live.
+  Ids scattered_request(std::int64_t max_pages) {
+    const Ids& pages = live_pages();
+    Ids out;
+    if (pages.empty()) return out;
+    const auto n = std::min<std::int64_t>(log_count(max_pages), static_cast<std::int64_t>(pages.size()));
+    std::set<std::int64_t> used;
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int64_t v = c_.pick(pages);
+      if (!used.insert(v).second) continue;
+      for (std::int64_t slot = 0; slot < ps_; ++slot) out.push_back(v * ps_ + slot);
+    }
+    out.resize(static_cast<std::size_t>(c_.between(1, static_cast<std::int64_t>(out.size()))));
+    return out;
+  }
+  // One request row: a live allocation's prefix mostly, scattered pages for a large operation.
+  Ids some_request(std::int64_t max_pages, bool is_large) {
+    const auto& groups = s_.allocations();
+    if (is_large || (!groups.empty() && c_.chance(1, 8))) {
+      Ids r = scattered_request(is_large ? max_pages : std::min<std::int64_t>(max_pages, 4));
+      if (!r.empty()) return r;
+    }
+    return groups.empty() ? Ids{live_token()} : request_tokens(c_.pick(groups), max_pages * ps_);
+  }
 
   Op page_table() {
     PageTable op;
-    const auto& groups = s_.allocations();
-    const std::size_t slots = static_cast<std::size_t>(c_.between(1, 3));
-    for (std::size_t i = 0; i < slots; ++i)
-      op.req_to_token.push_back(groups.empty() ? Ids{live_token()} : request_tokens(c_.pick(groups), 6 * ps_));
-    const std::size_t bs = static_cast<std::size_t>(c_.between(0, 3));
+    const bool big = large();
+    const std::size_t slots = count(3, 256, big);
+    for (std::size_t i = 0; i < slots; ++i) op.req_to_token.push_back(some_request(big ? kLargeRequestPages : 6, big));
+    const std::size_t bs = big ? static_cast<std::size_t>(log_count(256)) : static_cast<std::size_t>(c_.between(0, 3));
     for (std::size_t b = 0; b < bs; ++b) {
       const auto slot = static_cast<std::int64_t>(c_.below(slots));
       const auto& row = op.req_to_token[static_cast<std::size_t>(slot)];
@@ -428,9 +498,10 @@ class Generator {
 
   Op remap_indices() {
     RemapIndices op;
-    op.bs = static_cast<std::uint64_t>(c_.between(0, 3));
+    const bool big = large();
+    op.bs = big ? static_cast<std::uint64_t>(log_count(256)) : static_cast<std::uint64_t>(c_.between(0, 3));
     op.kv_indptr.push_back(0);
-    for (std::uint64_t b = 0; b < op.bs; ++b) op.kv_indptr.push_back(op.kv_indptr.back() + c_.between(0, 3));
+    for (std::uint64_t b = 0; b < op.bs; ++b) op.kv_indptr.push_back(op.kv_indptr.back() + c_.between(0, big ? 64 : 3));
     op.kv_indptr.push_back(op.kv_indptr.back() + 5);  // a stale entry past bs
     const std::int64_t live = op.kv_indptr[op.bs];
     for (std::int64_t i = 0; i < live; ++i) op.kv_indices.push_back(live_token());
@@ -454,8 +525,11 @@ class Generator {
     for (std::uint32_t l = 0; l < map.size(); ++l)
       if (map[l].kind == LayerKind::full || map[l].kind == LayerKind::mla) layers.push_back(l);
     op.layer = layers.empty() ? 0 : c_.pick(layers);
-    op.max_batch = static_cast<std::uint32_t>(c_.between(1, 4));
-    op.max_pages = static_cast<std::uint32_t>(c_.between(1, 4));
+    // A serving engine captures one graph per batch size, up to 256 requests, with tables wide
+    // enough for its longest context: a large capture's attention runs past 256 tokens.
+    const bool big = large();
+    op.max_batch = static_cast<std::uint32_t>(count(4, 256, big));
+    op.max_pages = static_cast<std::uint32_t>(big ? c_.between(1, kLargeRequestPages) : c_.between(1, 4));
     const std::uint32_t kv = s_.derived().plan.sub_pools[map[op.layer].sub_pool].heads_per_rank;
     op.query_heads = kv * static_cast<std::uint32_t>(c_.between(1, 3));
     if (invalid()) {
@@ -476,14 +550,25 @@ class Generator {
     auto it = s_.graphs().find(op.graph);
     const std::uint32_t max_batch = it == s_.graphs().end() ? 2 : it->second.shape.max_batch;
     const std::uint32_t max_pages = it == s_.graphs().end() ? 2 : it->second.shape.max_pages;
-    // Distinct allocations, one request each: the new token (last) differs between requests.
-    std::vector<std::size_t> order(s_.allocations().size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    const std::size_t bs = std::min<std::size_t>(order.size(), static_cast<std::size_t>(c_.between(1, max_batch)));
-    for (std::size_t b = 0; b < bs; ++b) {
-      const std::size_t pick = b + c_.below(order.size() - b);
-      std::swap(order[b], order[pick]);
-      op.requests.push_back(request_tokens(s_.allocations()[order[b]], std::int64_t{max_pages} * ps_));
+    if (large() && !live_pages().empty()) {
+      // Up to the graph's batch of requests over scattered pages (requests may share pages, as
+      // shared prefixes do); the new token (last) differs between requests.
+      const std::size_t bs = static_cast<std::size_t>(log_count(max_batch));
+      std::set<std::int64_t> new_tokens;
+      for (std::size_t b = 0; b < bs; ++b) {
+        Ids r = scattered_request(max_pages);
+        if (new_tokens.insert(r.back()).second) op.requests.push_back(std::move(r));
+      }
+    } else {
+      // Distinct allocations, one request each: the new token (last) differs between requests.
+      std::vector<std::size_t> order(s_.allocations().size());
+      for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+      const std::size_t bs = std::min<std::size_t>(order.size(), static_cast<std::size_t>(c_.between(1, max_batch)));
+      for (std::size_t b = 0; b < bs; ++b) {
+        const std::size_t pick = b + c_.below(order.size() - b);
+        std::swap(order[b], order[pick]);
+        op.requests.push_back(request_tokens(s_.allocations()[order[b]], std::int64_t{max_pages} * ps_));
+      }
     }
     if (invalid()) {
       switch (c_.below(4)) {
@@ -502,10 +587,40 @@ class Generator {
     return op;
   }
 
+  // ------------------------------------------------------------ rebuilds
+
+  // The pool rebuilt: the same configuration again (a reset), a new small one, or one that must
+  // be refused and leave the pool as it was (SPEC 3, 10.17).
+  Op rebuild() {
+    if (!invalid()) {
+      if (c_.chance(1, 3)) return BuildPool{s_.config()};
+      return BuildPool{generate_config(c_)};
+    }
+    PoolConfig config = generate_config(c_);
+    if (c_.chance(1, 2)) {
+      // Rows of 8 or 24 bytes: one head of 4 bf16 values, or 3 heads of 2 fp32 values.
+      ModelShape& shape = config.shape;
+      const bool bf16 = c_.chance(1, 2);
+      shape = ModelShape{};
+      shape.name = "misaligned-rows";
+      shape.source = "generated (props/op_gen)";
+      shape.attention = AttentionKind::mha;
+      shape.layers.assign(static_cast<std::size_t>(c_.between(1, 3)), LayerKind::full);
+      shape.num_kv_heads = bf16 ? 1 : 3;
+      shape.k_head_dim = shape.v_head_dim = bf16 ? 4 : 2;
+      shape.dtype = bf16 ? DType::bf16 : DType::fp32;
+      config.tp = 1;
+    } else {
+      config.total_bytes = static_cast<std::uint64_t>(c_.between(0, 64));  // not even the sink fits
+    }
+    return BuildPool{config};
+  }
+
   Choices& c_;
   const PoolShadow& s_;
   const OpGenOptions& o_;
   std::int64_t ps_;
+  std::optional<Ids> live_pages_;
 };
 
 }  // namespace

@@ -7,6 +7,10 @@
 //
 // It never applies anything: the caller plays the operation against the backend(s) and the
 // shadow, which is how the next operation sees the new state.
+//
+// Now and then an operation rebuilds the pool (a new configuration from props/config_gen.h, the
+// same one again, or one that must be refused: rows not a multiple of 16 bytes, or too few bytes),
+// so that a run also checks what a rebuild resets and what a refused one keeps.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +24,19 @@ namespace kvtwin::props {
 
 struct OpGenOptions {
   std::uint32_t invalid_one_in = 8;  // about one operation in this many is deliberately invalid
+  // About one operation in this many (0: none) is drawn at a serving engine's real sizes rather
+  // than a test's: batches, writes, reads and moves of up to kLargeLanes lanes, capture batches of
+  // up to 256 requests and decode requests of up to kLargeRequestPages scattered pages (attention
+  // past 256 tokens), page tables and remaps of up to 256 requests; one translate in 32 of those
+  // takes up to kHugeTranslateIds ids. How many a pool can give is bounded by its live tokens, so
+  // the configuration generator's larger pools (ConfigLimits::large_one_in) are where these reach
+  // thousands. Small operations stay the common case, so shrinking still ends short.
+  std::uint32_t large_one_in = 16;
 };
+
+inline constexpr std::int64_t kLargeLanes = 4096;
+inline constexpr std::int64_t kLargeRequestPages = 64;
+inline constexpr std::int64_t kHugeTranslateIds = std::int64_t{1} << 21;
 
 Op generate_op(Choices& choices, const PoolShadow& shadow, const SwarmWeights& weights, const OpGenOptions& options = {});
 

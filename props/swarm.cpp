@@ -7,7 +7,7 @@ std::string_view op_kind_name(OpKind kind) {
   static constexpr std::array<std::string_view, kOpKinds> names = {
       "alloc",      "free",     "alloc_many",    "free_swa",   "flush",         "translate",   "batch",
       "rebind",     "write",    "read",          "split",      "drop_batch",    "begin_read",  "end_read",
-      "move_pages", "swa_translate", "page_table", "remap_indices", "capture",   "replay",      "checkpoint"};
+      "move_pages", "swa_translate", "page_table", "remap_indices", "capture",   "replay",      "checkpoint", "rebuild"};
   return names[static_cast<std::size_t>(kind)];
 }
 
@@ -31,6 +31,10 @@ SwarmWeights draw_swarm(Choices& choices) {
   for (std::size_t i = 0; i < kOpKinds; ++i) {
     if (static_cast<OpKind>(i) == OpKind::alloc) {
       w.weight[i] = static_cast<std::uint32_t>(choices.between(1, 16));
+      continue;
+    }
+    if (static_cast<OpKind>(i) == OpKind::rebuild) {
+      w.weight[i] = choices.chance(1, 3) ? 1 : 0;
       continue;
     }
     // Off with probability 1/3 (the draw shrinks toward off), else 1..16.

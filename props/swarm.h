@@ -38,8 +38,9 @@ enum class OpKind : std::uint8_t {
   capture,
   replay,
   checkpoint,
+  rebuild,  // a build op mid-run (rare: on in one run of three, at weight 1)
 };
-inline constexpr std::size_t kOpKinds = 21;
+inline constexpr std::size_t kOpKinds = 22;
 
 std::string_view op_kind_name(OpKind kind);
 
@@ -56,7 +57,8 @@ struct SwarmWeights {
 };
 
 // Draws a run's weights: alloc is always on (weight 1..16, without it a run has nothing to
-// work on); every other operation is off with probability 1/3, else weighted 1..16.
+// work on); rebuild is on in one run of three at weight 1 (a rebuild resets what the run built
+// up); every other operation is off with probability 1/3, else weighted 1..16.
 SwarmWeights draw_swarm(Choices& choices);
 
 // The same from a seed (for drivers without RapidCheck).

@@ -1,7 +1,9 @@
 // Units for the generators and the shadow: configurations always build and stay small, the
 // same seed gives the same run, generated operations are mostly accepted with a share refused,
 // every operation kind is generated, and the shadow agrees with SPEC's worked examples.
+#include <cstdio>
 #include <map>
+#include <set>
 
 #include <gtest/gtest.h>
 
@@ -135,6 +137,84 @@ TEST(Shadow, AgreesWithTheSpecsWorkedExample) {
   ASSERT_TRUE(e.result.ok());
   EXPECT_EQ(std::get<Compaction>(e.result.value()).moves, (std::vector<PageMove>{{"full", 9, 6}}));
   EXPECT_EQ(s.tables().sides[0].watermark, 8);
+}
+
+// The generators reach a serving engine's sizes and every refusal path: over runs on the larger
+// pools of ConfigLimits::large_one_in, accepted operations of thousands of lanes, a capture of
+// 256 requests, decode attention past 256 tokens over scattered pages, rebuilds accepted and
+// refused, and every (operation, error kind) pair the shadow can answer.
+TEST(OpGen, ReachesServingSizesAndEveryRefusalPath) {
+  std::map<std::string, std::uint64_t> largest;  // accepted operations' sizes, by what was measured
+  std::set<std::string> refusals;                 // "op error_kind"
+  OpGenOptions options;
+  options.large_one_in = 4;
+  for (std::uint64_t seed = 1; seed <= 48; ++seed) {
+    RngChoices c(seed);
+    const PoolConfig config = generate_config(c, ConfigLimits{.large_one_in = 2});
+    sim::Model model;
+    ASSERT_TRUE(model.apply(BuildPool{config}).ok());
+    PoolShadow shadow(config);
+    for (int i = 0; i < 250; ++i) {
+      const Op op = generate_op(c, shadow, SwarmWeights::uniform(), options);
+      const Expectation e = shadow.apply(op);
+      const OpResult r = model.apply(op);
+      const auto m = mismatch(e, r);
+      ASSERT_FALSE(m.has_value()) << "seed " << seed << " step " << i << " " << op_name(op) << ": " << *m;
+      const std::string name(op_name(op));
+      if (!r.ok()) {
+        refusals.insert(name + " " + std::string(error_kind_name(r.error().kind)));
+        continue;
+      }
+      auto note = [&](const std::string& what, std::uint64_t n) { largest[what] = std::max(largest[what], n); };
+      if (const auto* b = std::get_if<MakeBatch>(&op)) note("batch lanes", b->tokens.size());
+      if (const auto* w = std::get_if<Write>(&op)) note("write lanes", w->tokens.size());
+      if (const auto* t = std::get_if<Translate>(&op)) note("translate ids", t->ids.size());
+      if (const auto* rd = std::get_if<Read>(&op)) note("read ids", rd->ids.size());
+      if (const auto* mv = std::get_if<MovePages>(&op)) note("moves", mv->src.size());
+      if (const auto* cap = std::get_if<Capture>(&op)) note("capture batch", cap->max_batch);
+      if (const auto* pt = std::get_if<PageTable>(&op)) note("page table requests", pt->req.size());
+      if (const auto* rm = std::get_if<RemapIndices>(&op)) note("remap requests", rm->bs);
+      if (std::holds_alternative<BuildPool>(op)) note("rebuilds", largest["rebuilds"] + 1);
+      if (const auto* rp = std::get_if<Replay>(&op); rp != nullptr && !config.tables_only) {
+        note("decode requests", rp->requests.size());
+        for (const auto& req : rp->requests) {
+          note("decode tokens", req.size());
+          // Scattered: some page of the request is not the one after the page before it.
+          const auto ps = static_cast<std::int64_t>(config.page_size);
+          for (std::size_t k = static_cast<std::size_t>(ps); k < req.size(); k += static_cast<std::size_t>(ps))
+            if (req[k] / ps != req[k - 1] / ps + 1) note("scattered decode tokens", req.size());
+        }
+      }
+    }
+  }
+  for (const auto& [what, n] : largest) std::printf("largest accepted %s: %llu\n", what.c_str(), static_cast<unsigned long long>(n));
+  EXPECT_GE(largest["batch lanes"], 1000u);
+  EXPECT_GE(largest["write lanes"], 1000u);
+  EXPECT_GE(largest["read ids"], 1000u);
+  EXPECT_GE(largest["translate ids"], 100000u);
+  EXPECT_GE(largest["moves"], 100u);
+  EXPECT_GE(largest["capture batch"], 128u);
+  EXPECT_GE(largest["page table requests"], 100u);
+  EXPECT_GE(largest["remap requests"], 100u);
+  EXPECT_GE(largest["decode requests"], 16u);
+  EXPECT_GT(largest["decode tokens"], 256u) << "attention past 256 tokens";
+  EXPECT_GT(largest["scattered decode tokens"], 256u);
+  EXPECT_GE(largest["rebuilds"], 3u);
+  std::string reached;
+  for (const std::string& r : refusals) reached += " [" + r + "]";
+  // Every refusal the shadow (props/shadow.cpp) can answer, per operation.
+  for (const char* want :
+       {"alloc invalid_argument", "alloc_many invalid_argument", "begin_read invalid_argument",
+        "begin_read out_of_range", "build layout", "build sizing", "capture invalid_argument", "capture out_of_range",
+        "drop_batch invalid_argument", "end_read invalid_argument", "free double_free", "free out_of_range",
+        "free_swa double_free", "free_swa out_of_range", "batch invalid_argument", "move_pages invalid_argument",
+        "move_pages out_of_range", "move_pages reader_conflict", "page_table invalid_argument",
+        "page_table out_of_range", "read invalid_argument", "read out_of_range", "rebind invalid_argument",
+        "remap_indices invalid_argument", "remap_indices out_of_range", "replay invalid_argument",
+        "replay out_of_range", "split invalid_argument", "split out_of_range", "swa_translate invalid_argument",
+        "translate invalid_argument", "write invalid_argument", "write out_of_range", "write unmarked_loc",
+        "write duplicate_loc"})
+    EXPECT_TRUE(refusals.count(want)) << want << " never reached; reached:" << reached;
 }
 
 }  // namespace
