@@ -54,7 +54,12 @@ class PlantedModel : public sim::Model {
     }
     // SPEC 10.8 in the decode attention: K and V rows fetched with the shape-derived stride.
     if (fault_ == "model_attention_stride_from_shape") {
-      if (std::holds_alternative<BuildPool>(op)) captures_.clear();
+      // A rebuild drops the graphs; a refused one keeps them (and the pool) as they were.
+      if (std::holds_alternative<BuildPool>(op)) {
+        OpResult r = sim::Model::apply(op);
+        if (r.ok()) captures_.clear();
+        return r;
+      }
       if (const auto* capture = std::get_if<Capture>(&op)) {
         OpResult r = sim::Model::apply(op);
         if (r.ok()) captures_[capture->graph] = *capture;

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "core/check.h"
 #include "core/oracle.h"
@@ -291,6 +292,13 @@ std::optional<OpResult> Runner::play(const Op& op, const std::optional<OpResult>
       for (Player& p : players_) results.push_back(p.backend->apply(op));
     } catch (const InvariantFailure& e) {
       failed(fail("invariant", e.what()));
+      return std::nullopt;
+    } catch (const std::logic_error& e) {
+      // A backend (or an observer) that throws a logic error (a map lookup that missed, an index
+      // out of range) has a bug: the run ends as a failure with its reproducer, not a crash.
+      const std::string who = results.size() < players_.size() ? std::string(players_[results.size()].backend->name())
+                                                                : std::string("an observer");
+      failed(fail("exception", who + " threw: " + e.what()));
       return std::nullopt;
     }
   }

@@ -23,6 +23,8 @@
 //              postconditions, refusals that changed state), in the order they were added.
 // A backend that answers ErrorKind::environment (its machine failed: out of memory, a CUDA error)
 // stops the run with the check "environment", never as a divergence.
+// A backend that throws a logic error (a bug of its own: a missed map lookup, an index out of
+// range) stops the run with the check "exception" and its reproducer, not the process.
 // The first failed check stops the run: play() returns nullopt and failure() says which step,
 // which trace line, which check, and what differed. Tables and verify may be run every N
 // operations instead (CheckCadence) for real-scale replays; checkpoints and finish() always run
@@ -143,7 +145,7 @@ struct Failure {
   std::uint64_t step = 0;  // 0-based index of the op in the run
   std::uint64_t line = 0;  // its trace line; 0 when it came from no file
   std::string op;          // the op in trace syntax ("" for end-of-run checks)
-  std::string check;       // "results", "expect", "invariant", "tables", "verify", "touched", "pool", or an observer's
+  std::string check;       // "results", "expect", "invariant", "tables", "verify", "touched", "pool", "exception", or an observer's
   std::string message;     // what differed, with both values
 
   // "line 57 (step 55): {"op":...}: tables: ..." in one paragraph.

@@ -4,6 +4,7 @@
 #include "traces/runner.h"
 
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include <gmock/gmock.h>
@@ -118,6 +119,29 @@ TEST(Runner, DivergentResultsStopAtTheirLineWithBothAnswers) {
   EXPECT_THAT(r.failure->message, HasSubstr(R"(model answered {"ids":[4,0,0]})"));
   EXPECT_THAT(r.failure->message, HasSubstr(R"(model_negative_not_sink answered {"ids":[4,-1,0]})"));
   EXPECT_THAT(r.failure->describe(), HasSubstr("line 8 (step 7): results check failed"));
+}
+
+// A backend with a bug that throws (a map lookup that misses) ends the run as a failure at that
+// line, naming the backend, not the process.
+TEST(Runner, ABackendThatThrowsIsAFailureNotACrash) {
+  struct Throwing : sim::Model {
+    OpResult apply(const Op& op) override {
+      if (std::holds_alternative<Translate>(op)) return std::map<int, OpResult>{}.at(1);
+      return sim::Model::apply(op);
+    }
+    std::string_view name() const override { return "throwing"; }
+  };
+  BackendSet b;
+  auto plain = std::make_unique<sim::Model>();
+  auto throwing = std::make_unique<Throwing>();
+  b.players = {model_player(*plain), model_player(*throwing)};
+  b.owned.push_back(std::move(plain));
+  b.owned.push_back(std::move(throwing));
+  const ReplayReport r = replay_on(parse(docs_example()), b, {});
+  ASSERT_FALSE(r.passed());
+  EXPECT_EQ(r.failure->check, "exception");
+  EXPECT_EQ(r.failure->line, 8u);
+  EXPECT_THAT(r.failure->message, HasSubstr("throwing threw"));
 }
 
 // A watcher (after_apply) sees every op after every backend played it, the failing one too, with
