@@ -122,6 +122,9 @@ Result<ServingSimulator> ServingSimulator::create(const ServingParams& params, c
                         "-token pages; lower the page size or the token scale");
     sim.cache_.emplace(sim.block_tokens_ / params.page_size);
   }
+  // The window is a token count like the others: divided by the scale, rounded up, at least 1.
+  if (const std::uint64_t window = sim.config_.shape.sliding_window_tokens; window != 0)
+    sim.window_tokens_ = std::max<std::uint64_t>(1, ceil_div(window, params.token_scale));
   sim.summary_.requests_in_trace = sim.request_count_;
   const std::vector<SubPoolGeometry>& sub_pools = sim.derived_.geometry.sub_pools;
   if (sim.derived_.is_composite()) {
@@ -228,6 +231,8 @@ void ServingSimulator::tell(ServingEvent::Kind kind, std::uint64_t request, std:
   e.pages = std::move(pages);
   e.waiting = waiting_.size();
   e.running = running_.size();
+  e.full_pages_held = full_pages_held_;
+  e.swa_pages_held = swa_pages_held_;
   e.totals = &summary_;
   observer_->on_serving_event(e);
 }
@@ -471,8 +476,8 @@ Status ServingSimulator::finish_and_window() {
   }
   running_ = std::move(still);
   // Sliding window (SPEC 9, free_swa): a private page whose every token is older than the
-  // window of the next query loses its SWA page.
-  const std::uint64_t window = config_.shape.sliding_window_tokens;
+  // window of the next query loses its SWA page. The window is in scaled tokens.
+  const std::uint64_t window = window_tokens_;
   if (!derived_.is_composite() || window == 0) return ok_status();
   const std::uint64_t ps = params_.page_size;
   std::vector<std::int64_t> pages;
@@ -497,7 +502,7 @@ Status ServingSimulator::finish_and_window() {
 
 Status ServingSimulator::check_accounting(bool window_settled) const {
   const std::uint64_t ps = params_.page_size;
-  const std::uint64_t window = config_.shape.sliding_window_tokens;
+  const std::uint64_t window = window_tokens_;
   const bool windowed = derived_.is_composite() && window != 0;
   const auto broken = [&](const std::string& what) {
     return make_error(ErrorKind::internal, "serving simulator accounting broken at step " + std::to_string(step_) + ": " +

@@ -23,7 +23,9 @@
 //      checkpoint asks the runner to compare whole pools.
 // The clock advances by a cost model of the step (decode and prefill cost per token, in unscaled
 // tokens), or jumps to the next arrival when the server is idle. Token counts are divided by
-// the token scale (rounded up); the scale is part of the output.
+// the token scale (rounded up); the scale is part of the output. The sliding window is a token
+// count too: ceil(window / token scale) scaled tokens, at least 1, so the window covers the same
+// share of a request's tokens at any scale (whole pages make the SWA side's share coarser).
 //
 // Not modelled: the host arena (offload of evicted prefix pages and load-back on a hit) does not
 // exist yet; the summary says "host arena: not modelled". Prefix pages owned by the cache keep
@@ -141,6 +143,8 @@ struct ServingEvent {
   std::vector<std::int64_t> pages;  // virtual pages
   std::uint64_t waiting = 0;        // requests in the queue
   std::uint64_t running = 0;        // requests holding pages
+  std::uint64_t full_pages_held = 0;  // pages the simulator holds (running requests' and the cache's)
+  std::uint64_t swa_pages_held = 0;   // of those, pages still holding their SWA page (composite only)
   const ServingSummary* totals = nullptr;  // the running totals so far
 };
 class ServingObserver {
@@ -230,6 +234,7 @@ class ServingSimulator {
   const RequestTrace* trace_ = nullptr;
   std::uint64_t request_count_ = 0;
   std::uint64_t block_tokens_ = 0;  // scaled tokens per prefix block; 0 when the trace has no hashes
+  std::uint64_t window_tokens_ = 0;  // scaled tokens of the sliding window; 0 when the model has none
   std::optional<RadixCache> cache_;
   const OpSink* sink_ = nullptr;
   ServingObserver* observer_ = nullptr;

@@ -268,6 +268,75 @@ TEST(ServingSim, SlidingWindowPagesAreFreedOnTheSwaSideOnly) {
   expect_empty_at_the_end(run);
 }
 
+// The held pages at the end of every step, from the simulator's own events.
+struct HeldPerStep : ServingObserver {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> full_and_swa;  // index: the step
+  std::map<std::uint64_t, std::vector<std::uint64_t>> admitted_pages;  // request -> pages allocated at admission
+  std::map<std::uint64_t, std::uint64_t> admitted_step;                // request -> step of its admission
+  void on_serving_event(const ServingEvent& e) override {
+    if (e.kind == ServingEvent::Kind::step_done) full_and_swa.emplace_back(e.full_pages_held, e.swa_pages_held);
+    if (e.kind == ServingEvent::Kind::admitted) {
+      admitted_pages[e.request].push_back(e.pages.size());
+      admitted_step[e.request] = e.step;
+    }
+  }
+};
+
+ReplayReport simulate_watched(const RequestTrace& t, const ServingParams& p, ServingObserver& watcher) {
+  Result<BackendSet> b = make_backend_set(BackendChoice::model);
+  KVTWIN_CHECK(b.ok(), "model");
+  Result<ReplayReport> r = simulate_request_trace(t, p, *b, CheckCadence{}, nullptr, {}, ReplayWatchers{nullptr, &watcher});
+  KVTWIN_CHECK(r.ok(), r.ok() ? "" : r.error().message);
+  KVTWIN_CHECK(r->passed(), r->failure ? r->failure->describe() : "");
+  return *r;
+}
+
+// One request of a known length, alone in a roomy pool.
+RequestTrace one_request(std::uint64_t input_tokens, std::uint64_t output_tokens) {
+  RequestTrace t;
+  t.format = TraceFormat::azure;
+  t.name = "one request";
+  Request r;
+  r.input_tokens = input_tokens;
+  r.output_tokens = output_tokens;
+  t.requests.push_back(r);
+  return t;
+}
+
+// The sliding window is a token count like the prompt: at token scale s it is ceil(window / s)
+// scaled tokens. gpt-oss-20b's 128-token window, one 4096-token prompt, 16-token pages: after the
+// first decode step the request holds 4097 tokens; the SWA side keeps only the pages that reach
+// into the window. Unscaled, 257 pages of which 9 keep their SWA page (257 - (4097 - 128) / 16);
+// at scale 16, 257 scaled tokens in 17 pages with an 8-token window: 2 keep theirs (the same
+// share as unscaled, where an unscaled 128-token window would have kept 9 of 17).
+TEST(ServingSim, TheSlidingWindowIsScaledLikeEveryOtherTokenCount) {
+  struct Case {
+    std::uint64_t scale, full_pages, swa_pages, window;
+  };
+  for (const Case c : {Case{1, 257, 9, 128}, Case{16, 17, 2, 8}, Case{4, 65, 3, 32}, Case{256, 2, 1, 1}}) {
+    SCOPED_TRACE("token scale " + std::to_string(c.scale));
+    ServingParams p = params("gpt-oss-20b", 8, 64ull << 20, c.scale);
+    p.tables_only = true;
+    const std::uint64_t window = std::max<std::uint64_t>(1, ceil_div(128, c.scale));
+    ASSERT_EQ(window, c.window);
+    HeldPerStep held;
+    const ReplayReport r = simulate_watched(one_request(4096, 64 * c.scale), p, held);
+    ASSERT_GE(held.full_and_swa.size(), 2u);
+    // Step 0 admits and prefills (both sides hold every page); step 1 decodes one token and frees
+    // the SWA pages wholly behind the window.
+    const std::uint64_t seq = ceil_div(4096, c.scale) + 1;
+    EXPECT_EQ(held.full_and_swa[0].first, ceil_div(4096, c.scale * 16));
+    EXPECT_EQ(held.full_and_swa[0].second, held.full_and_swa[0].first);
+    EXPECT_EQ(held.full_and_swa[1].first, c.full_pages);
+    EXPECT_EQ(held.full_and_swa[1].first, ceil_div(seq, 16));
+    EXPECT_EQ(held.full_and_swa[1].second, c.swa_pages);
+    EXPECT_EQ(held.full_and_swa[1].second, c.full_pages - (seq - window) / 16);
+    // The last window step is the one before the request finishes (64 scaled output tokens).
+    const std::uint64_t last_seq = ceil_div(4096, c.scale) + 63;
+    EXPECT_EQ(r.serving->swa_freed_pages, (last_seq - window) / 16);
+  }
+}
+
 // The simulator checks its own accounting after every step: a planted simulator bug (the window
 // never frees the first request's dead pages) fails the run with the step and the request named,
 // where without the check the replay would pass with those pages quietly kept.
@@ -329,8 +398,9 @@ TEST(ServingSim, ARequestThatOutgrowsThePoolIsDroppedNotCountedAsRejected) {
 
 TEST(ServingSim, ACompositeReportsItsSharedBytesAsShared) {
   // gpt-oss-20b: the full and swa sides take their pages from the same bytes. Each side's pages
-  // are at most what the shared bytes hold of it alone, and a full pool shows as full.
-  const RequestTrace t = azure(30);
+  // are at most what the shared bytes hold of it alone, and a full pool shows as full. 60 requests:
+  // with the window scaled (32 tokens at scale 4), the first 30 no longer fill 2 MiB.
+  const RequestTrace t = azure(60);
   ServingParams p = params("gpt-oss-20b", 8, 2ull << 20, 4);
   p.reserve_permille = 0;  // admit greedily: the pool fills
   p.max_running = 32;
