@@ -68,6 +68,7 @@ nlohmann::json serving_params_json(const ServingParams& p, const RequestTrace& t
   j["prefill_budget_tokens"] = p.prefill_budget_tokens;
   j["checkpoint_every"] = p.checkpoint_every;
   j["max_requests"] = p.max_requests;
+  j["share_within_step"] = p.share_within_step;
   return j;
 }
 
@@ -355,6 +356,7 @@ Status ServingSimulator::admit(std::vector<Running>& admitted) {
     summary_.prompt_tokens += prompt_len;
     summary_.cached_tokens += cached_len;
     tell(ServingEvent::Kind::admitted, r.request, new_pages);
+    if (params_.share_within_step) insert_blocks(r);
     admitted.push_back(std::move(r));
   }
   return ok_status();
@@ -372,26 +374,31 @@ Status ServingSimulator::prefill(std::vector<Running>& admitted) {
   }
   for (Running& r : admitted) {
     r.seq_len = r.prompt_len;
-    if (!cache_) continue;
-    // The prompt's full blocks enter the cache, continuing the matched path; a block another
-    // request inserted first stops the insertion (the rest stays private).
-    const Request& req = trace_->requests[r.request];
-    const std::uint64_t full_blocks = req.input_tokens / trace_->block_tokens;
-    const std::uint64_t bp = cache_->block_pages();
-    RadixCache::NodeId parent = r.path.empty() ? RadixCache::kRoot : r.path.back();
-    for (std::uint64_t b = r.path.size(); b < full_blocks; ++b) {
-      KVTWIN_CHECK(r.shared_pages == b * bp, "cache pages are a prefix of the request's pages");
-      std::vector<std::int64_t> pages(r.pages.begin() + static_cast<std::ptrdiff_t>(b * bp),
-                                      r.pages.begin() + static_cast<std::ptrdiff_t>((b + 1) * bp));
-      const RadixCache::NodeId node = cache_->insert(parent, req.block_hashes[b], std::move(pages), step_);
-      if (node == RadixCache::kRoot) break;
-      r.path.push_back(node);
-      r.shared_pages += bp;
-      parent = node;
-    }
+    if (!params_.share_within_step) insert_blocks(r);
   }
   for (Running& r : admitted) running_.push_back(std::move(r));
   return ok_status();
+}
+
+void ServingSimulator::insert_blocks(Running& r) {
+  if (!cache_) return;
+  // The prompt's full blocks enter the cache, continuing the matched path. A retracted request's
+  // prompt grew by its output so far, but only the trace's prompt blocks have hashes.
+  const Request& req = trace_->requests[r.request];
+  const std::uint64_t full_blocks = req.input_tokens / trace_->block_tokens;
+  const std::uint64_t bp = cache_->block_pages();
+  RadixCache::NodeId parent = r.path.empty() ? RadixCache::kRoot : r.path.back();
+  for (std::uint64_t b = r.path.size(); b < full_blocks; ++b) {
+    KVTWIN_CHECK(r.shared_pages == b * bp, "cache pages are a prefix of the request's pages");
+    KVTWIN_CHECK(r.pages.size() >= (b + 1) * bp, "a full prompt block's pages are allocated before it is cached");
+    std::vector<std::int64_t> pages(r.pages.begin() + static_cast<std::ptrdiff_t>(b * bp),
+                                    r.pages.begin() + static_cast<std::ptrdiff_t>((b + 1) * bp));
+    const RadixCache::NodeId node = cache_->insert(parent, req.block_hashes[b], std::move(pages), step_);
+    if (node == RadixCache::kRoot) break;
+    r.path.push_back(node);
+    r.shared_pages += bp;
+    parent = node;
+  }
 }
 
 Status ServingSimulator::retract_one() {

@@ -9,9 +9,12 @@
 //      fit the pool's free pages plus the prefix cache's evictable pages, keeping a reserve for
 //      the running requests' growth; its prompt's cached prefix (hash_ids blocks) is reused from
 //      the prefix cache (radix_cache.h), pages are allocated for the rest, evicting cache leaves
-//      when the pool answers no_room;
-//   3. prefill: one batch writes every layer's rows of the admitted prompts' uncached tokens,
-//      and their full blocks enter the prefix cache;
+//      when the pool answers no_room; with `share_within_step` (the default) the new full blocks
+//      enter the prefix cache at once, so a request admitted later in the same step shares the
+//      blocks being prefilled;
+//   3. prefill: one batch writes every layer's rows of the admitted prompts' uncached tokens;
+//      without `share_within_step` their full blocks enter the prefix cache only now, after
+//      every admission of the step;
 //   4. decode: one token per running request: a page for each request whose last page is full
 //      (alloc_many, all or nothing), evicting cache leaves and then retracting the running request
 //      with the fewest generated tokens until it fits; the retracted request waits again at the
@@ -74,6 +77,10 @@ struct ServingParams {
   std::uint64_t checkpoint_every = 0;  // steps between checkpoints; 0 = none (the runner checks at the end)
   // Stop admitting after this many requests (0 = all): a slice.
   std::uint64_t max_requests = 0;
+  // Requests admitted in the same step share each other's prefix blocks (the blocks enter the
+  // cache at admission, as engines insert a prefix being prefilled); false: a step's requests
+  // see only the blocks of earlier steps.
+  bool share_within_step = true;
   // Self-test only (tests, never the CLI): a simulator bug to plant, to show that the simulator's
   // own accounting check (check_accounting) fails the run. "keep_dead_window_page": the sliding
   // window never frees the SWA pages of the first running request.
@@ -207,6 +214,10 @@ class ServingSimulator {
   std::uint64_t reserve_pages() const;
   Status admit(std::vector<Running>& admitted);
   Status prefill(std::vector<Running>& admitted);
+  // Puts the request's full prompt blocks past its matched path into the prefix cache (its pages
+  // are allocated; the prefill writes them this step). A block another request inserted first
+  // stops the insertion: the rest stays private.
+  void insert_blocks(Running& r);
   Status grow_for_decode();
   Status decode();
   Status finish_and_window();

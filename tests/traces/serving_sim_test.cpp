@@ -337,6 +337,65 @@ TEST(ServingSim, TheSlidingWindowIsScaledLikeEveryOtherTokenCount) {
   }
 }
 
+// A hand-made Mooncake trace: two requests arrive together with the same 5 hash_ids (4 full
+// 512-token blocks and a partial one), admitted in the same step.
+RequestTrace twins() {
+  RequestTrace t;
+  t.format = TraceFormat::mooncake;
+  t.name = "twins";
+  t.block_tokens = kMooncakeBlockTokens;
+  for (std::uint64_t i = 0; i < 2; ++i) {
+    Request r;
+    r.index = i;
+    r.input_tokens = 2100;
+    r.output_tokens = 64;
+    r.block_hashes = {7, 8, 9, 10, 11};
+    t.requests.push_back(r);
+  }
+  return t;
+}
+
+// Requests admitted in the same step share the blocks being prefilled (share_within_step, the
+// default), or only blocks of earlier steps (off). At scale 16 a block is 32 tokens (2 pages); the
+// prompt is 132 scaled tokens (9 pages).
+TEST(ServingSim, RequestsOfOneStepShareTheirPrefixWhenAsked) {
+  const RequestTrace t = twins();
+  for (const bool share : {true, false}) {
+    SCOPED_TRACE(share ? "share within step on" : "off");
+    ServingParams p = params("llama-3.1-8b", 8, 64ull << 20, 16);
+    p.share_within_step = share;
+    HeldPerStep held;
+    const ReplayReport r = simulate_watched(t, p, held);
+    const ServingSummary& s = *r.serving;
+    EXPECT_EQ(s.requests_served, 2u);
+    ASSERT_EQ(held.admitted_step.size(), 2u);
+    EXPECT_EQ(held.admitted_step[0], 0u);
+    EXPECT_EQ(held.admitted_step[1], 0u) << "both are admitted in the first step";
+    EXPECT_EQ(held.admitted_pages[0], std::vector<std::uint64_t>{9});
+    if (share) {
+      EXPECT_EQ(held.admitted_pages[1], std::vector<std::uint64_t>{1}) << "8 of its 9 pages are the first's";
+      EXPECT_EQ(s.cached_tokens, 128u);
+      EXPECT_EQ(s.prefill_tokens, 132u + 4u);
+      EXPECT_EQ(held.full_and_swa[0].first, 10u);
+    } else {
+      EXPECT_EQ(held.admitted_pages[1], std::vector<std::uint64_t>{9});
+      EXPECT_EQ(s.cached_tokens, 0u);
+      EXPECT_EQ(s.prefill_tokens, 2u * 132u);
+      EXPECT_EQ(held.full_and_swa[0].first, 18u);
+    }
+    EXPECT_EQ(r.parameters["share_within_step"], share);
+  }
+  // A request arriving a step later shares either way.
+  RequestTrace later = t;
+  later.requests[1].arrival_us = 1;
+  ServingParams p = params("llama-3.1-8b", 8, 64ull << 20, 16);
+  p.share_within_step = false;
+  HeldPerStep held;
+  const ReplayReport r = simulate_watched(later, p, held);
+  EXPECT_EQ(held.admitted_step[1], 1u);
+  EXPECT_EQ(r.serving->cached_tokens, 128u);
+}
+
 // The simulator checks its own accounting after every step: a planted simulator bug (the window
 // never frees the first request's dead pages) fails the run with the step and the request named,
 // where without the check the replay would pass with those pages quietly kept.

@@ -36,6 +36,7 @@ struct ServingOptions {
   std::uint64_t prefill_ns_per_token = 10000;
   std::uint64_t reserve_permille = 300;
   std::uint64_t prefill_budget_tokens = 16384;
+  std::string share_within_step = "on";
 };
 void add_serving_options(CLI::App& app, ServingOptions& options);
 Result<traces::ServingParams> serving_params(const ServingOptions& options);
