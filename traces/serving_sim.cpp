@@ -68,6 +68,7 @@ nlohmann::json serving_params_json(const ServingParams& p, const RequestTrace& t
   j["prefill_budget_tokens"] = p.prefill_budget_tokens;
   j["checkpoint_every"] = p.checkpoint_every;
   j["max_requests"] = p.max_requests;
+  j["block_tokens"] = trace.block_tokens;
   j["share_within_step"] = p.share_within_step;
   return j;
 }
@@ -111,16 +112,18 @@ Result<ServingSimulator> ServingSimulator::create(const ServingParams& params, c
   sim.request_count_ = trace.requests.size();
   if (params.max_requests != 0) sim.request_count_ = std::min(sim.request_count_, params.max_requests);
   if (trace.block_tokens != 0) {
+    const std::string blocks = std::to_string(trace.block_tokens) + "-token prefix blocks" +
+                               (trace.block_tokens_given ? " (--block-tokens " + std::to_string(trace.block_tokens) + ")"
+                                                         : std::string());
     if (trace.block_tokens % params.token_scale != 0)
       return bad_params("token scale " + std::to_string(params.token_scale) + " does not divide the trace's " +
-                        std::to_string(trace.block_tokens) + "-token prefix blocks; use a power of two up to " +
-                        std::to_string(trace.block_tokens));
+                        blocks + "; use a token scale that divides " + std::to_string(trace.block_tokens));
     sim.block_tokens_ = trace.block_tokens / params.token_scale;
     if (sim.block_tokens_ % params.page_size != 0)
       return bad_params("a prefix block of " + std::to_string(trace.block_tokens) + " / " +
                         std::to_string(params.token_scale) + " = " + std::to_string(sim.block_tokens_) +
                         " tokens is not a whole number of " + std::to_string(params.page_size) +
-                        "-token pages; lower the page size or the token scale");
+                        "-token pages (the trace's " + blocks + "); lower the page size or the token scale");
     sim.cache_.emplace(sim.block_tokens_ / params.page_size);
   }
   // The window is a token count like the others: divided by the scale, rounded up, at least 1.

@@ -29,6 +29,8 @@
 // the token scale (rounded up); the scale is part of the output. The sliding window is a token
 // count too: ceil(window / token scale) scaled tokens, at least 1, so the window covers the same
 // share of a request's tokens at any scale (whole pages make the SWA side's share coarser).
+// Prefix blocks are the trace's block_tokens (Mooncake's 512 unless the reader was given
+// another) divided by the scale.
 //
 // Not modelled: the host arena (offload of evicted prefix pages and load-back on a hit) does not
 // exist yet; the summary says "host arena: not modelled". Prefix pages owned by the cache keep

@@ -396,6 +396,26 @@ TEST(ServingSim, RequestsOfOneStepShareTheirPrefixWhenAsked) {
   EXPECT_EQ(r.serving->cached_tokens, 128u);
 }
 
+// A trace of 64-token blocks (--block-tokens 64): the cache's blocks are 64 / scale tokens, and a
+// second request sharing two leading blocks reuses exactly those.
+TEST(ServingSim, TheTracesBlockSizeSetsThePrefixCachesBlocks) {
+  std::istringstream text(
+      "{\"timestamp\": 0, \"input_length\": 130, \"output_length\": 8, \"hash_ids\": [1, 2, 3]}\n"
+      "{\"timestamp\": 5000, \"input_length\": 190, \"output_length\": 8, \"hash_ids\": [1, 2, 4]}\n");
+  RequestReadOptions options;
+  options.block_tokens = 64;
+  Result<RequestTrace> t = parse_request_trace(text, "blocks64.jsonl", TraceFormat::mooncake, options);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  ServingParams p = params("llama-3.1-8b", 8, 16ull << 20, 4);  // 16-token blocks: one page each
+  HeldPerStep held;
+  const ReplayReport r = simulate_watched(*t, p, held);
+  ASSERT_GE(held.admitted_step[1], 1u) << "the second request arrives after the first was prefilled";
+  EXPECT_EQ(r.serving->cached_tokens, 2u * 16u) << "two 64-token blocks, 16 scaled tokens each";
+  EXPECT_EQ(r.serving->prompt_tokens, ceil_div(130, 4) + ceil_div(190, 4));
+  EXPECT_EQ(r.parameters["block_tokens"], 64);
+  EXPECT_THAT(report_text(r), HasSubstr("64-token prefix blocks"));
+}
+
 // The simulator checks its own accounting after every step: a planted simulator bug (the window
 // never frees the first request's dead pages) fails the run with the step and the request named,
 // where without the check the replay would pass with those pages quietly kept.
@@ -493,6 +513,20 @@ TEST(ServingSim, ParametersThatCannotWorkAreClearErrors) {
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(s.error().message,
               HasSubstr("a prefix block of 512 / 64 = 8 tokens is not a whole number of 16-token pages"));
+  // With a block size given to the reader, the errors name it.
+  RequestTrace small_blocks = t;
+  small_blocks.block_tokens = 64;
+  small_blocks.block_tokens_given = true;
+  p.token_scale = 128;
+  s = ServingSimulator::create(p, small_blocks);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.error().message,
+              HasSubstr("token scale 128 does not divide the trace's 64-token prefix blocks (--block-tokens 64)"));
+  p.token_scale = 8;
+  s = ServingSimulator::create(p, small_blocks);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.error().message, HasSubstr("a prefix block of 64 / 8 = 8 tokens is not a whole number of 16-token "
+                                           "pages (the trace's 64-token prefix blocks (--block-tokens 64))"));
   p.token_scale = 16;
   p.pool_bytes = 4096;
   s = ServingSimulator::create(p, t);
