@@ -67,7 +67,9 @@ std::uint64_t days_in_month(std::uint64_t year, std::uint64_t month) {
   return month == 2 && is_leap_year(year) ? 29 : kDays[month - 1];
 }
 
-Result<Request> parse_mooncake_line(const std::string& text, std::string_view where) {
+// `block_tokens`: tokens per hash_ids block; `given`: it came from --block-tokens (named in errors).
+Result<Request> parse_mooncake_line(const std::string& text, std::string_view where, std::uint64_t block_tokens,
+                                    bool given) {
   KVTWIN_TRY(json j, parse_json_strict(text, where, JsonText::line));
   JsonFields f(j, where);
   if (!j.is_object()) return f.error("a Mooncake request must be a JSON object");
@@ -79,11 +81,13 @@ Result<Request> parse_mooncake_line(const std::string& text, std::string_view wh
   KVTWIN_TRY(r.output_tokens, f.u64_required("output_length"));
   KVTWIN_TRY(r.block_hashes, f.i64_array("hash_ids"));
   if (r.input_tokens == 0) return f.error("field 'input_length' is 0; a request has at least one prompt token");
-  const std::uint64_t blocks = ceil_div(r.input_tokens, kMooncakeBlockTokens);
+  const std::uint64_t blocks = ceil_div(r.input_tokens, block_tokens);
   if (r.block_hashes.size() != blocks)
     return f.error("field 'hash_ids' has " + std::to_string(r.block_hashes.size()) + " blocks but input_length " +
                    std::to_string(r.input_tokens) + " needs ceil(" + std::to_string(r.input_tokens) + " / " +
-                   std::to_string(kMooncakeBlockTokens) + ") = " + std::to_string(blocks));
+                   std::to_string(block_tokens) + ") = " + std::to_string(blocks) +
+                   (given ? " (blocks of --block-tokens " + std::to_string(block_tokens) + ")"
+                          : " (Mooncake's 512-token blocks; a trace with other blocks needs --block-tokens N)"));
   for (std::size_t i = 0; i < r.block_hashes.size(); ++i)
     if (r.block_hashes[i] < 0)
       return f.error("field 'hash_ids[" + std::to_string(i) + "]' = " + std::to_string(r.block_hashes[i]) +
@@ -214,7 +218,17 @@ Result<RequestTrace> parse_request_trace(std::istream& in, std::string name, Tra
   RequestTrace trace;
   trace.format = format;
   trace.name = name;
+  if (options.block_tokens != 0 && format != TraceFormat::mooncake)
+    return make_error(ErrorKind::invalid_argument,
+                      "--block-tokens " + std::to_string(options.block_tokens) + ": " + name + " is in the " +
+                          std::string(format_name(format)) +
+                          " format, which has no prefix hashes; the block size applies to traces with "
+                          "hash_ids (mooncake)");
   trace.block_tokens = format == TraceFormat::mooncake ? kMooncakeBlockTokens : 0;
+  if (options.block_tokens != 0) {
+    trace.block_tokens = options.block_tokens;
+    trace.block_tokens_given = true;
+  }
   std::string text;
   std::uint64_t line = 0;
   if (format == TraceFormat::azure) {
@@ -236,7 +250,8 @@ Result<RequestTrace> parse_request_trace(std::istream& in, std::string name, Tra
     if (!found) break;
     const std::string where = name + ":" + std::to_string(line);
     Result<Request> r =
-        format == TraceFormat::mooncake ? parse_mooncake_line(text, where) : parse_azure_line(text, where);
+        format == TraceFormat::mooncake ? parse_mooncake_line(text, where, trace.block_tokens, trace.block_tokens_given)
+                                        : parse_azure_line(text, where);
     if (!r.ok()) return r.error();
     Request request = std::move(r).value();
     if (any && request.arrival_us < last_arrival_us)

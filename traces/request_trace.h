@@ -2,7 +2,9 @@
 //
 //   Mooncake (kvcache-ai/Mooncake, FAST'25): JSON Lines, one request a line,
 //     {"timestamp": ms, "input_length": tokens, "output_length": tokens, "hash_ids": [...]}
-//     where hash_ids name the prompt's 512-token blocks (equal leading ids = a shared prefix).
+//     where hash_ids name the prompt's 512-token blocks (equal leading ids = a shared prefix);
+//     other traces in this format use other block sizes (16 and 64 tokens are common), given by
+//     RequestReadOptions::block_tokens (the CLI's --block-tokens).
 //   Azure LLM inference 2023 (Azure/AzurePublicDataset): CSV with the header
 //     TIMESTAMP,ContextTokens,GeneratedTokens  and wall-clock timestamps "2023-11-16 18:17:03.9799600".
 //
@@ -54,12 +56,16 @@ struct RequestTrace {
   TraceFormat format = TraceFormat::mooncake;
   std::string name;
   std::uint64_t block_tokens = 0;  // tokens per block_hashes entry; 0 when the trace has no prefix hashes
+  bool block_tokens_given = false;  // block_tokens came from RequestReadOptions, not the format's default
   std::vector<Request> requests;
 };
 
 struct RequestReadOptions {
   std::uint64_t limit = 0;  // read at most this many requests; 0 = all
   std::uint64_t skip = 0;   // skip this many requests first (a slice from the middle)
+  // Tokens per hash_ids block, overriding the format's (Mooncake: 512); 0 = the format's. Only
+  // for formats with prefix hashes: an Azure trace with a block size is an invalid_argument Error.
+  std::uint64_t block_tokens = 0;
 };
 
 // Reads a Mooncake or Azure trace (format must be one of those two).

@@ -68,6 +68,8 @@ nlohmann::json serving_params_json(const ServingParams& p, const RequestTrace& t
   j["prefill_budget_tokens"] = p.prefill_budget_tokens;
   j["checkpoint_every"] = p.checkpoint_every;
   j["max_requests"] = p.max_requests;
+  j["block_tokens"] = trace.block_tokens;
+  j["share_within_step"] = p.share_within_step;
   return j;
 }
 
@@ -110,18 +112,23 @@ Result<ServingSimulator> ServingSimulator::create(const ServingParams& params, c
   sim.request_count_ = trace.requests.size();
   if (params.max_requests != 0) sim.request_count_ = std::min(sim.request_count_, params.max_requests);
   if (trace.block_tokens != 0) {
+    const std::string blocks = std::to_string(trace.block_tokens) + "-token prefix blocks" +
+                               (trace.block_tokens_given ? " (--block-tokens " + std::to_string(trace.block_tokens) + ")"
+                                                         : std::string());
     if (trace.block_tokens % params.token_scale != 0)
       return bad_params("token scale " + std::to_string(params.token_scale) + " does not divide the trace's " +
-                        std::to_string(trace.block_tokens) + "-token prefix blocks; use a power of two up to " +
-                        std::to_string(trace.block_tokens));
+                        blocks + "; use a token scale that divides " + std::to_string(trace.block_tokens));
     sim.block_tokens_ = trace.block_tokens / params.token_scale;
     if (sim.block_tokens_ % params.page_size != 0)
       return bad_params("a prefix block of " + std::to_string(trace.block_tokens) + " / " +
                         std::to_string(params.token_scale) + " = " + std::to_string(sim.block_tokens_) +
                         " tokens is not a whole number of " + std::to_string(params.page_size) +
-                        "-token pages; lower the page size or the token scale");
+                        "-token pages (the trace's " + blocks + "); lower the page size or the token scale");
     sim.cache_.emplace(sim.block_tokens_ / params.page_size);
   }
+  // The window is a token count like the others: divided by the scale, rounded up, at least 1.
+  if (const std::uint64_t window = sim.config_.shape.sliding_window_tokens; window != 0)
+    sim.window_tokens_ = std::max<std::uint64_t>(1, ceil_div(window, params.token_scale));
   sim.summary_.requests_in_trace = sim.request_count_;
   const std::vector<SubPoolGeometry>& sub_pools = sim.derived_.geometry.sub_pools;
   if (sim.derived_.is_composite()) {
@@ -228,6 +235,8 @@ void ServingSimulator::tell(ServingEvent::Kind kind, std::uint64_t request, std:
   e.pages = std::move(pages);
   e.waiting = waiting_.size();
   e.running = running_.size();
+  e.full_pages_held = full_pages_held_;
+  e.swa_pages_held = swa_pages_held_;
   e.totals = &summary_;
   observer_->on_serving_event(e);
 }
@@ -350,6 +359,7 @@ Status ServingSimulator::admit(std::vector<Running>& admitted) {
     summary_.prompt_tokens += prompt_len;
     summary_.cached_tokens += cached_len;
     tell(ServingEvent::Kind::admitted, r.request, new_pages);
+    if (params_.share_within_step) insert_blocks(r);
     admitted.push_back(std::move(r));
   }
   return ok_status();
@@ -367,26 +377,31 @@ Status ServingSimulator::prefill(std::vector<Running>& admitted) {
   }
   for (Running& r : admitted) {
     r.seq_len = r.prompt_len;
-    if (!cache_) continue;
-    // The prompt's full blocks enter the cache, continuing the matched path; a block another
-    // request inserted first stops the insertion (the rest stays private).
-    const Request& req = trace_->requests[r.request];
-    const std::uint64_t full_blocks = req.input_tokens / trace_->block_tokens;
-    const std::uint64_t bp = cache_->block_pages();
-    RadixCache::NodeId parent = r.path.empty() ? RadixCache::kRoot : r.path.back();
-    for (std::uint64_t b = r.path.size(); b < full_blocks; ++b) {
-      KVTWIN_CHECK(r.shared_pages == b * bp, "cache pages are a prefix of the request's pages");
-      std::vector<std::int64_t> pages(r.pages.begin() + static_cast<std::ptrdiff_t>(b * bp),
-                                      r.pages.begin() + static_cast<std::ptrdiff_t>((b + 1) * bp));
-      const RadixCache::NodeId node = cache_->insert(parent, req.block_hashes[b], std::move(pages), step_);
-      if (node == RadixCache::kRoot) break;
-      r.path.push_back(node);
-      r.shared_pages += bp;
-      parent = node;
-    }
+    if (!params_.share_within_step) insert_blocks(r);
   }
   for (Running& r : admitted) running_.push_back(std::move(r));
   return ok_status();
+}
+
+void ServingSimulator::insert_blocks(Running& r) {
+  if (!cache_) return;
+  // The prompt's full blocks enter the cache, continuing the matched path. A retracted request's
+  // prompt grew by its output so far, but only the trace's prompt blocks have hashes.
+  const Request& req = trace_->requests[r.request];
+  const std::uint64_t full_blocks = req.input_tokens / trace_->block_tokens;
+  const std::uint64_t bp = cache_->block_pages();
+  RadixCache::NodeId parent = r.path.empty() ? RadixCache::kRoot : r.path.back();
+  for (std::uint64_t b = r.path.size(); b < full_blocks; ++b) {
+    KVTWIN_CHECK(r.shared_pages == b * bp, "cache pages are a prefix of the request's pages");
+    KVTWIN_CHECK(r.pages.size() >= (b + 1) * bp, "a full prompt block's pages are allocated before it is cached");
+    std::vector<std::int64_t> pages(r.pages.begin() + static_cast<std::ptrdiff_t>(b * bp),
+                                    r.pages.begin() + static_cast<std::ptrdiff_t>((b + 1) * bp));
+    const RadixCache::NodeId node = cache_->insert(parent, req.block_hashes[b], std::move(pages), step_);
+    if (node == RadixCache::kRoot) break;
+    r.path.push_back(node);
+    r.shared_pages += bp;
+    parent = node;
+  }
 }
 
 Status ServingSimulator::retract_one() {
@@ -471,8 +486,8 @@ Status ServingSimulator::finish_and_window() {
   }
   running_ = std::move(still);
   // Sliding window (SPEC 9, free_swa): a private page whose every token is older than the
-  // window of the next query loses its SWA page.
-  const std::uint64_t window = config_.shape.sliding_window_tokens;
+  // window of the next query loses its SWA page. The window is in scaled tokens.
+  const std::uint64_t window = window_tokens_;
   if (!derived_.is_composite() || window == 0) return ok_status();
   const std::uint64_t ps = params_.page_size;
   std::vector<std::int64_t> pages;
@@ -497,7 +512,7 @@ Status ServingSimulator::finish_and_window() {
 
 Status ServingSimulator::check_accounting(bool window_settled) const {
   const std::uint64_t ps = params_.page_size;
-  const std::uint64_t window = config_.shape.sliding_window_tokens;
+  const std::uint64_t window = window_tokens_;
   const bool windowed = derived_.is_composite() && window != 0;
   const auto broken = [&](const std::string& what) {
     return make_error(ErrorKind::internal, "serving simulator accounting broken at step " + std::to_string(step_) + ": " +

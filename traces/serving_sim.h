@@ -9,9 +9,12 @@
 //      fit the pool's free pages plus the prefix cache's evictable pages, keeping a reserve for
 //      the running requests' growth; its prompt's cached prefix (hash_ids blocks) is reused from
 //      the prefix cache (radix_cache.h), pages are allocated for the rest, evicting cache leaves
-//      when the pool answers no_room;
-//   3. prefill: one batch writes every layer's rows of the admitted prompts' uncached tokens,
-//      and their full blocks enter the prefix cache;
+//      when the pool answers no_room; with `share_within_step` (the default) the new full blocks
+//      enter the prefix cache at once, so a request admitted later in the same step shares the
+//      blocks being prefilled;
+//   3. prefill: one batch writes every layer's rows of the admitted prompts' uncached tokens;
+//      without `share_within_step` their full blocks enter the prefix cache only now, after
+//      every admission of the step;
 //   4. decode: one token per running request: a page for each request whose last page is full
 //      (alloc_many, all or nothing), evicting cache leaves and then retracting the running request
 //      with the fewest generated tokens until it fits; the retracted request waits again at the
@@ -23,7 +26,11 @@
 //      checkpoint asks the runner to compare whole pools.
 // The clock advances by a cost model of the step (decode and prefill cost per token, in unscaled
 // tokens), or jumps to the next arrival when the server is idle. Token counts are divided by
-// the token scale (rounded up); the scale is part of the output.
+// the token scale (rounded up); the scale is part of the output. The sliding window is a token
+// count too: ceil(window / token scale) scaled tokens, at least 1, so the window covers the same
+// share of a request's tokens at any scale (whole pages make the SWA side's share coarser).
+// Prefix blocks are the trace's block_tokens (Mooncake's 512 unless the reader was given
+// another) divided by the scale.
 //
 // Not modelled: the host arena (offload of evicted prefix pages and load-back on a hit) does not
 // exist yet; the summary says "host arena: not modelled". Prefix pages owned by the cache keep
@@ -72,6 +79,10 @@ struct ServingParams {
   std::uint64_t checkpoint_every = 0;  // steps between checkpoints; 0 = none (the runner checks at the end)
   // Stop admitting after this many requests (0 = all): a slice.
   std::uint64_t max_requests = 0;
+  // Requests admitted in the same step share each other's prefix blocks (the blocks enter the
+  // cache at admission, as engines insert a prefix being prefilled); false: a step's requests
+  // see only the blocks of earlier steps.
+  bool share_within_step = true;
   // Self-test only (tests, never the CLI): a simulator bug to plant, to show that the simulator's
   // own accounting check (check_accounting) fails the run. "keep_dead_window_page": the sliding
   // window never frees the SWA pages of the first running request.
@@ -141,6 +152,8 @@ struct ServingEvent {
   std::vector<std::int64_t> pages;  // virtual pages
   std::uint64_t waiting = 0;        // requests in the queue
   std::uint64_t running = 0;        // requests holding pages
+  std::uint64_t full_pages_held = 0;  // pages the simulator holds (running requests' and the cache's)
+  std::uint64_t swa_pages_held = 0;   // of those, pages still holding their SWA page (composite only)
   const ServingSummary* totals = nullptr;  // the running totals so far
 };
 class ServingObserver {
@@ -203,6 +216,10 @@ class ServingSimulator {
   std::uint64_t reserve_pages() const;
   Status admit(std::vector<Running>& admitted);
   Status prefill(std::vector<Running>& admitted);
+  // Puts the request's full prompt blocks past its matched path into the prefix cache (its pages
+  // are allocated; the prefill writes them this step). A block another request inserted first
+  // stops the insertion: the rest stays private.
+  void insert_blocks(Running& r);
   Status grow_for_decode();
   Status decode();
   Status finish_and_window();
@@ -230,6 +247,7 @@ class ServingSimulator {
   const RequestTrace* trace_ = nullptr;
   std::uint64_t request_count_ = 0;
   std::uint64_t block_tokens_ = 0;  // scaled tokens per prefix block; 0 when the trace has no hashes
+  std::uint64_t window_tokens_ = 0;  // scaled tokens of the sliding window; 0 when the model has none
   std::optional<RadixCache> cache_;
   const OpSink* sink_ = nullptr;
   ServingObserver* observer_ = nullptr;

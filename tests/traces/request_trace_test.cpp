@@ -85,6 +85,46 @@ TEST(RequestTrace, LimitReadsAPrefix) {
   EXPECT_EQ(t->requests.size(), 7u);
 }
 
+// Other traces in Mooncake's format use other block sizes: the reader takes the size it is given
+// and holds hash_ids to it; the size is refused for a format without hashes.
+TEST(RequestTrace, ABlockSizeOtherThanMooncakesIsReadAndHeldToTheHashCount) {
+  const std::string text =
+      "{\"timestamp\": 0, \"input_length\": 130, \"output_length\": 5, \"hash_ids\": [1, 2, 3]}\n"
+      "{\"timestamp\": 4, \"input_length\": 64, \"output_length\": 5, \"hash_ids\": [1]}\n";
+  RequestReadOptions options;
+  options.block_tokens = 64;
+  std::istringstream in(text);
+  Result<RequestTrace> t = parse_request_trace(in, "blocks64.jsonl", TraceFormat::mooncake, options);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_EQ(t->block_tokens, 64u);
+  EXPECT_TRUE(t->block_tokens_given);
+  ASSERT_EQ(t->requests.size(), 2u);
+  EXPECT_EQ(t->requests[0].block_hashes.size(), 3u);
+
+  // The same text at Mooncake's 512-token blocks has too many hashes, and the error says why.
+  std::istringstream again(text);
+  Result<RequestTrace> default_size = parse_request_trace(again, "blocks64.jsonl", TraceFormat::mooncake, {});
+  ASSERT_FALSE(default_size.ok());
+  EXPECT_THAT(default_size.error().message, ::testing::HasSubstr("blocks64.jsonl:1"));
+  EXPECT_THAT(default_size.error().message, ::testing::HasSubstr("needs ceil(130 / 512) = 1"));
+  EXPECT_THAT(default_size.error().message, ::testing::HasSubstr("--block-tokens"));
+
+  // A block size that does not match the hashes names the option and its value.
+  options.block_tokens = 16;
+  std::istringstream third(text);
+  Result<RequestTrace> wrong = parse_request_trace(third, "blocks64.jsonl", TraceFormat::mooncake, options);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_EQ(wrong.error().kind, ErrorKind::malformed);
+  EXPECT_THAT(wrong.error().message, ::testing::HasSubstr("needs ceil(130 / 16) = 9 (blocks of --block-tokens 16)"));
+
+  options.block_tokens = 64;
+  std::ifstream azure(sample("azure_code_head.csv"));
+  Result<RequestTrace> no_hashes = parse_request_trace(azure, "azure.csv", TraceFormat::azure, options);
+  ASSERT_FALSE(no_hashes.ok());
+  EXPECT_EQ(no_hashes.error().kind, ErrorKind::invalid_argument);
+  EXPECT_THAT(no_hashes.error().message, ::testing::HasSubstr("--block-tokens 64: azure.csv is in the azure format, which has no prefix hashes"));
+}
+
 TEST(RequestTrace, DetectsEveryFormatAndRefusesOthers) {
   EXPECT_EQ(detect_format(sample("mooncake_conversation_head.jsonl")).value(), TraceFormat::mooncake);
   EXPECT_EQ(detect_format(sample("azure_code_head.csv")).value(), TraceFormat::azure);

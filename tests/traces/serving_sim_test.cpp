@@ -268,6 +268,154 @@ TEST(ServingSim, SlidingWindowPagesAreFreedOnTheSwaSideOnly) {
   expect_empty_at_the_end(run);
 }
 
+// The held pages at the end of every step, from the simulator's own events.
+struct HeldPerStep : ServingObserver {
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> full_and_swa;  // index: the step
+  std::map<std::uint64_t, std::vector<std::uint64_t>> admitted_pages;  // request -> pages allocated at admission
+  std::map<std::uint64_t, std::uint64_t> admitted_step;                // request -> step of its admission
+  void on_serving_event(const ServingEvent& e) override {
+    if (e.kind == ServingEvent::Kind::step_done) full_and_swa.emplace_back(e.full_pages_held, e.swa_pages_held);
+    if (e.kind == ServingEvent::Kind::admitted) {
+      admitted_pages[e.request].push_back(e.pages.size());
+      admitted_step[e.request] = e.step;
+    }
+  }
+};
+
+ReplayReport simulate_watched(const RequestTrace& t, const ServingParams& p, ServingObserver& watcher) {
+  Result<BackendSet> b = make_backend_set(BackendChoice::model);
+  KVTWIN_CHECK(b.ok(), "model");
+  Result<ReplayReport> r = simulate_request_trace(t, p, *b, CheckCadence{}, nullptr, {}, ReplayWatchers{nullptr, &watcher});
+  KVTWIN_CHECK(r.ok(), r.ok() ? "" : r.error().message);
+  KVTWIN_CHECK(r->passed(), r->failure ? r->failure->describe() : "");
+  return *r;
+}
+
+// One request of a known length, alone in a roomy pool.
+RequestTrace one_request(std::uint64_t input_tokens, std::uint64_t output_tokens) {
+  RequestTrace t;
+  t.format = TraceFormat::azure;
+  t.name = "one request";
+  Request r;
+  r.input_tokens = input_tokens;
+  r.output_tokens = output_tokens;
+  t.requests.push_back(r);
+  return t;
+}
+
+// The sliding window is a token count like the prompt: at token scale s it is ceil(window / s)
+// scaled tokens. gpt-oss-20b's 128-token window, one 4096-token prompt, 16-token pages: after the
+// first decode step the request holds 4097 tokens; the SWA side keeps only the pages that reach
+// into the window. Unscaled, 257 pages of which 9 keep their SWA page (257 - (4097 - 128) / 16);
+// at scale 16, 257 scaled tokens in 17 pages with an 8-token window: 2 keep theirs (the same
+// share as unscaled, where an unscaled 128-token window would have kept 9 of 17).
+TEST(ServingSim, TheSlidingWindowIsScaledLikeEveryOtherTokenCount) {
+  struct Case {
+    std::uint64_t scale, full_pages, swa_pages, window;
+  };
+  for (const Case c : {Case{1, 257, 9, 128}, Case{16, 17, 2, 8}, Case{4, 65, 3, 32}, Case{256, 2, 1, 1}}) {
+    SCOPED_TRACE("token scale " + std::to_string(c.scale));
+    ServingParams p = params("gpt-oss-20b", 8, 64ull << 20, c.scale);
+    p.tables_only = true;
+    const std::uint64_t window = std::max<std::uint64_t>(1, ceil_div(128, c.scale));
+    ASSERT_EQ(window, c.window);
+    HeldPerStep held;
+    const ReplayReport r = simulate_watched(one_request(4096, 64 * c.scale), p, held);
+    ASSERT_GE(held.full_and_swa.size(), 2u);
+    // Step 0 admits and prefills (both sides hold every page); step 1 decodes one token and frees
+    // the SWA pages wholly behind the window.
+    const std::uint64_t seq = ceil_div(4096, c.scale) + 1;
+    EXPECT_EQ(held.full_and_swa[0].first, ceil_div(4096, c.scale * 16));
+    EXPECT_EQ(held.full_and_swa[0].second, held.full_and_swa[0].first);
+    EXPECT_EQ(held.full_and_swa[1].first, c.full_pages);
+    EXPECT_EQ(held.full_and_swa[1].first, ceil_div(seq, 16));
+    EXPECT_EQ(held.full_and_swa[1].second, c.swa_pages);
+    EXPECT_EQ(held.full_and_swa[1].second, c.full_pages - (seq - window) / 16);
+    // The last window step is the one before the request finishes (64 scaled output tokens).
+    const std::uint64_t last_seq = ceil_div(4096, c.scale) + 63;
+    EXPECT_EQ(r.serving->swa_freed_pages, (last_seq - window) / 16);
+  }
+}
+
+// A hand-made Mooncake trace: two requests arrive together with the same 5 hash_ids (4 full
+// 512-token blocks and a partial one), admitted in the same step.
+RequestTrace twins() {
+  RequestTrace t;
+  t.format = TraceFormat::mooncake;
+  t.name = "twins";
+  t.block_tokens = kMooncakeBlockTokens;
+  for (std::uint64_t i = 0; i < 2; ++i) {
+    Request r;
+    r.index = i;
+    r.input_tokens = 2100;
+    r.output_tokens = 64;
+    r.block_hashes = {7, 8, 9, 10, 11};
+    t.requests.push_back(r);
+  }
+  return t;
+}
+
+// Requests admitted in the same step share the blocks being prefilled (share_within_step, the
+// default), or only blocks of earlier steps (off). At scale 16 a block is 32 tokens (2 pages); the
+// prompt is 132 scaled tokens (9 pages).
+TEST(ServingSim, RequestsOfOneStepShareTheirPrefixWhenAsked) {
+  const RequestTrace t = twins();
+  for (const bool share : {true, false}) {
+    SCOPED_TRACE(share ? "share within step on" : "off");
+    ServingParams p = params("llama-3.1-8b", 8, 64ull << 20, 16);
+    p.share_within_step = share;
+    HeldPerStep held;
+    const ReplayReport r = simulate_watched(t, p, held);
+    const ServingSummary& s = *r.serving;
+    EXPECT_EQ(s.requests_served, 2u);
+    ASSERT_EQ(held.admitted_step.size(), 2u);
+    EXPECT_EQ(held.admitted_step[0], 0u);
+    EXPECT_EQ(held.admitted_step[1], 0u) << "both are admitted in the first step";
+    EXPECT_EQ(held.admitted_pages[0], std::vector<std::uint64_t>{9});
+    if (share) {
+      EXPECT_EQ(held.admitted_pages[1], std::vector<std::uint64_t>{1}) << "8 of its 9 pages are the first's";
+      EXPECT_EQ(s.cached_tokens, 128u);
+      EXPECT_EQ(s.prefill_tokens, 132u + 4u);
+      EXPECT_EQ(held.full_and_swa[0].first, 10u);
+    } else {
+      EXPECT_EQ(held.admitted_pages[1], std::vector<std::uint64_t>{9});
+      EXPECT_EQ(s.cached_tokens, 0u);
+      EXPECT_EQ(s.prefill_tokens, 2u * 132u);
+      EXPECT_EQ(held.full_and_swa[0].first, 18u);
+    }
+    EXPECT_EQ(r.parameters["share_within_step"], share);
+  }
+  // A request arriving a step later shares either way.
+  RequestTrace later = t;
+  later.requests[1].arrival_us = 1;
+  ServingParams p = params("llama-3.1-8b", 8, 64ull << 20, 16);
+  p.share_within_step = false;
+  HeldPerStep held;
+  const ReplayReport r = simulate_watched(later, p, held);
+  EXPECT_EQ(held.admitted_step[1], 1u);
+  EXPECT_EQ(r.serving->cached_tokens, 128u);
+}
+
+// A trace of 64-token blocks (--block-tokens 64): the cache's blocks are 64 / scale tokens, and a
+// second request sharing two leading blocks reuses exactly those.
+TEST(ServingSim, TheTracesBlockSizeSetsThePrefixCachesBlocks) {
+  std::istringstream text(
+      "{\"timestamp\": 0, \"input_length\": 130, \"output_length\": 8, \"hash_ids\": [1, 2, 3]}\n"
+      "{\"timestamp\": 5000, \"input_length\": 190, \"output_length\": 8, \"hash_ids\": [1, 2, 4]}\n");
+  RequestReadOptions options;
+  options.block_tokens = 64;
+  Result<RequestTrace> t = parse_request_trace(text, "blocks64.jsonl", TraceFormat::mooncake, options);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  ServingParams p = params("llama-3.1-8b", 8, 16ull << 20, 4);  // 16-token blocks: one page each
+  HeldPerStep held;
+  const ReplayReport r = simulate_watched(*t, p, held);
+  ASSERT_GE(held.admitted_step[1], 1u) << "the second request arrives after the first was prefilled";
+  EXPECT_EQ(r.serving->cached_tokens, 2u * 16u) << "two 64-token blocks, 16 scaled tokens each";
+  EXPECT_EQ(r.serving->prompt_tokens, ceil_div(130, 4) + ceil_div(190, 4));
+  EXPECT_EQ(r.parameters["block_tokens"], 64);
+  EXPECT_THAT(report_text(r), HasSubstr("64-token prefix blocks"));
+}
+
 // The simulator checks its own accounting after every step: a planted simulator bug (the window
 // never frees the first request's dead pages) fails the run with the step and the request named,
 // where without the check the replay would pass with those pages quietly kept.
@@ -329,8 +477,9 @@ TEST(ServingSim, ARequestThatOutgrowsThePoolIsDroppedNotCountedAsRejected) {
 
 TEST(ServingSim, ACompositeReportsItsSharedBytesAsShared) {
   // gpt-oss-20b: the full and swa sides take their pages from the same bytes. Each side's pages
-  // are at most what the shared bytes hold of it alone, and a full pool shows as full.
-  const RequestTrace t = azure(30);
+  // are at most what the shared bytes hold of it alone, and a full pool shows as full. 60 requests:
+  // with the window scaled (32 tokens at scale 4), the first 30 no longer fill 2 MiB.
+  const RequestTrace t = azure(60);
   ServingParams p = params("gpt-oss-20b", 8, 2ull << 20, 4);
   p.reserve_permille = 0;  // admit greedily: the pool fills
   p.max_running = 32;
@@ -364,6 +513,20 @@ TEST(ServingSim, ParametersThatCannotWorkAreClearErrors) {
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(s.error().message,
               HasSubstr("a prefix block of 512 / 64 = 8 tokens is not a whole number of 16-token pages"));
+  // With a block size given to the reader, the errors name it.
+  RequestTrace small_blocks = t;
+  small_blocks.block_tokens = 64;
+  small_blocks.block_tokens_given = true;
+  p.token_scale = 128;
+  s = ServingSimulator::create(p, small_blocks);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.error().message,
+              HasSubstr("token scale 128 does not divide the trace's 64-token prefix blocks (--block-tokens 64)"));
+  p.token_scale = 8;
+  s = ServingSimulator::create(p, small_blocks);
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.error().message, HasSubstr("a prefix block of 64 / 8 = 8 tokens is not a whole number of 16-token "
+                                           "pages (the trace's 64-token prefix blocks (--block-tokens 64))"));
   p.token_scale = 16;
   p.pool_bytes = 4096;
   s = ServingSimulator::create(p, t);

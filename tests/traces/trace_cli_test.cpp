@@ -211,6 +211,58 @@ TEST(ReplayCli, ARequestTraceIsSimulatedAndCheckedInOneGo) {
   EXPECT_EQ(j["parameters"]["token_scale"], 4);
 }
 
+// --block-tokens sets the hash_ids block size of a request trace for replay and record;
+// --share-within-step turns same-step prefix sharing on or off. Bad values name the option.
+TEST(ReplayCli, BlockTokensAndSameStepSharingAreOptionsOfReplayAndRecord) {
+  const fs::path dir = scratch();
+  const fs::path requests = dir / "blocks64.jsonl";
+  {
+    std::ofstream out(requests);
+    for (int i = 0; i < 6; ++i)
+      out << "{\"timestamp\": " << i * 2000 << ", \"input_length\": 200, \"output_length\": 16, \"hash_ids\": [1, 2, 3, "
+          << 10 + i << "]}\n";
+  }
+  const std::vector<std::string> common = {"--model", "llama-3.1-8b", "--tp", "8", "--pool-bytes", "16MiB",
+                                           "--token-scale", "4", "--quiet", "--block-tokens", "64"};
+  std::vector<std::string> replay = {"replay", requests.string(), "--json", "-"};
+  replay.insert(replay.end(), common.begin(), common.end());
+  CliRun r = kvtwin(replay);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("64-token prefix blocks, shared within a step: on"));
+  const nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find("\n{") + 1));
+  EXPECT_EQ(j["parameters"]["block_tokens"], 64);
+  EXPECT_EQ(j["parameters"]["share_within_step"], true);
+  // Three 64-token blocks of 200 tokens are shared: the five later requests reuse 3 * 16 scaled tokens each.
+  EXPECT_EQ(j["serving"]["cached_tokens"], 5 * 48);
+
+  std::vector<std::string> record = {"record", "--from", requests.string(), "--out", (dir / "pool.jsonl").string(),
+                                     "--share-within-step", "off"};
+  record.insert(record.end(), common.begin(), common.end());
+  CliRun rec = kvtwin(record);
+  ASSERT_EQ(rec.exit_code, 0) << rec.out << rec.err;
+  EXPECT_THAT(read_file(dir / "pool.jsonl"), HasSubstr("\"block_tokens\":64"));
+  EXPECT_THAT(rec.out, HasSubstr("shared within a step: off"));
+
+  // Without the option the hashes do not match Mooncake's 512-token blocks, and the error says so.
+  CliRun default_size = kvtwin({"replay", requests.string(), "--quiet"});
+  EXPECT_EQ(default_size.exit_code, 2);
+  EXPECT_THAT(default_size.err, HasSubstr("a trace with other blocks needs --block-tokens N"));
+  CliRun zero = kvtwin({"replay", requests.string(), "--block-tokens", "0"});
+  EXPECT_EQ(zero.exit_code, 2);
+  EXPECT_THAT(zero.err, HasSubstr("--block-tokens"));
+  CliRun indivisible = kvtwin({"replay", requests.string(), "--block-tokens", "64", "--token-scale", "128"});
+  EXPECT_EQ(indivisible.exit_code, 2);
+  EXPECT_THAT(indivisible.err, HasSubstr("does not divide the trace's 64-token prefix blocks (--block-tokens 64)"));
+  CliRun azure = kvtwin({"record", "--from", source("traces/samples/azure_code_head.csv"), "--out",
+                         (dir / "azure.jsonl").string(), "--block-tokens", "64"});
+  EXPECT_EQ(azure.exit_code, 2);
+  EXPECT_THAT(azure.err, HasSubstr("--block-tokens 64: "));
+  EXPECT_THAT(azure.err, HasSubstr("has no prefix hashes"));
+  CliRun share = kvtwin({"replay", requests.string(), "--block-tokens", "64", "--share-within-step", "maybe"});
+  EXPECT_EQ(share.exit_code, 2);
+  EXPECT_THAT(share.err, HasSubstr("--share-within-step 'maybe' is neither on nor off"));
+}
+
 TEST(FuzzCli, APlantedFailureIsFoundShrunkWrittenAndReplaysAlone) {
   const fs::path dir = scratch();
   CliRun f = kvtwin({"fuzz", "--fault", "model_pairing_out_of_order", "--cases", "300", "--seed", "3", "--out",

@@ -62,7 +62,7 @@ int run_record(const RecordOptions& o, const std::string& command) {
   Result<PoolConfig> config = traces::serving_pool_config(*params);
   if (!config.ok()) return bad_input("record", config.error());
   Result<traces::RequestTrace> trace =
-      traces::read_request_trace(o.from, *format, {params->max_requests, o.serving.skip_requests});
+      traces::read_request_trace(o.from, *format, request_read_options(o.serving));
   if (!trace.ok()) return bad_input("record", trace.error());
   Result<traces::CheckCadence> checks = cadence(o.cadence);
   if (!checks.ok()) return bad_input("record", checks.error());

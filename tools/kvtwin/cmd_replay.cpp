@@ -108,7 +108,7 @@ int run_replay(const ReplayOptions& o, const std::string& command) {
     Result<traces::ServingParams> params = serving_params(o.serving);
     if (!params.ok()) return bad_input("replay", params.error());
     Result<traces::RequestTrace> trace =
-        traces::read_request_trace(o.file, format, {params->max_requests, o.serving.skip_requests});
+        traces::read_request_trace(o.file, format, request_read_options(o.serving));
     if (!trace.ok()) return bad_input("replay", trace.error());
     std::printf("kvtwin replay: %s (%s request trace, %zu requests, token scale %llu, oracle seed %llu) on %s\n",
                 o.file.c_str(), std::string(traces::format_name(format)).c_str(), trace->requests.size(),

@@ -12,6 +12,7 @@
 
 #include "core/catalogue.h"
 #include "core/files.h"
+#include "core/printable.h"
 #include "core/rng.h"
 #include "tools/kvtwin/command.h"
 
@@ -40,6 +41,21 @@ void add_serving_options(CLI::App& app, ServingOptions& o) {
   add_count(app, "--reserve-permille", o.reserve_permille,
             "admission keeps this share (per mille) of running requests' remaining output free", 0, 1000);
   add_count(app, "--prefill-budget", o.prefill_budget_tokens, "scaled prompt tokens one step may prefill", 1);
+  add_count(app, "--block-tokens", o.block_tokens,
+            "tokens per hash_ids prefix block of the request trace (default: the format's, 512 for Mooncake)", 1,
+            UINT64_MAX, /*show_default=*/false);
+  app.add_option("--share-within-step", o.share_within_step,
+                 "on: requests admitted in the same step share the prefix blocks being prefilled; off: only "
+                 "blocks of earlier steps")
+      ->capture_default_str();
+}
+
+traces::RequestReadOptions request_read_options(const ServingOptions& o) {
+  traces::RequestReadOptions r;
+  r.limit = o.requests;
+  r.skip = o.skip_requests;
+  r.block_tokens = o.block_tokens;
+  return r;
 }
 
 Result<traces::ServingParams> serving_params(const ServingOptions& o) {
@@ -72,6 +88,10 @@ Result<traces::ServingParams> serving_params(const ServingOptions& o) {
   p.prefill_ns_per_token = o.prefill_ns_per_token;
   p.reserve_permille = o.reserve_permille;
   p.prefill_budget_tokens = o.prefill_budget_tokens;
+  if (o.share_within_step != "on" && o.share_within_step != "off")
+    return make_error(ErrorKind::invalid_argument,
+                      "--share-within-step '" + printable(o.share_within_step) + "' is neither on nor off; use on (the default) or off");
+  p.share_within_step = o.share_within_step == "on";
   return p;
 }
 

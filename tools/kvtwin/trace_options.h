@@ -36,9 +36,13 @@ struct ServingOptions {
   std::uint64_t prefill_ns_per_token = 10000;
   std::uint64_t reserve_permille = 300;
   std::uint64_t prefill_budget_tokens = 16384;
+  std::uint64_t block_tokens = 0;  // tokens per hash_ids block; 0: the format's (Mooncake: 512)
+  std::string share_within_step = "on";
 };
 void add_serving_options(CLI::App& app, ServingOptions& options);
 Result<traces::ServingParams> serving_params(const ServingOptions& options);
+// How to read a request trace for the serving simulator: --requests, --skip-requests, --block-tokens.
+traces::RequestReadOptions request_read_options(const ServingOptions& options);
 
 // --verify-every auto: after every op on pools of tables only or of at most 4 MiB; on larger pools
 // with bytes (the model's verify() reads every live row back) at checkpoints and at the end.
