@@ -461,6 +461,26 @@ class Generator {
     out.resize(static_cast<std::size_t>(c_.between(1, static_cast<std::int64_t>(out.size()))));
     return out;
   }
+  // In a composite, a request whose last token lies on a page that has left the window (live on
+  // the full side, a tombstone on the SWA side): a live allocation's pages up to that one, at most
+  // `max_tokens`. Empty when there is none.
+  Ids request_ending_past_the_window(std::int64_t max_tokens) {
+    if (!s_.is_composite()) return {};
+    std::vector<std::pair<const Ids*, std::size_t>> candidates;  // allocation, index of a tombstone page
+    for (const Ids& g : s_.allocations())
+      for (std::size_t k = 0; k < g.size() && static_cast<std::int64_t>(k) * ps_ < max_tokens; ++k)
+        if (!s_.sides()[1].v2p.count(g[k])) candidates.emplace_back(&g, k);
+    if (candidates.empty()) return {};
+    const auto& [group, k] = candidates[c_.below(candidates.size())];
+    Ids out;
+    for (std::size_t i = 0; i < k; ++i)
+      for (std::int64_t slot = 0; slot < ps_; ++slot) out.push_back((*group)[i] * ps_ + slot);
+    const std::int64_t last_slots = std::min<std::int64_t>(ps_, max_tokens - static_cast<std::int64_t>(out.size()));
+    const std::int64_t take = c_.between(1, last_slots);
+    for (std::int64_t slot = 0; slot < take; ++slot) out.push_back((*group)[k] * ps_ + slot);
+    return out;
+  }
+
   // One request row: a live allocation's prefix mostly, scattered pages for a large operation.
   Ids some_request(std::int64_t max_pages, bool is_large) {
     const auto& groups = s_.allocations();
@@ -559,6 +579,10 @@ class Generator {
         Ids r = scattered_request(max_pages);
         if (new_tokens.insert(r.back()).second) op.requests.push_back(std::move(r));
       }
+    } else if (Ids r = request_ending_past_the_window(std::int64_t{max_pages} * ps_); !r.empty() && c_.chance(1, 4)) {
+      // The new token on a page that has left the sliding window: its SWA write goes to the
+      // sink (SPEC 5, 6), in the graph as out of it.
+      op.requests.push_back(std::move(r));
     } else {
       // Distinct allocations, one request each: the new token (last) differs between requests.
       std::vector<std::size_t> order(s_.allocations().size());
