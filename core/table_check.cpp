@@ -129,4 +129,97 @@ Status check_table_invariants(const PoolTables& tables, const PoolDerived& deriv
   return ok_status();
 }
 
+Status check_table_invariants_changed(const PoolTablesView& tables, const PoolDerived& derived, CompactionMode mode,
+                                      const TableChanges& changes) {
+  const std::vector<SubPoolGeometry>& geometry = derived.geometry.sub_pools;
+  if (tables.sides.size() != geometry.size())
+    return broken("the tables have " + std::to_string(tables.sides.size()) + " sides but the pool has " +
+                  std::to_string(geometry.size()) + " sub-pools");
+  const auto num_virtual = static_cast<std::int64_t>(geometry[0].num_pages);
+  const auto owner_min = static_cast<std::int64_t>(geometry[0].min_page_index);
+  std::vector<Band> bands(geometry.size());
+  for (std::size_t i = 0; i < geometry.size(); ++i) {
+    const SideTablesView& s = tables.sides[i];
+    const SubPoolGeometry& g = geometry[i];
+    const std::string side = "sub-pool '" + std::string(s.name) + "': ";
+    const auto num_pages = static_cast<std::int64_t>(g.num_pages);
+    const auto min_page = static_cast<std::int64_t>(g.min_page_index);
+    if (static_cast<std::int64_t>(s.v2p.size()) != num_virtual + 1 || static_cast<std::int64_t>(s.p2v.size()) != num_pages + 1)
+      return broken(side + "v2p has " + n(static_cast<std::int64_t>(s.v2p.size())) + " rows and p2v " +
+                    n(static_cast<std::int64_t>(s.p2v.size())) + "; SPEC 4 sizes them num_virtual + 1 = " +
+                    n(num_virtual + 1) + " and num_pages + 1 = " + n(num_pages + 1));
+    if (s.v2p[0] != 0 || s.p2v[0] != 0)
+      return broken(side + "the sink row is v2p[0] = " + n(s.v2p[0]) + ", p2v[0] = " + n(s.p2v[0]) + "; both must be 0");
+    if (s.v2p.back() != -1 || s.p2v.back() != -1) return broken(side + "the last row of v2p or p2v is not the -1 sentinel");
+    const bool up = g.direction == GrowDirection::up;
+    if (up ? (s.watermark < min_page || s.watermark > num_pages) : (s.watermark < min_page - 1 || s.watermark > num_pages - 1))
+      return broken(side + "watermark " + n(s.watermark) + " is outside its range");
+    const Band band = up ? Band{min_page, s.watermark} : Band{s.watermark + 1, num_pages};
+    bands[i] = band;
+    // Every band page is bound or a hole, and every bound page is in the band: the counts add up.
+    if (s.allocated_pages + s.hole_count != static_cast<std::uint64_t>(band.end - band.begin))
+      return broken(side + std::to_string(s.allocated_pages) + " bound pages and " + std::to_string(s.hole_count) +
+                    " holes do not fill the band [" + n(band.begin) + ", " + n(band.end) + ")");
+    if (mode == CompactionMode::eager && s.hole_count != 0)
+      return broken(side + "an eager side has " + std::to_string(s.hole_count) + " holes; eager compaction leaves none");
+    for (std::int64_t v : changes.virtual_pages[i]) {
+      if (v < 1 || v >= num_virtual) return broken(side + "a change names virtual page " + n(v) + " outside the table");
+      const std::int64_t p = s.v2p[static_cast<std::size_t>(v)];
+      if (p == -1) {
+        // Unbound on the owner: unbound on every other side too.
+        if (i == 0)
+          for (std::size_t o = 1; o < tables.sides.size(); ++o)
+            if (tables.sides[o].v2p[static_cast<std::size_t>(v)] >= 0)
+              return broken("virtual page " + n(v) + " is bound on side '" + std::string(tables.sides[o].name) +
+                            "' but not on the owner side");
+        continue;
+      }
+      if (v < owner_min)
+        return broken(side + "virtual page " + n(v) + " below the first usable page " + n(owner_min) + " is bound");
+      if (p < min_page || p >= num_pages)
+        return broken(side + "v2p[" + n(v) + "] = " + n(p) + " is outside the usable pages [" + n(min_page) + ", " +
+                      n(num_pages) + ")");
+      if (s.p2v[static_cast<std::size_t>(p)] != v)
+        return broken(side + "v2p[" + n(v) + "] = " + n(p) + " but p2v[" + n(p) + "] = " +
+                      n(s.p2v[static_cast<std::size_t>(p)]) + "; v2p and p2v must be mutual inverses");
+      if (i > 0 && tables.sides[0].v2p[static_cast<std::size_t>(v)] < 0)
+        return broken("virtual page " + n(v) + " is bound on side '" + std::string(s.name) + "' but not on the owner side");
+    }
+    for (std::int64_t p : changes.physical_pages[i]) {
+      if (p < 1 || p >= num_pages) return broken(side + "a change names physical page " + n(p) + " outside the table");
+      const std::int64_t v = s.p2v[static_cast<std::size_t>(p)];
+      const bool hole = s.is_hole(p);
+      if (v == -1) {
+        if (hole && !band.contains(p))
+          return broken(side + "hole " + n(p) + " lies outside the band [" + n(band.begin) + ", " + n(band.end) + ")");
+        if (!hole && band.contains(p))
+          return broken(side + "page " + n(p) + " inside the band [" + n(band.begin) + ", " + n(band.end) +
+                        ") is neither bound nor a hole");
+        continue;
+      }
+      if (hole) return broken(side + "page " + n(p) + " is both bound and a hole");
+      if (p < min_page) return broken(side + "reserved page " + n(p) + " below the sink floor is bound to virtual page " + n(v));
+      if (v < 1 || v >= num_virtual || s.v2p[static_cast<std::size_t>(v)] != p)
+        return broken(side + "p2v[" + n(p) + "] = " + n(v) + " but v2p of it is not " + n(p) +
+                      "; v2p and p2v must be mutual inverses");
+      if (!band.contains(p))
+        return broken(side + "page " + n(p) + " outside the band [" + n(band.begin) + ", " + n(band.end) + ") is bound");
+    }
+  }
+  // The owner's free ids and bound ids partition the usable ids: the counts add up.
+  const std::uint64_t usable_ids = static_cast<std::uint64_t>(num_virtual - owner_min);
+  if (tables.free_queue_size + tables.sides[0].allocated_pages != usable_ids)
+    return broken("the free queue holds " + std::to_string(tables.free_queue_size) + " ids and " +
+                  std::to_string(tables.sides[0].allocated_pages) + " are bound, but there are " +
+                  std::to_string(usable_ids) + " usable ids");
+  if (geometry.size() == 2) {
+    const std::uint64_t up_end = static_cast<std::uint64_t>(bands[0].end) * geometry[0].page_bytes;
+    const std::uint64_t down_begin = static_cast<std::uint64_t>(bands[1].begin) * geometry[1].page_bytes;
+    if (up_end > down_begin)
+      return broken("the '" + geometry[0].name + "' band ends at byte " + std::to_string(up_end) + ", past the '" +
+                    geometry[1].name + "' band's start at byte " + std::to_string(down_begin) + "; the sides overlap");
+  }
+  return ok_status();
+}
+
 }  // namespace kvtwin

@@ -16,7 +16,19 @@
 //
 // What it does not cover: readers, batches, graphs and bytes (backend-specific; the model's
 // verify() checks those).
+//
+// The incremental check (check_table_invariants_changed) is the same rules restricted to the rows
+// an operation changed, plus the counts that tie the rest together in O(1): bound pages + holes =
+// the band's width on every side, free ids + bound ids = the usable ids on the owner, no holes on
+// an eager side, the two bands apart. Run after every operation of a pool that was fully checked
+// before, it finds a broken rule at a changed row at once; a change the backend failed to report
+// is found by the full check at the next checkpoint (or by a count that no longer adds up).
 #pragma once
+
+#include <functional>
+#include <span>
+#include <string_view>
+#include <vector>
 
 #include "core/backend.h"
 #include "core/pool_config.h"
@@ -26,5 +38,32 @@ namespace kvtwin {
 
 // Ok, or an ErrorKind::internal error naming the first broken invariant ("invariant broken: ...").
 Status check_table_invariants(const PoolTables& tables, const PoolDerived& derived, CompactionMode mode);
+
+// One side's tables where the backend keeps them (no copy).
+struct SideTablesView {
+  std::string_view name;
+  std::span<const std::int64_t> v2p;  // num_virtual + 1 rows
+  std::span<const std::int64_t> p2v;  // num_pages + 1 rows
+  std::int64_t watermark = 0;
+  std::uint64_t allocated_pages = 0;
+  std::size_t hole_count = 0;
+  std::function<bool(std::int64_t)> is_hole;
+};
+
+struct PoolTablesView {
+  std::vector<SideTablesView> sides;  // chain order
+  std::size_t free_queue_size = 0;    // the owner's
+};
+
+// What one operation changed, per side: the virtual pages whose v2p row changed, and the physical
+// pages whose p2v row or hole status changed (repeats allowed).
+struct TableChanges {
+  std::vector<std::vector<std::int64_t>> virtual_pages;
+  std::vector<std::vector<std::int64_t>> physical_pages;
+};
+
+// The invariants above over the changed rows, and the O(1) counts; O(changes), not O(pages).
+Status check_table_invariants_changed(const PoolTablesView& tables, const PoolDerived& derived, CompactionMode mode,
+                                      const TableChanges& changes);
 
 }  // namespace kvtwin

@@ -41,7 +41,9 @@ void ContentLedger::record(std::size_t side, std::int64_t vpage, const RowSlot& 
     allocation_point();
     rows.resize(static_cast<std::size_t>(page_size_) * s.layers * s.parts);
   }
-  rows[index(s, at)] = WrittenRow{source_token, write_number, true};
+  const std::size_t i = index(s, at);
+  rows[i] = WrittenRow{source_token, write_number, true};
+  s.changed.emplace_back(vpage, i);
 }
 
 void ContentLedger::forget_row(std::size_t side, std::int64_t vpage, const RowSlot& at) {
@@ -55,6 +57,14 @@ void ContentLedger::forget_page(std::size_t side, std::int64_t vpage) {
   SideRows& s = sides_.at(side);
   if (vpage < 0 || static_cast<std::size_t>(vpage) >= s.pages.size()) return;
   std::vector<WrittenRow>().swap(s.pages[static_cast<std::size_t>(vpage)]);
+}
+
+std::vector<ContentLedger::ChangedRow> ContentLedger::changed_rows(std::size_t side) const {
+  const SideRows& s = sides_.at(side);
+  std::vector<ChangedRow> out;
+  out.reserve(s.changed.size());
+  for (const auto& [vpage, i] : s.changed) out.push_back(ChangedRow{vpage, position(s, i)});
+  return out;
 }
 
 const WrittenRow* ContentLedger::find(std::size_t side, std::int64_t vpage, const RowSlot& at) const {

@@ -57,11 +57,49 @@ class ContentLedger {
     }
   }
 
+  // Calls fn(vpage, RowSlot, WrittenRow) for every remembered row of one page of a side.
+  template <class Fn>
+  void for_each_row_of_page(std::size_t side, std::int64_t vpage, Fn&& fn) const {
+    const SideRows& s = sides_.at(side);
+    if (vpage < 0 || static_cast<std::size_t>(vpage) >= s.pages.size()) return;
+    const std::vector<WrittenRow>& rows = s.pages[static_cast<std::size_t>(vpage)];
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      if (rows[i].written) fn(vpage, position(s, i), rows[i]);
+  }
+
+  // The rows of a side recorded since clear_changes() (repeats allowed): the incremental verify
+  // re-reads only these (and a moved page's first and last rows).
+  struct ChangedRow {
+    std::int64_t vpage = 0;
+    RowSlot at;
+  };
+  std::vector<ChangedRow> changed_rows(std::size_t side) const;
+  // Calls fn(vpage, RowSlot, WrittenRow) for the first and the last remembered row of a page.
+  template <class Fn>
+  void for_first_and_last_row_of_page(std::size_t side, std::int64_t vpage, Fn&& fn) const {
+    const SideRows& s = sides_.at(side);
+    if (vpage < 0 || static_cast<std::size_t>(vpage) >= s.pages.size()) return;
+    const std::vector<WrittenRow>& rows = s.pages[static_cast<std::size_t>(vpage)];
+    std::size_t first = rows.size(), last = rows.size();
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      if (rows[i].written) {
+        if (first == rows.size()) first = i;
+        last = i;
+      }
+    if (first == rows.size()) return;
+    fn(vpage, position(s, first), rows[first]);
+    if (last != first) fn(vpage, position(s, last), rows[last]);
+  }
+  void clear_changes() {
+    for (SideRows& s : sides_) s.changed.clear();
+  }
+
  private:
   struct SideRows {
     std::uint32_t layers = 0;
     std::size_t parts = 0;
     std::vector<std::vector<WrittenRow>> pages;  // by virtual page; empty when nothing is written
+    std::vector<std::pair<std::int64_t, std::size_t>> changed;  // (vpage, row index): see changed_rows()
   };
   std::size_t index(const SideRows& s, const RowSlot& at) const;
   static RowSlot position(const SideRows& s, std::size_t index);

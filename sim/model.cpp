@@ -149,6 +149,12 @@ void Model::note_touched(std::uint64_t offset, std::uint64_t length) {
 
 OpResult Model::apply(const Op& op) {
   touched_.clear();
+  built_this_op_ = std::holds_alternative<BuildPool>(op);
+  readers_changed_ = false;
+  if (pool_) {
+    pool_->allocator.clear_changes();
+    pool_->ledger.clear_changes();
+  }
   if (!poisoned_.empty())
     return make_error(ErrorKind::environment,
                       "the model refuses every operation since it ran out of memory: " + poisoned_);
@@ -421,6 +427,7 @@ OpResult Model::on(const BeginRead& op) {
     if (p < 0 || p >= side.num_pages())
       return out_of_range("begin_read: page " + num(p) + " is outside sub-pool '" + side.name() + "''s pages [0, " +
                           num(side.num_pages()) + ")");
+  readers_changed_ = true;
   Reader reader{s, sorted_unique(op.pages)};
   for (std::int64_t p : reader.pages) ++pool_->held[s][static_cast<std::size_t>(p)];
   pool_->readers.emplace(op.reader, std::move(reader));
@@ -431,6 +438,7 @@ OpResult Model::on(const EndRead& op) {
   auto it = pool_->readers.find(op.reader);
   if (it == pool_->readers.end())
     return invalid("end_read: reader " + num(op.reader) + " is not open; begin_read opens a reader");
+  readers_changed_ = true;
   for (std::int64_t p : it->second.pages) --pool_->held[it->second.side][static_cast<std::size_t>(p)];
   pool_->readers.erase(it);
   return Outcome(Done{});
@@ -892,6 +900,10 @@ Status Model::verify_tables() const {
   KVTWIN_TRY(const PoolTables tables, this->tables());
   KVTWIN_TRY_STATUS(check_table_invariants(tables, pool_->derived, pool_->config.mode));
   for (std::size_t i = 0; i < pool_->allocator.side_count(); ++i) KVTWIN_TRY_STATUS(verify_side(i));
+  return verify_batches_and_graphs();
+}
+
+Status Model::verify_batches_and_graphs() const {
   for (const auto& [id, b] : pool_->batches)
     if (b.tokens.size() != b.loc.size() || (!b.encoder_loc.empty() && b.encoder_loc.size() != b.loc.size()))
       return broken("batch " + num(id) + " has lanes of different lengths");
@@ -904,36 +916,85 @@ Status Model::verify_tables() const {
   return ok_status();
 }
 
+Status Model::verify_row(std::size_t i, std::int64_t v, const RowSlot& at, const WrittenRow& row,
+                         std::vector<std::uint8_t>& expected) const {
+  const AllocatorSide& s = pool_->allocator.side(i);
+  const DenseEntryLayout& layout = pool_->derived.layouts[i];
+  // Read through translation: the physical token of (v, slot) is v2p[v] * ps + slot.
+  const std::int64_t p = s.physical_of(v);
+  if (p < s.min_page())
+    return broken("sub-pool '" + s.name() + "': a row of virtual page " + num(v) + " is remembered, but the page is not bound");
+  const std::int64_t pt = p * pool_->page_size + at.slot;
+  const DensePart& part = layout.parts[at.part];
+  const RowIdentity id{row.source_token, static_cast<std::uint32_t>(i), at.layer, static_cast<std::uint32_t>(at.part),
+                       row.write_number};
+  expected.resize(part.row_bytes());
+  fill_oracle_row(pool_->config.seed, id, part.dtype, expected);
+  auto actual = pool_->bytes->row(layout, pt, at.part, at.layer);
+  if (!std::equal(actual.begin(), actual.end(), expected.begin())) {
+    const auto diff = std::mismatch(actual.begin(), actual.end(), expected.begin());
+    return broken("sub-pool '" + s.name() + "': virtual token " + num(v * pool_->page_size + at.slot) + " (physical " +
+                  num(pt) + ") part '" + part.name + "' layer " + num(at.layer) + " does not hold the oracle row of token " +
+                  num(row.source_token) + " at write " + num(row.write_number) + "; first difference at byte " +
+                  num(std::uint64_t(diff.first - actual.begin())) + " of the row");
+  }
+  return ok_status();
+}
+
 Status Model::verify_rows() const {
   if (!pool_->bytes) return ok_status();
   Status status = ok_status();
   std::vector<std::uint8_t> expected;
-  for (std::size_t i = 0; i < pool_->allocator.side_count() && status.ok(); ++i) {
-    const AllocatorSide& s = pool_->allocator.side(i);
-    const DenseEntryLayout& layout = pool_->derived.layouts[i];
+  for (std::size_t i = 0; i < pool_->allocator.side_count() && status.ok(); ++i)
     pool_->ledger.for_each_row(i, [&](std::int64_t v, const RowSlot& at, const WrittenRow& row) {
-      if (!status.ok()) return;
-      // Read through translation: the physical token of (v, slot) is v2p[v] * ps + slot.
-      const std::int64_t p = s.physical_of(v);
-      if (p < s.min_page()) {
-        status = broken("sub-pool '" + s.name() + "': a row of virtual page " + num(v) + " is remembered, but the page is not bound");
-        return;
-      }
-      const std::int64_t pt = p * pool_->page_size + at.slot;
-      const DensePart& part = layout.parts[at.part];
-      const RowIdentity id{row.source_token, static_cast<std::uint32_t>(i), at.layer, static_cast<std::uint32_t>(at.part),
-                           row.write_number};
-      expected.resize(part.row_bytes());
-      fill_oracle_row(pool_->config.seed, id, part.dtype, expected);
-      auto actual = pool_->bytes->row(layout, pt, at.part, at.layer);
-      if (!std::equal(actual.begin(), actual.end(), expected.begin())) {
-        const auto diff = std::mismatch(actual.begin(), actual.end(), expected.begin());
-        status = broken("sub-pool '" + s.name() + "': virtual token " + num(v * pool_->page_size + at.slot) + " (physical " +
-                        num(pt) + ") part '" + part.name + "' layer " + num(at.layer) + " does not hold the oracle row of token " +
-                        num(row.source_token) + " at write " + num(row.write_number) + "; first difference at byte " +
-                        num(std::uint64_t(diff.first - actual.begin())) + " of the row");
-      }
+      if (status.ok()) status = verify_row(i, v, at, row, expected);
     });
+  return status;
+}
+
+Status Model::verify_changed() const {
+  if (!pool_) return ok_status();
+  if (built_this_op_) return verify();
+  const PageAllocator& a = pool_->allocator;
+  PoolTablesView view;
+  view.free_queue_size = a.free_queue().size();
+  TableChanges changes;
+  for (std::size_t i = 0; i < a.side_count(); ++i) {
+    const AllocatorSide& s = a.side(i);
+    view.sides.push_back(SideTablesView{s.name(), s.v2p(), s.p2v(), s.watermark(), s.allocated_pages(), s.holes().size(),
+                                        [&s](std::int64_t p) { return s.holes().count(p) != 0; }});
+    changes.virtual_pages.push_back(s.changed_virtual());
+    changes.physical_pages.push_back(s.changed_physical());
+  }
+  KVTWIN_TRY_STATUS(check_table_invariants_changed(view, pool_->derived, pool_->config.mode, changes));
+  for (std::size_t i = 0; i < a.side_count(); ++i) {
+    const AllocatorSide& s = a.side(i);
+    if (s.band_begin_byte() < pool_->derived.geometry.reserved_floor_bytes || s.band_end_byte() > pool_->config.total_bytes)
+      return broken("sub-pool '" + s.name() + "': band bytes [" + num(s.band_begin_byte()) + ", " + num(s.band_end_byte()) +
+                    ") leave [reserved floor " + num(pool_->derived.geometry.reserved_floor_bytes) + ", total " +
+                    num(pool_->config.total_bytes) + ")");
+    if (readers_changed_) KVTWIN_TRY_STATUS(verify_side(i));
+  }
+  KVTWIN_TRY_STATUS(verify_batches_and_graphs());
+  if (!pool_->bytes) return ok_status();
+  // Every row the operation wrote (and still remembers) reads back the oracle's bytes, and so do
+  // the first and last remembered rows of every page it bound, unbound or moved (a page copied
+  // from the wrong place, or cut short, shows there; every row of it at the next full verify).
+  Status status = ok_status();
+  std::vector<std::uint8_t> expected;
+  const auto check = [&](std::size_t i) {
+    return [&, i](std::int64_t page, const RowSlot& at, const WrittenRow& row) {
+      if (status.ok()) status = verify_row(i, page, at, row, expected);
+    };
+  };
+  for (std::size_t i = 0; i < a.side_count() && status.ok(); ++i) {
+    for (const ContentLedger::ChangedRow& c : pool_->ledger.changed_rows(i))
+      if (const WrittenRow* row = pool_->ledger.find(i, c.vpage, c.at); row != nullptr && status.ok())
+        status = verify_row(i, c.vpage, c.at, *row, expected);
+    std::vector<std::int64_t> pages = a.side(i).changed_virtual();
+    std::sort(pages.begin(), pages.end());
+    pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
+    for (std::int64_t v : pages) pool_->ledger.for_first_and_last_row_of_page(i, v, check(i));
   }
   return status;
 }

@@ -101,6 +101,14 @@ class Model : public Backend {
   // through translation, exactly the oracle's bytes. Names the first broken invariant.
   Status verify() const;
 
+  // The same invariants over what the last operation changed (core/table_check.h's incremental
+  // check on the rows it bound, unbound or moved; the reader counts when a reader opened or
+  // closed; every remembered row of a page it wrote, forgot or moved, read back against the
+  // oracle), plus the O(1) counts that tie the rest together. O(what changed), not O(pool): the
+  // runner calls it after every operation and verify() at checkpoints and at the end. After a
+  // build it is verify().
+  Status verify_changed() const;
+
   // A digest of everything observable: configuration, tables, queue, holes, batches, readers,
   // graphs, remembered rows and (with_bytes) the raw bytes. Equal before and after a refused
   // operation. Without the bytes it costs what the tables hold, not the pool: a checker then
@@ -200,12 +208,17 @@ class Model : public Backend {
   Status verify_tables() const;
   Status verify_side(std::size_t i) const;
   Status verify_rows() const;
+  Status verify_row(std::size_t side, std::int64_t v, const RowSlot& at, const WrittenRow& row,
+                    std::vector<std::uint8_t>& expected) const;
+  Status verify_batches_and_graphs() const;
 
   // Records bytes the current operation wrote (touched_bytes()).
   void note_touched(std::uint64_t offset, std::uint64_t length);
 
   std::unique_ptr<Pool> pool_;
   std::vector<ByteRange> touched_;
+  bool built_this_op_ = false;    // the last operation built a pool: verify_changed() checks it all
+  bool readers_changed_ = false;  // the last operation opened or closed a reader
   std::string poisoned_;  // why every operation is refused (an allocation failed); empty: healthy
 };
 

@@ -71,6 +71,8 @@ std::vector<std::int64_t> AllocatorSide::bind(const std::vector<std::int64_t>& v
     // SPEC 4: v2p[v_i] = start + i, p2v[start + i] = v_i.
     v2p_[v] = p;
     p2v_[p] = v;
+    changed_virtual_.push_back(v);
+    changed_physical_.push_back(p);
   }
   watermark_ += grows_up() ? band_taken : -band_taken;
   allocated_ += vpages.size();
@@ -83,6 +85,8 @@ std::int64_t AllocatorSide::unbind(std::int64_t vpage) {
   // SPEC 4 free: clear v2p[v] and p2v[v2p[v]].
   v2p_[vpage] = -1;
   p2v_[p] = -1;
+  changed_virtual_.push_back(vpage);
+  changed_physical_.push_back(p);
   --allocated_;
   // SPEC 4.2: in lazy mode the freed physical page becomes a hole of the band.
   if (mode_ == CompactionMode::lazy) holes_.insert(p);
@@ -131,8 +135,14 @@ void AllocatorSide::apply_compaction(const CompactionPlan& plan) {
     v2p_[v] = m.dst;
     p2v_[m.dst] = v;
     p2v_[m.src] = -1;
+    changed_virtual_.push_back(v);
+    changed_physical_.push_back(m.src);
+    changed_physical_.push_back(m.dst);
   }
-  for (std::int64_t p : plan.freed) holes_.erase(p);
+  for (std::int64_t p : plan.freed) {
+    holes_.erase(p);
+    changed_physical_.push_back(p);
+  }
   watermark_ = plan.new_watermark;
 }
 

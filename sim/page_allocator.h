@@ -79,6 +79,16 @@ class AllocatorSide {
   };
   TablesForTest tables_for_test() { return {v2p_, p2v_, watermark_, holes_, allocated_}; }
 
+  // What changed since clear_changes(): the virtual pages whose v2p row and the physical pages
+  // whose p2v row or hole status bind, unbind and apply_compaction wrote (repeats allowed). The
+  // incremental invariant check reads only these (core/table_check.h).
+  const std::vector<std::int64_t>& changed_virtual() const { return changed_virtual_; }
+  const std::vector<std::int64_t>& changed_physical() const { return changed_physical_; }
+  void clear_changes() {
+    changed_virtual_.clear();
+    changed_physical_.clear();
+  }
+
   // v2p[v] for a virtual page inside the table, -1 otherwise.
   std::int64_t physical_of(std::int64_t vpage) const;
   // p2v[p] for a physical page inside the table, -1 otherwise.
@@ -129,6 +139,8 @@ class AllocatorSide {
   std::int64_t watermark_ = 0;
   std::set<std::int64_t> holes_;  // lazy mode: unbound pages inside the band
   std::uint64_t allocated_ = 0;
+  std::vector<std::int64_t> changed_virtual_;
+  std::vector<std::int64_t> changed_physical_;
 };
 
 // One side's part of a free: which virtual pages it unbinds, the physical pages they held, and
@@ -164,6 +176,10 @@ class PageAllocator {
   // Test seams (see AllocatorSide::tables_for_test).
   AllocatorSide& side_for_test(std::size_t i) { return sides_.at(i); }
   std::deque<std::int64_t>& free_queue_for_test() { return free_queue_; }
+  // Forgets every side's record of changes (AllocatorSide::changed_virtual): an operation starts.
+  void clear_changes() {
+    for (AllocatorSide& s : sides_) s.clear_changes();
+  }
 
   // Bytes between the two frontiers (SPEC 4): composite (wm_down + 1) * epp_down - wm_up * epp_up;
   // a single side grows up to its last page: num_pages * epp - wm * epp.

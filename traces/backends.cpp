@@ -322,6 +322,7 @@ Player model_player(sim::Model& m) {
   Player p;
   p.backend = &m;
   p.verify = [&m] { return m.verify(); };
+  p.verify_changed = [&m] { return m.verify_changed(); };
   p.verify_checks_tables = true;
   p.describe_byte = [&m](std::uint64_t byte) -> std::string {
     Result<sim::ByteOwner> owner = m.locate_byte(byte);

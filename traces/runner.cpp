@@ -83,7 +83,7 @@ std::optional<std::string> diff_tables(const PoolTables& a, const PoolTables& b,
 
 std::uint64_t resolve_verify_every(const CheckCadence& cadence, const PoolConfig& config) {
   if (cadence.verify_every != kVerifyAuto) return cadence.verify_every;
-  return config.tables_only || config.total_bytes <= kVerifyEveryOpMaxBytes ? 1 : 0;
+  return config.total_bytes <= kVerifyEveryOpMaxBytes ? 1 : 0;
 }
 
 Runner::Runner(std::vector<Player> players, CheckCadence cadence) : players_(std::move(players)), cadence_(cadence) {
@@ -139,10 +139,11 @@ bool Runner::check_tables() {
   return true;
 }
 
-bool Runner::check_invariants(bool verify_runs) {
+bool Runner::check_invariants(bool verify_runs, bool changed_runs) {
   if (!config_) return true;
   for (const Player& p : players_) {
-    if (verify_runs && p.verify && p.verify_checks_tables) continue;
+    // A player whose own verify (full or incremental) ran this step checked its tables already.
+    if (p.verify_checks_tables && ((verify_runs && p.verify) || (changed_runs && p.verify_changed))) continue;
     Result<PoolTables> t = p.backend->tables();
     if (!t.ok()) return fail("tables", std::string(p.backend->name()) + " cannot show its tables: " + t.error().message);
     Status s = check_table_invariants(*t, *derived_, config_->mode);
@@ -201,6 +202,17 @@ bool Runner::check_verify() {
     Status s = p.verify();
     if (!s.ok()) return fail("verify", std::string(p.backend->name()) + " broke an invariant: " + s.error().message);
     ++stats_.verifies;
+  }
+  return true;
+}
+
+bool Runner::check_verify_changed() {
+  if (!config_) return true;
+  for (const Player& p : players_) {
+    if (!p.verify_changed) continue;
+    Status s = p.verify_changed();
+    if (!s.ok()) return fail("verify", std::string(p.backend->name()) + " broke an invariant: " + s.error().message);
+    ++stats_.changed_verifies;
   }
   return true;
 }
@@ -333,9 +345,11 @@ std::optional<OpResult> Runner::play(const Op& op, const std::optional<OpResult>
   InvariantScope scope;
   try {
     const bool verify_runs = checkpoint || (verify_every_ != 0 && n % verify_every_ == 0);
+    const bool changed_runs = !verify_runs && cadence_.verify_changed;
     if (verify_runs && failed(check_verify())) return std::nullopt;
+    if (changed_runs && failed(check_verify_changed())) return std::nullopt;
     if ((checkpoint || (cadence_.tables_every != 0 && n % cadence_.tables_every == 0)) &&
-        (failed(check_invariants(verify_runs)) || failed(check_tables())))
+        (failed(check_invariants(verify_runs, changed_runs)) || failed(check_tables())))
       return std::nullopt;
     if (failed(check_touched())) return std::nullopt;
     if (checkpoint && failed(check_pools())) return std::nullopt;
@@ -360,7 +374,7 @@ bool Runner::finish() {
   op_text_.clear();
   InvariantScope scope;
   try {
-    return check_verify() && check_invariants(true) && check_tables() && check_pools();
+    return check_verify() && check_invariants(true, false) && check_tables() && check_pools();
   } catch (const InvariantFailure& e) {
     return fail("invariant", e.what());
   }

@@ -51,6 +51,9 @@ struct Player {
   Backend* backend = nullptr;
   // The backend's own invariant check (the model's verify()); empty when it has none.
   std::function<Status()> verify;
+  // The same over what the last operation changed (the model's verify_changed()); empty when the
+  // backend has none. With verify_checks_tables it stands for the table check too.
+  std::function<Status()> verify_changed;
   // verify() runs check_table_invariants itself (the model's does): on a step where verify runs,
   // the runner does not run that check a second time for this player.
   bool verify_checks_tables = false;
@@ -104,9 +107,10 @@ class RunObserver {
   }
 };
 
-// verify_every = kVerifyAuto: after every op on pools a verify() reads quickly (tables only, or
-// at most kVerifyEveryOpMaxBytes of bytes); on larger pools with bytes, where verify() re-reads
-// every live row, only at checkpoints and at the end.
+// verify_every = kVerifyAuto: the full verify() after every op on pools of at most
+// kVerifyEveryOpMaxBytes, where it reads quickly; on larger ones, where it costs what the pool
+// holds, at checkpoints and at the end, and the incremental verify_changed() (what the op
+// changed, with the same rules) after every other op. `--paranoid` asks for the full one always.
 inline constexpr std::uint64_t kVerifyAuto = UINT64_MAX;
 inline constexpr std::uint64_t kVerifyEveryOpMaxBytes = std::uint64_t{4} << 20;
 
@@ -115,6 +119,7 @@ struct CheckCadence {
   std::uint64_t verify_every = kVerifyAuto;  // run verify() after every Nth op; 0 = only at checkpoints and the end
   bool compare_pools = true;                 // at checkpoints and at the end (two backends with bytes)
   bool compare_touched = true;               // the bytes each op wrote, right after it (two backends with bytes)
+  bool verify_changed = true;                // after every op the full verify skips, the incremental one
 };
 
 // The verify cadence auto means for a pool of this configuration.
@@ -126,6 +131,7 @@ struct RunStats {
   std::uint64_t results_compared = 0;
   std::uint64_t tables_compared = 0;
   std::uint64_t verifies = 0;
+  std::uint64_t changed_verifies = 0;  // incremental verifies (Player::verify_changed)
   std::uint64_t pools_compared = 0;
   std::uint64_t pages_compared = 0;
   std::uint64_t invariants_checked = 0;  // table-invariant checks (one per player)
@@ -136,7 +142,7 @@ struct RunStats {
   std::uint64_t no_rooms = 0;
 
   std::uint64_t checks_passed() const {
-    return expects_checked + results_compared + tables_compared + verifies + pools_compared + invariants_checked +
+    return expects_checked + results_compared + tables_compared + verifies + changed_verifies + pools_compared + invariants_checked +
            touched_compared + observer_checks;
   }
 };
@@ -181,8 +187,9 @@ class Runner {
   bool check_expect(const std::vector<OpResult>& results, const OpResult& expect);
   bool check_results(const std::vector<OpResult>& results);
   bool check_tables();
-  bool check_invariants(bool verify_runs);
+  bool check_invariants(bool verify_runs, bool changed_runs);
   bool check_verify();
+  bool check_verify_changed();
   bool check_touched();
   bool check_pools();
   std::string describe_byte(std::uint64_t byte) const;

@@ -121,6 +121,58 @@ TEST(Verify, NamesABrokenTableInvariant) {
   const Status v = m.verify();
   ASSERT_FALSE(v.ok());
   EXPECT_NE(v.error().message.find("inside the band"), std::string::npos) << v.error().message;
+  // The incremental check sees it too: the band's width no longer equals bound pages + holes.
+  const Status c = m.verify_changed();
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.error().message.find("do not fill the band"), std::string::npos) << c.error().message;
+}
+
+// The incremental verify checks what the last operation changed with verify()'s rules, and the
+// counts that tie the rest together; what it cannot see (a corruption of a row no operation
+// touched) the full verify() at the next checkpoint finds.
+TEST(VerifyChanged, FindsACorruptionOfWhatTheOperationChanged) {
+  const PoolConfig c = config_with_pages(mha_shape({LayerKind::full}), 4, 10, CompactionMode::lazy);
+  {
+    CorruptibleModel m;  // a just-bound page whose p2v no longer points back
+    must(m, BuildPool{c});
+    const Allocated a = must_as<Allocated>(m, Alloc{2 * 4});
+    m.allocator_for_test().side_for_test(0).tables_for_test().p2v[static_cast<std::size_t>(a.pages.back())] = 1;
+    const Status s = m.verify_changed();
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.error().message.find("mutual inverses"), std::string::npos) << s.error().message;
+  }
+  {
+    CorruptibleModel m;  // the allocated counter off by one: the counts no longer add up
+    must(m, BuildPool{c});
+    must(m, Alloc{4});
+    ++m.allocator_for_test().side_for_test(0).tables_for_test().allocated;
+    EXPECT_FALSE(m.verify_changed().ok());
+  }
+  {
+    CorruptibleModel m;  // a lazy free whose hole went missing
+    must(m, BuildPool{c});
+    must(m, Alloc{3 * 4});
+    must(m, Free{IdUnit::pages, {2}});
+    m.allocator_for_test().side_for_test(0).tables_for_test().holes.clear();
+    const Status s = m.verify_changed();
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.error().message.find("do not fill the band"), std::string::npos) << s.error().message;
+  }
+  {
+    CorruptibleModel m;  // one bit of a row the last write put down; then one of an older row
+    must(m, BuildPool{c});
+    must(m, Alloc{2 * 4});
+    must(m, Write{0, 4, std::nullopt, {5}, true, {5}, false});
+    m.bytes_for_test()[5 * 64 + 32 + 3] ^= 0x01;  // token 5's V row
+    const Status s = m.verify_changed();
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.error().message.find("virtual token 5"), std::string::npos) << s.error().message;
+    m.bytes_for_test()[5 * 64 + 32 + 3] ^= 0x01;
+    must(m, Alloc{4});
+    m.bytes_for_test()[5 * 64 + 32 + 3] ^= 0x01;
+    EXPECT_TRUE(m.verify_changed().ok()) << "the alloc changed nothing of token 5's page";
+    EXPECT_FALSE(m.verify().ok()) << "the full verify at a checkpoint finds it";
+  }
 }
 
 TEST(Verify, AMovedTwiceCompactionStopsLoudly) {

@@ -71,6 +71,9 @@ inline Outcome must(Model& m, const Op& op) {
   OpResult r = m.apply(op);
   EXPECT_TRUE(r.ok()) << to_string(op) << " -> " << to_string(r);
   if (!r.ok()) return Outcome(Done{});
+  // The incremental verify (what the op changed) first: it reads the op's record of changes.
+  Status changed = m.verify_changed();
+  EXPECT_TRUE(changed.ok()) << "after " << to_string(op) << ": " << (changed.ok() ? "" : changed.error().message);
   Status v = m.verify();
   EXPECT_TRUE(v.ok()) << "after " << to_string(op) << ": " << (v.ok() ? "" : v.error().message);
   return r.value();

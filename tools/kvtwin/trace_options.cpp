@@ -97,9 +97,15 @@ Result<traces::ServingParams> serving_params(const ServingOptions& o) {
 
 void add_cadence_options(CLI::App& app, CadenceOptions& o) {
   app.add_option("--verify-every", o.verify_every,
-                 "run the model's verify() after every Nth op (0: at checkpoints and the end; auto: every op on "
-                 "pools of tables only or of at most 4 MiB, else 0)")
+                 "run the model's full verify() after every Nth op (0: at checkpoints and the end; auto: every op "
+                 "on pools of at most 4 MiB, else 0)")
       ->capture_default_str();
+  app.add_option("--verify-changed", o.verify_changed,
+                 "on: between full verifies, check after every op what it changed (the same invariants, at a "
+                 "cost that does not grow with the pool); off: nothing between full verifies")
+      ->capture_default_str();
+  app.add_flag("--paranoid", o.paranoid,
+               "the full verify() and table check after every op, whatever the pool's size (slow on large pools)");
   add_count(app, "--tables-every", o.tables_every,
             "compare both backends' tables after every Nth op (0: at checkpoints and the end)");
 }
@@ -112,6 +118,17 @@ Result<traces::CheckCadence> cadence(const CadenceOptions& o) {
     KVTWIN_TRY(c.verify_every, parse_count(o.verify_every, "--verify-every"));
   }
   c.tables_every = o.tables_every;
+  if (o.verify_changed != "on" && o.verify_changed != "off")
+    return make_error(ErrorKind::invalid_argument,
+                      "--verify-changed '" + printable(o.verify_changed) + "' is neither on nor off; use on (the default) or off");
+  c.verify_changed = o.verify_changed == "on";
+  if (o.paranoid) {
+    if (o.verify_every != "auto" && c.verify_every != 1)
+      return make_error(ErrorKind::invalid_argument, "--paranoid verifies after every op; drop --verify-every " +
+                                                         printable(o.verify_every) + " or --paranoid");
+    c.verify_every = 1;
+    c.tables_every = 1;
+  }
   return c;
 }
 

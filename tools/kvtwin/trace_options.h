@@ -44,11 +44,15 @@ Result<traces::ServingParams> serving_params(const ServingOptions& options);
 // How to read a request trace for the serving simulator: --requests, --skip-requests, --block-tokens.
 traces::RequestReadOptions request_read_options(const ServingOptions& options);
 
-// --verify-every auto: after every op on pools of tables only or of at most 4 MiB; on larger pools
-// with bytes (the model's verify() reads every live row back) at checkpoints and at the end.
+// --verify-every auto: the full verify() after every op on pools of at most 4 MiB; on larger
+// pools at checkpoints and at the end, with the incremental verify (what each op changed, the same
+// rules) after every other op (--verify-changed off drops it). --paranoid: the full verify and
+// table check after every op, whatever the pool.
 struct CadenceOptions {
   std::string verify_every = "auto";
   std::uint64_t tables_every = 1;
+  std::string verify_changed = "on";
+  bool paranoid = false;
 };
 void add_cadence_options(CLI::App& app, CadenceOptions& options);
 Result<traces::CheckCadence> cadence(const CadenceOptions& options);
