@@ -6,6 +6,8 @@
 //                               tables only: Llama-3.1-8B at TP 1, 16-token pages, token scale 16,
 //                               a 16 GiB pool (256 GiB of KV at full scale). Arg: verify() every N
 //                               ops (0: at the end only). items/s = operations.
+//   BM_CheckCostByPoolSize      the whole Azure code trace, tables only, at 1 GiB, 64 GiB and 1 TiB,
+//                               unchecked, with the default (incremental) checks, and paranoid.
 //   BM_RequestSliceWithBytes    200 requests of the Mooncake sample with bytes (Llama-3.1-8B TP 8,
 //                               64 MiB, token scale 32), verify() at checkpoints: what kvtwin check
 //                               spends on a request slice. items/s = operations.
@@ -72,6 +74,48 @@ void BM_MooncakeWholeTablesOnly(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(ops));
 }
 BENCHMARK(BM_MooncakeWholeTablesOnly)->Arg(0)->Arg(1000)->Unit(benchmark::kSecond)->Iterations(1);
+
+// The cost of checking against the pool's size: the whole Azure code trace (8,819 requests,
+// 206k operations), tables only, Llama-3.1-8B at 16-token pages, at 1 GiB, 64 GiB and 1 TiB.
+// Args: pool GiB, then checks: 0 none (full verify at the end only), 1 the default (the
+// incremental verify after every op, the full one at the end), 2 paranoid (the full verify after
+// every op). The default's items/s stays flat as the pool grows and within 1.5x of none; the
+// paranoid one falls with the pool (not run at 1 TiB: hours).
+void BM_CheckCostByPoolSize(benchmark::State& state) {
+  const std::string path = traces_dir() + "/azure-llm-2023/AzureLLMInferenceTrace_code.csv";
+  if (!std::filesystem::exists(path)) {
+    state.SkipWithError(("no " + path + " (set KVTWIN_TRACES_DIR)").c_str());
+    return;
+  }
+  Result<RequestTrace> trace = read_request_trace(path, TraceFormat::azure, {});
+  KVTWIN_CHECK(trace.ok(), "the Azure trace reads");
+  ServingParams p;
+  p.model = "llama-3.1-8b";
+  p.page_size = 16;
+  p.pool_bytes = static_cast<std::uint64_t>(state.range(0)) << 30;
+  p.token_scale = 16;
+  p.tables_only = true;
+  CheckCadence cadence;
+  cadence.verify_every = state.range(1) == 2 ? 1 : 0;
+  cadence.verify_changed = state.range(1) == 1;
+  if (state.range(1) == 0) cadence.tables_every = 0;  // no table check between either
+  std::uint64_t ops = 0;
+  for (auto _ : state) {
+    Result<BackendSet> backends = make_backend_set(BackendChoice::model);
+    Result<ReplayReport> r = simulate_request_trace(*trace, p, *backends, cadence);
+    KVTWIN_CHECK(r.ok() && r->passed(), "the whole trace replays clean");
+    ops += r->stats.ops;
+    state.counters["verifies"] = static_cast<double>(r->stats.verifies);
+    state.counters["incremental"] = static_cast<double>(r->stats.changed_verifies);
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(ops));
+}
+BENCHMARK(BM_CheckCostByPoolSize)
+    ->ArgNames({"GiB", "checks"})
+    ->Args({1, 0})->Args({1, 1})->Args({1, 2})
+    ->Args({64, 0})->Args({64, 1})->Args({64, 2})
+    ->Args({1024, 0})->Args({1024, 1})
+    ->Unit(benchmark::kMillisecond)->Iterations(1);
 
 void BM_RequestSliceWithBytes(benchmark::State& state) {
   Result<RequestTrace> trace =
