@@ -150,6 +150,7 @@ void Model::note_touched(std::uint64_t offset, std::uint64_t length) {
 OpResult Model::apply(const Op& op) {
   touched_.clear();
   built_this_op_ = std::holds_alternative<BuildPool>(op);
+  locs_without_duplicates_ = {SIZE_MAX, {}};
   readers_changed_ = false;
   if (pool_) {
     pool_->allocator.clear_changes();
@@ -515,7 +516,12 @@ Result<Model::LayerWrite> Model::plan_layer_write(std::uint32_t model_layer, con
     w.locs = loc.loc;
   }
   // SPEC 6: two lanes with one non-sink loc are refused (docs/decisions.md: on the final loc).
-  KVTWIN_TRY_STATUS(check_duplicates(w.locs, sink_end(w.side), model_layer, pool_->allocator.side(w.side).name()));
+  // The layers of one sub-pool share their locs: checked once per operation, not once per layer.
+  if (locs_without_duplicates_.first != w.side || locs_without_duplicates_.second != w.locs) {
+    KVTWIN_TRY_STATUS(check_duplicates(w.locs, sink_end(w.side), model_layer, pool_->allocator.side(w.side).name(),
+                                       &loc_stamps_, slot_count(w.side)));
+    locs_without_duplicates_ = {w.side, w.locs};
+  }
   return w;
 }
 

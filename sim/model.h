@@ -219,6 +219,9 @@ class Model : public Backend {
   std::vector<ByteRange> touched_;
   bool built_this_op_ = false;    // the last operation built a pool: verify_changed() checks it all
   bool readers_changed_ = false;  // the last operation opened or closed a reader
+  // The (side, locs) this operation already found free of duplicate locs (plan_layer_write).
+  mutable std::pair<std::size_t, std::vector<std::int64_t>> locs_without_duplicates_{SIZE_MAX, {}};
+  mutable LocStamps loc_stamps_;  // check_duplicates' scratch (sim/write_locs.h)
   std::string poisoned_;  // why every operation is refused (an allocation failed); empty: healthy
 };
 

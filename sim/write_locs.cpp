@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "core/check.h"
 #include "sim/allocation_faults.h"
 #include "sim/translation.h"
 
@@ -95,9 +96,40 @@ Status check_mark(const WriteLoc& loc, std::uint32_t model_layer) {
 }
 
 Status check_duplicates(const std::vector<std::int64_t>& locs, std::int64_t sink_end, std::uint32_t model_layer,
-                        const std::string& sub_pool) {
+                        const std::string& sub_pool,
+                        LocStamps* stamps, std::int64_t slots) {
   // (loc, lane) pairs of the non-sink lanes, sorted: equal locs end up adjacent, each group's lanes
   // ascending. Sink lanes write nothing (SPEC 6) and are left out.
+  const auto refuse = [&](std::size_t first, std::size_t second, std::int64_t loc) {
+    return make_error(ErrorKind::duplicate_loc,
+                      "write to layer " + num(std::uint64_t{model_layer}) + ": lanes " + num(std::uint64_t{first}) +
+                          " and " + num(std::uint64_t{second}) + " both write token " + num(loc) + " of sub-pool '" +
+                          sub_pool + "' (last writer wins would race on a GPU); give each lane its own loc or "
+                          "route padding lanes to the sink (0)");
+  };
+  if (stamps != nullptr && slots > 0 && static_cast<std::uint64_t>(slots) <= kMaxLocStampSlots) {
+    // A lane-order scan: the first lane whose loc an earlier lane took is the duplicate reported,
+    // with that earlier lane (the same pair as the sort below names).
+    if (stamps->epoch.size() != static_cast<std::size_t>(slots)) {
+      stamps->epoch.assign(static_cast<std::size_t>(slots), 0);
+      stamps->lane.assign(static_cast<std::size_t>(slots), 0);
+      stamps->current = 0;
+    }
+    if (++stamps->current == 0) {
+      std::fill(stamps->epoch.begin(), stamps->epoch.end(), 0);
+      stamps->current = 1;
+    }
+    for (std::size_t i = 0; i < locs.size(); ++i) {
+      const std::int64_t l = locs[i];
+      if (l < sink_end) continue;
+      KVTWIN_CHECK(l < slots, "a loc checked for duplicates lies inside the sub-pool");
+      const auto at = static_cast<std::size_t>(l);
+      if (stamps->epoch[at] == stamps->current) return refuse(stamps->lane[at], i, l);
+      stamps->epoch[at] = stamps->current;
+      stamps->lane[at] = static_cast<std::uint32_t>(i);
+    }
+    return ok_status();
+  }
   std::vector<std::pair<std::int64_t, std::size_t>> by_loc;
   by_loc.reserve(locs.size());
   for (std::size_t i = 0; i < locs.size(); ++i)
@@ -114,12 +146,7 @@ Status check_duplicates(const std::vector<std::int64_t>& locs, std::int64_t sink
   }
   if (best == by_loc.size()) return ok_status();
   const auto [loc, second] = by_loc[best];
-  const std::size_t first = by_loc[best - 1].second;
-  return make_error(ErrorKind::duplicate_loc,
-                    "write to layer " + num(std::uint64_t{model_layer}) + ": lanes " + num(std::uint64_t{first}) +
-                        " and " + num(std::uint64_t{second}) + " both write token " + num(loc) + " of sub-pool '" +
-                        sub_pool + "' (last writer wins would race on a GPU); give each lane its own loc or "
-                        "route padding lanes to the sink (0)");
+  return refuse(by_loc[best - 1].second, second, loc);
 }
 
 }  // namespace kvtwin::sim

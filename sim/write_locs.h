@@ -61,9 +61,20 @@ Result<WriteLoc> for_layer(const Batch& batch, LayerKind kind, std::uint32_t mod
 // SPEC 6: a unified pool's write door refuses an unmarked loc, and says how to mark it.
 Status check_mark(const WriteLoc& loc, std::uint32_t model_layer);
 
+// Where a lane last wrote each slot, by epoch, so that the duplicate check of a write costs its
+// lanes rather than a sort (one per model; slots up to kMaxLocStampSlots, a sort beyond).
+struct LocStamps {
+  std::vector<std::uint32_t> epoch;  // per slot: the check that last saw it
+  std::vector<std::uint32_t> lane;   // per slot: the lane that saw it then
+  std::uint32_t current = 0;
+};
+inline constexpr std::uint64_t kMaxLocStampSlots = std::uint64_t{1} << 23;
+
 // Duplicate non-sink locs in one write are invalid input (SPEC 6). `sink_end` is the first
 // token id past the sink pages; ids below it are sink lanes and are ignored.
+// With `stamps` and the sub-pool's `slots`, it costs the lanes; without, a sort.
 Status check_duplicates(const std::vector<std::int64_t>& locs, std::int64_t sink_end, std::uint32_t model_layer,
-                        const std::string& sub_pool);
+                        const std::string& sub_pool,
+                        LocStamps* stamps = nullptr, std::int64_t slots = 0);
 
 }  // namespace kvtwin::sim
