@@ -1,6 +1,7 @@
 // The allocator tables' invariants (table_check.h).
 #include "core/table_check.h"
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -17,22 +18,32 @@ struct Band {
   bool contains(std::int64_t p) const { return p >= begin && p < end; }
 };
 
+// What every check of a side starts with (full or incremental): table sizes, the sink row, the
+// -1 sentinels and the watermark's range; sets the band.
+Status check_side_frame(const std::string& side, std::span<const std::int64_t> v2p, std::span<const std::int64_t> p2v,
+                        std::int64_t watermark, const SubPoolGeometry& g, std::int64_t num_virtual, Band& band) {
+  const auto num_pages = static_cast<std::int64_t>(g.num_pages);
+  const auto min_page = static_cast<std::int64_t>(g.min_page_index);
+  if (static_cast<std::int64_t>(v2p.size()) != num_virtual + 1 || static_cast<std::int64_t>(p2v.size()) != num_pages + 1)
+    return broken(side + "v2p has " + n(static_cast<std::int64_t>(v2p.size())) + " rows and p2v " +
+                  n(static_cast<std::int64_t>(p2v.size())) + "; SPEC 4 sizes them num_virtual + 1 = " +
+                  n(num_virtual + 1) + " and num_pages + 1 = " + n(num_pages + 1));
+  if (v2p[0] != 0 || p2v[0] != 0)
+    return broken(side + "the sink row is v2p[0] = " + n(v2p[0]) + ", p2v[0] = " + n(p2v[0]) + "; both must be 0");
+  if (v2p.back() != -1 || p2v.back() != -1) return broken(side + "the last row of v2p or p2v is not the -1 sentinel");
+  const bool up = g.direction == GrowDirection::up;
+  if (up ? (watermark < min_page || watermark > num_pages) : (watermark < min_page - 1 || watermark > num_pages - 1))
+    return broken(side + "watermark " + n(watermark) + " is outside its range");
+  band = up ? Band{min_page, watermark} : Band{watermark + 1, num_pages};
+  return ok_status();
+}
+
 Status check_side(const SideTables& s, const SubPoolGeometry& g, std::int64_t num_virtual, std::int64_t owner_min,
                   CompactionMode mode, Band& band) {
   const std::string side = "sub-pool '" + s.name + "': ";
   const auto num_pages = static_cast<std::int64_t>(g.num_pages);
   const auto min_page = static_cast<std::int64_t>(g.min_page_index);
-  if (static_cast<std::int64_t>(s.v2p.size()) != num_virtual + 1 || static_cast<std::int64_t>(s.p2v.size()) != num_pages + 1)
-    return broken(side + "v2p has " + n(static_cast<std::int64_t>(s.v2p.size())) + " rows and p2v " +
-                  n(static_cast<std::int64_t>(s.p2v.size())) + "; SPEC 4 sizes them num_virtual + 1 = " +
-                  n(num_virtual + 1) + " and num_pages + 1 = " + n(num_pages + 1));
-  if (s.v2p[0] != 0 || s.p2v[0] != 0)
-    return broken(side + "the sink row is v2p[0] = " + n(s.v2p[0]) + ", p2v[0] = " + n(s.p2v[0]) + "; both must be 0");
-  if (s.v2p.back() != -1 || s.p2v.back() != -1) return broken(side + "the last row of v2p or p2v is not the -1 sentinel");
-  const bool up = g.direction == GrowDirection::up;
-  if (up ? (s.watermark < min_page || s.watermark > num_pages) : (s.watermark < min_page - 1 || s.watermark > num_pages - 1))
-    return broken(side + "watermark " + n(s.watermark) + " is outside its range");
-  band = up ? Band{min_page, s.watermark} : Band{s.watermark + 1, num_pages};
+  KVTWIN_TRY_STATUS(check_side_frame(side, s.v2p, s.p2v, s.watermark, g, num_virtual, band));
   std::uint64_t bound = 0;
   for (std::int64_t v = 1; v < num_virtual; ++v) {
     const std::int64_t p = s.v2p[static_cast<std::size_t>(v)];
@@ -144,18 +155,8 @@ Status check_table_invariants_changed(const PoolTablesView& tables, const PoolDe
     const std::string side = "sub-pool '" + std::string(s.name) + "': ";
     const auto num_pages = static_cast<std::int64_t>(g.num_pages);
     const auto min_page = static_cast<std::int64_t>(g.min_page_index);
-    if (static_cast<std::int64_t>(s.v2p.size()) != num_virtual + 1 || static_cast<std::int64_t>(s.p2v.size()) != num_pages + 1)
-      return broken(side + "v2p has " + n(static_cast<std::int64_t>(s.v2p.size())) + " rows and p2v " +
-                    n(static_cast<std::int64_t>(s.p2v.size())) + "; SPEC 4 sizes them num_virtual + 1 = " +
-                    n(num_virtual + 1) + " and num_pages + 1 = " + n(num_pages + 1));
-    if (s.v2p[0] != 0 || s.p2v[0] != 0)
-      return broken(side + "the sink row is v2p[0] = " + n(s.v2p[0]) + ", p2v[0] = " + n(s.p2v[0]) + "; both must be 0");
-    if (s.v2p.back() != -1 || s.p2v.back() != -1) return broken(side + "the last row of v2p or p2v is not the -1 sentinel");
-    const bool up = g.direction == GrowDirection::up;
-    if (up ? (s.watermark < min_page || s.watermark > num_pages) : (s.watermark < min_page - 1 || s.watermark > num_pages - 1))
-      return broken(side + "watermark " + n(s.watermark) + " is outside its range");
-    const Band band = up ? Band{min_page, s.watermark} : Band{s.watermark + 1, num_pages};
-    bands[i] = band;
+    KVTWIN_TRY_STATUS(check_side_frame(side, s.v2p, s.p2v, s.watermark, g, num_virtual, bands[i]));
+    const Band& band = bands[i];
     // Every band page is bound or a hole, and every bound page is in the band: the counts add up.
     if (s.allocated_pages + s.hole_count != static_cast<std::uint64_t>(band.end - band.begin))
       return broken(side + std::to_string(s.allocated_pages) + " bound pages and " + std::to_string(s.hole_count) +

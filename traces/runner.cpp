@@ -195,24 +195,14 @@ bool Runner::check_touched() {
   return true;
 }
 
-bool Runner::check_verify() {
+bool Runner::check_verify(bool incremental) {
   if (!config_) return true;
   for (const Player& p : players_) {
-    if (!p.verify) continue;
-    Status s = p.verify();
+    const std::function<Status()>& verify = incremental ? p.verify_changed : p.verify;
+    if (!verify) continue;
+    Status s = verify();
     if (!s.ok()) return fail("verify", std::string(p.backend->name()) + " broke an invariant: " + s.error().message);
-    ++stats_.verifies;
-  }
-  return true;
-}
-
-bool Runner::check_verify_changed() {
-  if (!config_) return true;
-  for (const Player& p : players_) {
-    if (!p.verify_changed) continue;
-    Status s = p.verify_changed();
-    if (!s.ok()) return fail("verify", std::string(p.backend->name()) + " broke an invariant: " + s.error().message);
-    ++stats_.changed_verifies;
+    ++(incremental ? stats_.changed_verifies : stats_.verifies);
   }
   return true;
 }
@@ -347,7 +337,7 @@ std::optional<OpResult> Runner::play(const Op& op, const std::optional<OpResult>
     const bool verify_runs = checkpoint || (verify_every_ != 0 && n % verify_every_ == 0);
     const bool changed_runs = !verify_runs && cadence_.verify_changed;
     if (verify_runs && failed(check_verify())) return std::nullopt;
-    if (changed_runs && failed(check_verify_changed())) return std::nullopt;
+    if (changed_runs && failed(check_verify(true))) return std::nullopt;
     if ((checkpoint || (cadence_.tables_every != 0 && n % cadence_.tables_every == 0)) &&
         (failed(check_invariants(verify_runs, changed_runs)) || failed(check_tables())))
       return std::nullopt;

@@ -188,8 +188,8 @@ class Runner {
   bool check_results(const std::vector<OpResult>& results);
   bool check_tables();
   bool check_invariants(bool verify_runs, bool changed_runs);
-  bool check_verify();
-  bool check_verify_changed();
+  // Every player's verify (or, incremental, its verify_changed).
+  bool check_verify(bool incremental = false);
   bool check_touched();
   bool check_pools();
   std::string describe_byte(std::uint64_t byte) const;
