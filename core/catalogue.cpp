@@ -173,7 +173,7 @@ Result<ModelShape> shape_from_json(const nlohmann::json& j, std::string_view whe
     attention = j.at("attention").get<std::string>();
   }
   if (attention != "mha" && attention != "mla")
-    return spec_error(where, "field 'attention' is '" + attention + "'; use \"mha\" or \"mla\"");
+    return spec_error(where, "field 'attention' is '" + printable(attention) + "'; use \"mha\" or \"mla\"");
   s.attention = attention == "mla" ? AttentionKind::mla : AttentionKind::mha;
   auto layers = read_u32(j, "num_layers", where, !j.contains("layer_types"), 0);
   if (!layers.ok()) return layers.error();
