@@ -159,21 +159,10 @@ traces::ObserverFactory property_observer_factory() {
 std::optional<std::uint64_t> observable_digest(const traces::Player& player, const PoolConfig& config) {
   (void)config;
   if (player.state_digest) return player.state_digest();
-  Result<PoolTables> t = player.backend->tables();
-  if (!t.ok()) return std::nullopt;
-  std::vector<std::uint8_t> flat;
-  const auto add = [&flat](std::int64_t v) {
-    for (int i = 0; i < 8; ++i) flat.push_back(static_cast<std::uint8_t>(static_cast<std::uint64_t>(v) >> (8 * i)));
-  };
-  for (const SideTables& s : t->sides) {
-    for (std::int64_t v : s.v2p) add(v);
-    for (std::int64_t v : s.p2v) add(v);
-    for (std::int64_t v : s.free_queue) add(v);
-    for (std::int64_t v : s.holes) add(v);
-    add(s.watermark);
-    add(static_cast<std::int64_t>(s.allocated_pages));
-  }
-  return digest_bytes(flat);
+  // The backend's table digest, computed where its tables live (core/tables_digest.h).
+  Result<std::uint64_t> d = player.backend->tables_digest();
+  if (!d.ok()) return std::nullopt;
+  return *d;
 }
 
 void RefusalObserver::before(const traces::Runner& runner, const Op& op) {

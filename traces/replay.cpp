@@ -59,7 +59,7 @@ nlohmann::json report_json(const ReplayReport& r) {
   const RunStats& s = r.stats;
   j["ops"] = s.ops;
   j["checks"] = {{"passed", s.checks_passed()},       {"expect", s.expects_checked}, {"results", s.results_compared},
-                 {"tables", s.tables_compared},       {"verify", s.verifies},        {"verify_changed", s.changed_verifies},
+                 {"tables", s.tables_compared},       {"tables_by_digest", s.tables_digests_compared},       {"verify", s.verifies},        {"verify_changed", s.changed_verifies},
                  {"pools", s.pools_compared},
                  {"pages_compared", s.pages_compared}};
   j["compaction_moves"] = s.compaction_moves;
@@ -83,7 +83,8 @@ std::string report_text(const ReplayReport& r) {
   t += "\n  ops " + std::to_string(s.ops) + " (" + std::to_string(s.errors) + " answered with an error, " +
        std::to_string(s.no_rooms) + " no_room); checks passed " + std::to_string(s.checks_passed()) + " (expect " +
        std::to_string(s.expects_checked) + ", results " + std::to_string(s.results_compared) + ", tables " +
-       std::to_string(s.tables_compared) + ", verify " + std::to_string(s.verifies) + " in full and " +
+       std::to_string(s.tables_compared) +
+       (s.tables_digests_compared > 0 ? " (" + std::to_string(s.tables_digests_compared) + " by digest)" : "") + ", verify " + std::to_string(s.verifies) + " in full and " +
        std::to_string(s.changed_verifies) + " of what an op changed, pools " +
        std::to_string(s.pools_compared) + " over " + std::to_string(s.pages_compared) + " pages)";
   t += "\n  pages moved by compaction " + std::to_string(s.compaction_moves);

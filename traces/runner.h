@@ -54,6 +54,10 @@ struct Player {
   // The same over what the last operation changed (the model's verify_changed()); empty when the
   // backend has none. With verify_checks_tables it stands for the table check too.
   std::function<Status()> verify_changed;
+  // The player's full verify runs only at checkpoints and at the end: set for a player whose
+  // tables are compared with a verified peer's after every op (the GPU beside the model), so its
+  // own check, which downloads every table, adds nothing between checkpoints.
+  bool verify_at_checkpoints_only = false;
   // verify() runs check_table_invariants itself (the model's does): on a step where verify runs,
   // the runner does not run that check a second time for this player.
   bool verify_checks_tables = false;
@@ -130,6 +134,7 @@ struct RunStats {
   std::uint64_t expects_checked = 0;
   std::uint64_t results_compared = 0;
   std::uint64_t tables_compared = 0;
+  std::uint64_t tables_digests_compared = 0;  // of tables_compared: by digest (between checkpoints)
   std::uint64_t verifies = 0;
   std::uint64_t changed_verifies = 0;  // incremental verifies (Player::verify_changed)
   std::uint64_t pools_compared = 0;
@@ -186,10 +191,12 @@ class Runner {
   bool fail(std::string check, std::string message);
   bool check_expect(const std::vector<OpResult>& results, const OpResult& expect);
   bool check_results(const std::vector<OpResult>& results);
-  bool check_tables();
+  // Compares the two players' tables: by digest between checkpoints (the tables come back only
+  // when the digests differ), whole when `whole`. Sets tables_matched_.
+  bool check_tables(bool whole);
   bool check_invariants(bool verify_runs, bool changed_runs);
   // Every player's verify (or, incremental, its verify_changed).
-  bool check_verify(bool incremental = false);
+  bool check_verify(bool incremental, bool checkpoint);
   bool check_touched();
   bool check_pools();
   std::string describe_byte(std::uint64_t byte) const;
@@ -200,6 +207,7 @@ class Runner {
   std::uint64_t verify_every_ = 1;  // cadence_.verify_every, resolved for the pool built last
   RunStats stats_;
   std::optional<Failure> failure_;
+  bool tables_matched_ = false;  // this step's check_tables found the two players' tables equal
   std::optional<PoolConfig> config_;
   std::optional<PoolDerived> derived_;
   // The op being checked (for failure reports).

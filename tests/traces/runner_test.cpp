@@ -105,6 +105,8 @@ TEST(Runner, ModelAgainstItselfComparesResultsTablesAndPools) {
   ASSERT_TRUE(r.passed()) << r.failure->describe();
   EXPECT_EQ(r.stats.results_compared, r.stats.ops);
   EXPECT_EQ(r.stats.tables_compared, r.stats.ops + 1);
+  // Between checkpoints by digest; at the checkpoint and at the end whole.
+  EXPECT_EQ(r.stats.tables_digests_compared, r.stats.tables_compared - 2);
   EXPECT_EQ(r.stats.pools_compared, 2u) << "at the checkpoint and at the end";
   // Pages above the floor: 16 pages of 64 KiB, page 0 below it.
   EXPECT_EQ(r.stats.pages_compared, 2u * 15u);
@@ -199,6 +201,32 @@ TEST(Runner, TablesThatDivergeAreReportedEntryByEntry) {
   EXPECT_EQ(r.failure->check, "tables");
   EXPECT_EQ(r.failure->line, 2u);
   EXPECT_THAT(r.failure->message, HasSubstr("side 'full' v2p[1]: model has -1, model_alloc_many_partial has 1"));
+}
+
+// A backend whose digest disagrees with tables it shows equal (a host counter the tables do
+// not show, or a digest computed unlike core's) fails the tables check and says so.
+TEST(Runner, ADigestThatDisagreesWithEqualTablesIsAFailure) {
+  struct Lying : sim::Model {
+    Result<std::uint64_t> tables_digest() const override {
+      Result<std::uint64_t> d = sim::Model::tables_digest();
+      if (!d.ok()) return d;
+      return *d + (tables()->sides.front().allocated_pages > 0 ? 1 : 0);
+    }
+    std::string_view name() const override { return "lying"; }
+  };
+  BackendSet b;
+  auto plain = std::make_unique<sim::Model>();
+  auto lying = std::make_unique<Lying>();
+  b.players = {model_player(*plain), model_player(*lying)};
+  b.owned.push_back(std::move(plain));
+  b.owned.push_back(std::move(lying));
+  const PoolTrace t = parse(header(tp8_config()) + R"({"op":"alloc_many","tokens":[8]})" + "\n");
+  const ReplayReport r = replay_on(t, b, {});
+  ASSERT_FALSE(r.passed());
+  EXPECT_EQ(r.failure->check, "tables");
+  EXPECT_EQ(r.failure->line, 2u);
+  EXPECT_THAT(r.failure->message, HasSubstr("digests differ"));
+  EXPECT_THAT(r.failure->message, HasSubstr("but the tables they show are equal"));
 }
 
 TEST(Runner, WithTablesOnlyAtTheEndTheDivergenceShowsAtTheEnd) {
