@@ -50,8 +50,8 @@ class Backend {
   // The allocator tables (an error before any pool is built).
   virtual Result<PoolTables> tables() const = 0;
 
-  // digest_tables(tables()) (core/tables_digest.h). A backend whose tables are far away may
-  // override it to compute the same value where they live, so that a comparison costs a few bytes.
+  // digest_tables(tables()) (core/tables_digest.h), computed where the tables live: a backend
+  // whose tables are far away (the GPU's) overrides it so that a comparison costs a few bytes.
   virtual Result<std::uint64_t> tables_digest() const;
 
   // `length` raw pool bytes from `offset` (an error in tables-only mode or out of range).

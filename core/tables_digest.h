@@ -1,9 +1,7 @@
-// A digest of a pool's allocator tables that a backend can compute where its tables live, so
-// that comparing two backends' tables between checkpoints costs a few bytes instead of every
-// table; the full tables come back only when the digests differ, to name the first difference.
-// Today every backend digests its own tables() on the host (Backend::tables_digest's default);
-// the function is a plain sum of per-row terms so that a device reduction can compute the same
-// value where the GPU's tables live.
+// A digest of a pool's allocator tables that two backends can compute where their tables live:
+// the model on the host, the GPU on the device (one reduction kernel), so comparing two
+// backends' tables costs eight bytes per operation instead of downloading every table. The
+// full tables come back only when the digests differ, to name the first difference.
 //
 // How it works: the digest is a sum (mod 2^64) of one term per table row, each term a strong
 // mix of (side, part, row index, value); a sum does not depend on the order rows are visited,

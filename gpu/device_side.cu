@@ -1,6 +1,8 @@
 // The allocator's device work (device_side.h).
 #include "gpu/device_side.h"
 
+#include "core/tables_digest.h"
+
 #include <algorithm>
 
 #include <cub/device/device_radix_sort.cuh>
@@ -31,6 +33,47 @@ struct PageSelector {
 struct Positive {
   __device__ bool operator()(std::int64_t v) const { return v > 0; }
 };
+
+// The side's device terms of digest_tables (core/tables_digest.h): v2p rows, p2v rows, the
+// queue's positions front first, and (when `holes`) the flagged pages; each thread sums its terms,
+// one 64-bit atomic add per thread with any (a sum mod 2^64 does not depend on the order).
+struct DigestRanges {
+  const std::int64_t* v2p;
+  std::int64_t v2p_len;
+  const std::int64_t* p2v;
+  std::int64_t p2v_len;
+  const std::int64_t* queue;
+  std::int64_t queue_capacity, queue_head, queue_count;
+  const std::uint8_t* hole_flags;  // null: no holes
+  std::uint64_t side;
+};
+
+__global__ void digest_kernel(DigestRanges r, unsigned long long* sum) {
+  const std::int64_t holes_len = r.hole_flags != nullptr ? r.p2v_len : 0;
+  const std::int64_t n = r.v2p_len + r.p2v_len + r.queue_count + holes_len;
+  std::uint64_t local = 0;
+  KVTWIN_FOR_EACH(i, n) {
+    std::int64_t j = i;
+    if (j < r.v2p_len) {
+      local += tables_digest_term(r.side, TablesDigestPart::v2p, static_cast<std::uint64_t>(j), r.v2p[j]);
+      continue;
+    }
+    j -= r.v2p_len;
+    if (j < r.p2v_len) {
+      local += tables_digest_term(r.side, TablesDigestPart::p2v, static_cast<std::uint64_t>(j), r.p2v[j]);
+      continue;
+    }
+    j -= r.p2v_len;
+    if (j < r.queue_count) {
+      local += tables_digest_term(r.side, TablesDigestPart::free_queue, static_cast<std::uint64_t>(j),
+                                  r.queue[(r.queue_head + j) % r.queue_capacity]);
+      continue;
+    }
+    j -= r.queue_count;
+    if (r.hole_flags[j] != 0) local += tables_digest_term(r.side, TablesDigestPart::hole, static_cast<std::uint64_t>(j), 1);
+  }
+  if (local != 0) atomicAdd(sum, static_cast<unsigned long long>(local));
+}
 
 __global__ void iota_kernel(std::int64_t* out, std::int64_t n, std::int64_t first) {
   KVTWIN_FOR_EACH(i, n) out[i] = first + i;
@@ -306,6 +349,29 @@ Result<std::vector<std::int64_t>> DeviceSide::queue_contents(cudaStream_t stream
   for (std::int64_t i = 0; i < queue_count_; ++i)
     out.push_back(ring[static_cast<std::size_t>((queue_head_ + i) % static_cast<std::int64_t>(ring.size()))]);
   return out;
+}
+
+Status DeviceSide::add_digest_terms(std::uint64_t side_index, unsigned long long* sum, cudaStream_t stream) const {
+  DigestRanges r{};
+  r.v2p = v2p_.get();
+  r.v2p_len = v2p_len();
+  r.p2v = p2v_.get();
+  r.p2v_len = p2v_len();
+  r.queue = queue_.get();
+  r.queue_capacity = static_cast<std::int64_t>(queue_.size());
+  r.queue_head = queue_head_;
+  r.queue_count = owner_ ? queue_count_ : 0;  // as queue_contents(): only the owner lists a queue
+  r.hole_flags = holes_ != 0 ? hole_flags_.get() : nullptr;  // as hole_list(): no holes counted, none listed
+  r.side = side_index;
+  const std::int64_t n = r.v2p_len + r.p2v_len + r.queue_count + (r.hole_flags != nullptr ? r.p2v_len : 0);
+  digest_kernel<<<std::min<unsigned>(blocks_for(n), 1024), kThreads, 0, stream>>>(r, sum);
+  KVTWIN_CUDA_LAUNCHED();
+  return ok_status();
+}
+
+std::uint64_t DeviceSide::digest_counter_terms(std::uint64_t side_index) const {
+  return tables_digest_counters(side_index, watermark_, static_cast<std::uint64_t>(allocated_),
+                                static_cast<std::uint64_t>(owner_ ? queue_count_ : 0), static_cast<std::uint64_t>(holes_));
 }
 
 Result<SideSnapshot> DeviceSide::snapshot(std::int64_t first_virtual, cudaStream_t stream) const {

@@ -99,6 +99,12 @@ class DeviceSide {
   Result<std::vector<std::int64_t>> queue_contents(cudaStream_t stream) const;
   Result<std::vector<std::int64_t>> hole_list(SelectScratch& scratch, std::int64_t* out, cudaStream_t stream) const;
 
+  // This side's part of digest_tables (core/tables_digest.h) as the host would compute it from
+  // tables(): the device rows' terms are added to *sum on the stream (no synchronization), the
+  // host counters' terms returned. `side_index` is the side's place in the chain.
+  Status add_digest_terms(std::uint64_t side_index, unsigned long long* sum, cudaStream_t stream) const;
+  std::uint64_t digest_counter_terms(std::uint64_t side_index) const;
+
   // The counters and the whole device tables, for the invariant check; `first_virtual` is the
   // owner's first usable virtual page.
   Result<SideSnapshot> snapshot(std::int64_t first_virtual, cudaStream_t stream) const;

@@ -1256,6 +1256,21 @@ Result<PoolTables> GpuPool::tables() const {
   return out;
 }
 
+Result<std::uint64_t> GpuPool::tables_digest() const {
+  KVTWIN_TRY_STATUS(require_pool());
+  KVTWIN_TRY_STATUS(digest_sum_.reserve(1));
+  KVTWIN_CUDA_TRY(cudaMemsetAsync(digest_sum_.get(), 0, sizeof(unsigned long long), stream_));
+  std::uint64_t host_terms = 0;
+  for (std::size_t i = 0; i < sides_.size(); ++i) {
+    KVTWIN_TRY_STATUS(sides_[i]->add_digest_terms(i, digest_sum_.get(), stream_));
+    host_terms += sides_[i]->digest_counter_terms(i);
+  }
+  unsigned long long device_terms = 0;
+  KVTWIN_CUDA_TRY(cudaMemcpyAsync(&device_terms, digest_sum_.get(), sizeof device_terms, cudaMemcpyDeviceToHost, stream_));
+  KVTWIN_TRY_STATUS(sync());
+  return static_cast<std::uint64_t>(device_terms) + host_terms;
+}
+
 Status GpuPool::verify() const {
   if (!built_) return ok_status();  // nothing built, nothing to break (as the model's verify)
   if (!config_.tables_only && pool_.bytes() != config_.total_bytes)

@@ -49,6 +49,9 @@ class GpuPool final : public Backend {
   std::string_view name() const override { return "gpu"; }
   OpResult apply(const Op& op) override;
   Result<PoolTables> tables() const override;
+  // digest_tables(tables()) computed on the device: one reduction kernel per side and eight
+  // bytes back, instead of downloading every table (core/tables_digest.h).
+  Result<std::uint64_t> tables_digest() const override;
   Result<std::vector<std::uint8_t>> raw_bytes(std::uint64_t offset, std::uint64_t length) const override;
 
   // The backend's own invariant check (gpu/device_invariants.h): downloads every side's device
@@ -153,6 +156,7 @@ class GpuPool final : public Backend {
   mutable SelectScratch select_;
   DeviceBuffer<std::uint8_t> sort_temp_;
   DeviceBuffer<std::uint32_t> status_;
+  mutable DeviceBuffer<unsigned long long> digest_sum_;  // tables_digest()'s device accumulator
   mutable std::vector<DeviceBuffer<std::int64_t>> ids_;  // id scratch slots
   std::vector<DeviceBuffer<std::int64_t>> plan_src_;  // per side
   std::vector<DeviceBuffer<std::int64_t>> plan_dst_;

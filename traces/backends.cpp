@@ -376,6 +376,10 @@ Result<BackendSet> make_backend_set(BackendChoice choice, const std::string& fau
     p.backend = device.get();
     // The GPU's own invariant check: its host counters against its device tables.
     p.verify = [backend = device.get()] { return gpu::verify_gpu_backend(*backend); };
+    // Beside the model, its tables are compared with the model's verified ones by digest after
+    // every op (Runner::check_tables), which covers its host counters too; its own check, which
+    // downloads every table, runs at checkpoints and at the end. Alone, it runs at its cadence.
+    p.verify_at_checkpoints_only = choice == BackendChoice::both;
     set.players.push_back(p);
     set.owned.push_back(std::move(device));
 #endif

@@ -236,11 +236,12 @@ bool Runner::check_touched() {
   return true;
 }
 
-bool Runner::check_verify(bool incremental) {
+bool Runner::check_verify(bool incremental, bool checkpoint) {
   if (!config_) return true;
   for (const Player& p : players_) {
     const std::function<Status()>& verify = incremental ? p.verify_changed : p.verify;
     if (!verify) continue;
+    if (p.verify_at_checkpoints_only && !checkpoint) continue;
     Status s = verify();
     if (!s.ok()) return fail("verify", std::string(p.backend->name()) + " broke an invariant: " + s.error().message);
     ++(incremental ? stats_.changed_verifies : stats_.verifies);
@@ -377,8 +378,8 @@ std::optional<OpResult> Runner::play(const Op& op, const std::optional<OpResult>
   try {
     const bool verify_runs = checkpoint || (verify_every_ != 0 && n % verify_every_ == 0);
     const bool changed_runs = !verify_runs && cadence_.verify_changed;
-    if (verify_runs && failed(check_verify(false))) return std::nullopt;
-    if (changed_runs && failed(check_verify(true))) return std::nullopt;
+    if (verify_runs && failed(check_verify(false, checkpoint))) return std::nullopt;
+    if (changed_runs && failed(check_verify(true, checkpoint))) return std::nullopt;
     if ((checkpoint || (cadence_.tables_every != 0 && n % cadence_.tables_every == 0)) &&
         (failed(check_tables(checkpoint)) || failed(check_invariants(verify_runs, changed_runs))))
       return std::nullopt;
@@ -405,7 +406,7 @@ bool Runner::finish() {
   op_text_.clear();
   InvariantScope scope;
   try {
-    return check_verify(false) && check_tables(true) && check_invariants(true, false) && check_pools();
+    return check_verify(false, true) && check_tables(true) && check_invariants(true, false) && check_pools();
   } catch (const InvariantFailure& e) {
     return fail("invariant", e.what());
   }

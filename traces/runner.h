@@ -54,6 +54,10 @@ struct Player {
   // The same over what the last operation changed (the model's verify_changed()); empty when the
   // backend has none. With verify_checks_tables it stands for the table check too.
   std::function<Status()> verify_changed;
+  // The player's full verify runs only at checkpoints and at the end: set for a player whose
+  // tables are compared with a verified peer's after every op (the GPU beside the model), so its
+  // own check, which downloads every table, adds nothing between checkpoints.
+  bool verify_at_checkpoints_only = false;
   // verify() runs check_table_invariants itself (the model's does): on a step where verify runs,
   // the runner does not run that check a second time for this player.
   bool verify_checks_tables = false;
@@ -192,7 +196,7 @@ class Runner {
   bool check_tables(bool whole);
   bool check_invariants(bool verify_runs, bool changed_runs);
   // Every player's verify (or, incremental, its verify_changed).
-  bool check_verify(bool incremental);
+  bool check_verify(bool incremental, bool checkpoint);
   bool check_touched();
   bool check_pools();
   std::string describe_byte(std::uint64_t byte) const;

@@ -15,6 +15,7 @@
 
 #include "core/det_math.h"
 #include "core/oracle.h"
+#include "core/tables_digest.h"
 #include "gpu/gpu_pool.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -239,6 +240,10 @@ TEST_F(GpuPoolTest, VerifyHoldsCountersAgainstTablesThroughLazyCompositeOperatio
     const OpResult r = pool.apply(op);
     const Status v = pool.verify();
     EXPECT_TRUE(v.ok()) << "after " << to_string(op) << ": " << v.error().message;
+    // The device digest equals core's digest of the downloaded tables (holes, queue, both sides).
+    const Result<PoolTables> t = pool.tables();
+    const Result<std::uint64_t> d = pool.tables_digest();
+    EXPECT_TRUE(t.ok() && d.ok() && *d == digest_tables(*t)) << "after " << to_string(op) << ": the device digest differs";
     return r;
   };
   ASSERT_TRUE(verified(BuildPool{c}).ok());

@@ -11,6 +11,8 @@
 //           part) contiguous row buffers into the pool at N consecutive slots (a prefill's pages)
 //   read    the read door: the same rows gathered back
 //   write_scattered, read_scattered: the same at N distinct random slots (a decode step's lanes)
+//   write_layer, write_layer_scattered: the write door for one layer (K and V rows of one model
+//           layer, N = 1 to 256 tokens), the call an engine makes once per layer per forward
 //   move    page moves: M whole 2 MiB envelopes to distinct unbound pages (one launch)
 //   translate  N virtual ids -> physical through v2p (one launch)
 //   decode  the captured bookkeeping of a decode step at batch B: translate B new tokens, write
@@ -208,6 +210,51 @@ int main(int argc, char** argv) {
     p.vector16 = kvtwin::gpu::rows_vector16(p.pool, p.staging, kRow, segs.data(), kSegments);
     return p;
   };
+  // ---- the write door for one layer: the call an engine makes once per layer in every forward.
+  // K and V of one model layer (2 segments, 2 KiB rows each) at N lanes of a marked, device-resident
+  // loc. The door's per-call work is its mark check (a host flag, as GpuPool's door reads it) and
+  // one launch; the layer's segment table is built once (an engine holds one per layer).
+  {
+    const std::uint64_t layer = kLayers / 2;
+    DeviceBuffer<kvtwin::gpu::RowSegment> layer_segments = device<kvtwin::gpu::RowSegment>(2);
+    for (bool scattered : {false, true}) {
+      const std::string name = scattered ? "write_layer_scattered" : "write_layer";
+      for (std::uint64_t n : std::vector<std::uint64_t>{1, 16, 64, 256}) {
+        std::vector<kvtwin::gpu::RowSegment> segs;
+        for (std::uint64_t part = 0; part < 2; ++part) {
+          kvtwin::gpu::RowSegment seg;
+          seg.pool_offset_bytes = layer * 2 * kRow + part * kRow;
+          seg.entry_bytes = kEntry;
+          seg.staging_offset_bytes = part * n * kRow;  // K rows [n, 2 KiB], then V rows
+          seg.row_bytes = kRow;
+          seg.first_slot = 1;
+          segs.push_back(seg);
+        }
+        upload(layer_segments, segs);
+        upload(loc, locs_for(n, scattered));
+        kvtwin::gpu::RowCopyParams p;
+        p.pool = pool.get();
+        p.pool_bytes = pool_bytes;
+        p.staging = staging.get();
+        p.staging_lane_stride_bytes = kRow;
+        p.segments = layer_segments.get();
+        p.num_segments = 2;
+        p.max_row_bytes = kRow;
+        p.locs[0] = loc.get();
+        p.lanes = static_cast<std::int64_t>(n);
+        p.vector16 = kvtwin::gpu::rows_vector16(p.pool, p.staging, kRow, segs.data(), 2);
+        volatile bool loc_marked_physical = true;  // the batch's mark, read on every call
+        auto layer_door = [&](cudaStream_t st) {
+          KVTWIN_CHECK(loc_marked_physical, "the write door refuses an unmarked loc");
+          KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_scatter_rows(p, st));
+        };
+        const std::uint64_t bytes = 2 * n * 2 * kRow;
+        rows.push_back({name, n, bytes, time_us([&] { layer_door(nullptr); }, 1000)});
+        rows.push_back({name + "@graph", n, bytes, time_graph_us(layer_door, 1000)});
+      }
+    }
+  }
+
   const std::vector<std::uint64_t> move_sizes =
       quick ? std::vector<std::uint64_t>{1, 8, 16, 64} : std::vector<std::uint64_t>{1, 8, 16, 32, 128, 512, 2048};
   const std::vector<std::uint64_t> token_sizes =

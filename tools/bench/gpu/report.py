@@ -40,7 +40,7 @@ def main():
             copies[(r["bytes"], mode_of(r["op"]))] = r
 
     def vs_memcpy(r):
-        if not r["op"].startswith(("write", "read", "move")):
+        if not r["op"].startswith(("write", "read", "move")) or r["op"].startswith("write_layer"):
             return ""
         c = copies.get((r["bytes"], mode_of(r["op"])))
         return f"{100 * c['us'] / r['us']:.1f}%" if c else ""
@@ -87,6 +87,12 @@ def main():
             notes.append(("ok" if ok else "MISS") + " <=10us")
             if not ok:
                 failures.append(f"{r['op']} n=64: {r['us']:.2f} us > 10 us")
+        if base_op in ("write_layer", "write_layer_scattered") and not cold:
+            limit = 3.0 if r["op"].endswith("@graph") else 5.0
+            ok = r["us"] <= limit
+            notes.append(("ok" if ok else "MISS") + f" <={limit:g}us")
+            if not ok:
+                failures.append(f"{r['op']} n={r['n']}: {r['us']:.2f} us > {limit:g} us")
         if r["op"] == "decode_graph" and r["n"] == 64:
             ok = r["us"] < 15.0
             notes.append(("ok" if ok else "MISS") + " <15us")

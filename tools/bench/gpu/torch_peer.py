@@ -8,6 +8,7 @@ back-to-back calls, median of 7 trials, after warm-up), so that the two are comp
   write      per-layer as_strided views of the token-major pool; view[loc] = rows, one call per
              layer and part (loc: a prefill's consecutive slots; *_scattered: random slots)
   read       view[loc], one call per layer and part
+  write_layer  the write door for one layer: k_view[loc] = k; v_view[loc] = v (two index_put_)
   move       env[dst] = env[src] on the page-envelope view
   translate  (v2p[t // ps] * ps + t % ps).clamp_(min=0)
 
@@ -97,6 +98,24 @@ def main():
         rows.append(("read" + suffix, n, nbytes, time_us(read, reps_for(nbytes))))
         del src_rows
         torch.cuda.empty_cache()
+
+    # The write door for one layer: two index_put_ calls (K and V of the middle layer).
+    layer = LAYERS // 2
+    for scattered, n in [(s, n) for s in (False, True) for n in [1, 16, 64, 256]]:
+        if scattered:
+            loc = (torch.randperm(slots - 1, generator=gen, device=dev)[:n] + 1).to(torch.int64)
+        else:
+            loc = torch.arange(PAGE_SIZE, PAGE_SIZE + n, device=dev, dtype=torch.int64)
+        k = torch.full((n, HEADS, HEAD_DIM), 0.5, dtype=torch.bfloat16, device=dev)
+        v = torch.full((n, HEADS, HEAD_DIM), 1.5, dtype=torch.bfloat16, device=dev)
+        k_view, v_view = views[2 * layer], views[2 * layer + 1]
+
+        def write_layer():
+            k_view[loc] = k
+            v_view[loc] = v
+
+        name = "write_layer_scattered" if scattered else "write_layer"
+        rows.append((name, n, 2 * n * 2 * ROW, time_us(write_layer, 1000)))
 
     pages = slots * ENTRY // PAGE_BYTES
     env = pool_u8.view(pages, PAGE_BYTES)
