@@ -175,8 +175,8 @@ std::string config_table(const RunRecording& run) {
                          format_bytes(static_cast<double>(side.page_bytes)) + " (pages " +
                          std::to_string(side.min_page_index) + " to " + std::to_string(side.num_pages - 1) + ")")});
   s += row({"host tier", escape_xml(run.host_tier == "not modelled"
-                                        ? "not modelled: SPEC 8's host arena exists in no backend yet, so nothing of "
-                                          "it is drawn"
+                                        ? "not modelled: the serving simulator does not offload to SPEC 8's host arena "
+                                          "yet, so nothing of it is drawn"
                                         : run.host_tier)});
   s += "</table>\n";
   return s;
@@ -302,7 +302,8 @@ std::string run_sections(const RunRecording& run, const std::string& id_prefix) 
     c.series = {used};
     s += "<h3>host tier</h3>\n" + render_time_chart(c);
   } else {
-    s += "<p class=\"note\">Host tier: not modelled yet (no backend has SPEC 8's host arena), so there is no host "
+    s += "<p class=\"note\">Host tier: not modelled yet (the serving simulator does not offload to SPEC 8's host "
+         "arena yet), so there is no host "
          "occupancy to draw.</p>\n";
   }
 
@@ -352,7 +353,7 @@ std::string run_sections(const RunRecording& run, const std::string& id_prefix) 
       s += "<h3>Hits per tier (tokens between two samples)</h3>\n" + render_time_chart(c);
       if (!host)
         s += "<p class=\"note\">Host tier hits (load-backs): not modelled yet; this chart will show them beside the "
-             "device tier's once the host arena exists.</p>\n";
+             "device tier's once the serving simulator offloads.</p>\n";
     }
     {
       TimeChart c = base_chart(run, id_prefix + "queue", "requests", ValueFormat::count);

@@ -120,6 +120,12 @@ void RunRecorder::count_result(const Op& op, const OpResult& first) {
     if (!serving_)
       for (const std::vector<std::int64_t>& pages : m->pages)
         own(pages, static_cast<std::int64_t>(allocation_number_++));
+  } else if (const auto* t = std::get_if<TransferStarted>(&o)) {
+    // A load-back allocates its device pages as alloc does (SPEC 8).
+    if (std::holds_alternative<LoadBack>(op) && !t->pages.empty()) {
+      ++totals_.allocs;
+      if (!serving_) own(t->pages, static_cast<std::int64_t>(allocation_number_++));
+    }
   } else if (const auto* c = std::get_if<Compaction>(&o)) {
     if (std::holds_alternative<Free>(op)) ++totals_.frees;
     totals_.compaction_moves += c->moves.size();
