@@ -8,8 +8,8 @@
 // The device work here: binding pages (alloc), unbinding them (free), planning a compaction
 // (the survivors and the holes, each selected in ascending order with CUB and paired by
 // position) and applying the planned moves to the tables. The page bytes themselves move with
-// launch_move_pages (kernels.cuh). GpuPool (gpu_pool.cu) orders these steps so that a failed
-// operation changes nothing: plan and check first, commit after.
+// launch_move_pages (kernels.cuh). DeviceAllocator (device_allocator.h) orders these steps so that a
+// failed operation changes nothing: plan and check first, commit after.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,5 @@
-// GpuPool (gpu_pool.h): every operation of core/op.h on the device.
+// GpuPool (gpu_pool.h): every operation of core/op.h on the device; the allocator, the pool's
+// bytes and the readers are units of their own (device_allocator.h, pool_bytes.h, readers.h).
 //
 // Each operation validates first (host checks on the operation's own numbers, device checks on
 // the tables), plans what it will change, and only then commits, so that a failed operation
@@ -8,16 +9,14 @@
 
 #include <algorithm>
 #include <cstring>
-#include <numeric>
 #include <span>
 #include <variant>
 
 #include "core/checked.h"
 #include "core/oracle.h"
-#include "core/reasons.h"
 #include "gpu/decode_step.h"
+#include "gpu/device_io.h"
 #include "gpu/fault_layout.h"
-#include "gpu/kernels.cuh"
 
 namespace kvtwin::gpu {
 namespace {
@@ -42,13 +41,6 @@ OpResult ok(T outcome) {
 Error invalid(std::string message) { return make_error(ErrorKind::invalid_argument, std::move(message)); }
 Error out_of_range(std::string message) { return make_error(ErrorKind::out_of_range, std::move(message)); }
 
-std::string list_ids(const std::vector<std::int64_t>& ids, std::size_t at_most = 8) {
-  std::string out;
-  for (std::size_t i = 0; i < ids.size() && i < at_most; ++i) out += (i ? ", " : "") + std::to_string(ids[i]);
-  if (ids.size() > at_most) out += ", ... (" + std::to_string(ids.size()) + " in all)";
-  return out;
-}
-
 }  // namespace
 
 GpuPool::GpuPool(Faults faults) : faults_(faults) {}
@@ -57,11 +49,6 @@ GpuPool::~GpuPool() {
   graphs_.clear();
   batches_.clear();
   if (stream_ != nullptr) KVTWIN_CUDA_WARN(cudaStreamDestroy(stream_));
-}
-
-Status GpuPool::sync() const {
-  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream_));
-  return ok_status();
 }
 
 Status GpuPool::require_pool() const {
@@ -73,22 +60,24 @@ Status GpuPool::require_pool() const {
   return ok_status();
 }
 
+Result<std::size_t> GpuPool::side_named(std::string_view sub_pool, std::string_view what) const {
+  if (const auto index = derived_.sub_pool_index(sub_pool)) return *index;
+  std::string known;
+  for (const DenseEntryLayout& l : derived_.layouts) known += (known.empty() ? "" : ", ") + l.sub_pool;
+  return invalid(std::string(what) + ": this pool has no sub-pool '" + std::string(sub_pool) + "'; its sub-pools: " + known);
+}
+
+Status GpuPool::sync() const {
+  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream_));
+  return ok_status();
+}
+
 Result<std::int64_t*> GpuPool::upload_ids(const std::vector<std::int64_t>& values, int slot) {
-  DeviceBuffer<std::int64_t>& buffer = ids_[static_cast<std::size_t>(slot)];
-  KVTWIN_TRY_STATUS(buffer.reserve(std::max<std::size_t>(values.size(), 1)));
-  if (!values.empty())
-    KVTWIN_CUDA_TRY(cudaMemcpyAsync(buffer.get(), values.data(), values.size() * sizeof(std::int64_t),
-                                    cudaMemcpyHostToDevice, stream_));
-  return buffer.get();
+  return ::kvtwin::gpu::upload_ids(ids_[static_cast<std::size_t>(slot)], values, stream_);
 }
 
 Result<std::vector<std::int64_t>> GpuPool::download_ids(const std::int64_t* device, std::int64_t n) const {
-  std::vector<std::int64_t> out(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)));
-  if (n > 0)
-    KVTWIN_CUDA_TRY(cudaMemcpyAsync(out.data(), device, out.size() * sizeof(std::int64_t), cudaMemcpyDeviceToHost,
-                                    stream_));
-  KVTWIN_TRY_STATUS(sync());
-  return out;
+  return ::kvtwin::gpu::download_ids(device, n, stream_);
 }
 
 Result<bool> GpuPool::any_outside(const std::int64_t* values, std::int64_t n, std::int64_t lower, std::int64_t upper) {
@@ -105,42 +94,6 @@ Result<GpuPool::Batch*> GpuPool::find_batch(std::uint32_t id, std::string_view w
   if (it == batches_.end())
     return invalid(std::string(what) + ": no batch " + std::to_string(id) + "; declare it with a batch op");
   return &it->second;
-}
-
-Result<std::size_t> GpuPool::side_named(std::string_view sub_pool, std::string_view what) const {
-  if (const auto index = derived_.sub_pool_index(sub_pool)) return *index;
-  std::string known;
-  for (const DenseEntryLayout& l : derived_.layouts) known += (known.empty() ? "" : ", ") + l.sub_pool;
-  return invalid(std::string(what) + ": this pool has no sub-pool '" + std::string(sub_pool) + "'; its sub-pools: " + known);
-}
-
-std::int64_t GpuPool::sink_end(std::size_t side) const {
-  return sides_[side]->min_page() * static_cast<std::int64_t>(config_.page_size);
-}
-
-std::int64_t GpuPool::slot_count(std::size_t side) const {
-  return static_cast<std::int64_t>(derived_.geometry.sub_pools[side].max_slots);
-}
-
-std::uint64_t GpuPool::band_begin_byte(std::size_t side) const {
-  const DeviceSide& s = *sides_[side];
-  const std::int64_t page = s.grows_up() ? s.min_page() : s.watermark() + 1;
-  return static_cast<std::uint64_t>(page) * s.geometry().page_bytes;
-}
-
-std::uint64_t GpuPool::band_end_byte(std::size_t side) const {
-  const DeviceSide& s = *sides_[side];
-  const std::int64_t page = s.grows_up() ? s.watermark() : s.num_pages();
-  return static_cast<std::uint64_t>(page) * s.geometry().page_bytes;
-}
-
-Result<DeviceBuffer<std::int64_t>> GpuPool::device_copy(const std::vector<std::int64_t>& values, cudaStream_t stream) {
-  DeviceBuffer<std::int64_t> out;
-  KVTWIN_TRY_STATUS(out.allocate(values.size()));
-  if (!values.empty())
-    KVTWIN_CUDA_TRY(cudaMemcpyAsync(out.get(), values.data(), values.size() * sizeof(std::int64_t),
-                                    cudaMemcpyHostToDevice, stream));
-  return out;
 }
 
 OpResult GpuPool::apply(const Op& op) {
@@ -164,7 +117,10 @@ OpResult GpuPool::dispatch(const Op& op) {
                         [&](const Flush& o) { return flush(o); },
                         [&](const MovePages& o) { return move_pages(o); },
                         [&](const BeginRead& o) { return begin_read(o); },
-                        [&](const EndRead& o) { return end_read(o); },
+                        [&](const EndRead& o) -> OpResult {
+                          KVTWIN_TRY_STATUS(readers_.end(o));
+                          return ok(Done{});
+                        },
                         [&](const MakeBatch& o) { return make_batch(o); },
                         [&](const Rebind& o) { return rebind(o); },
                         [&](const Split& o) { return split(o); },
@@ -193,71 +149,22 @@ OpResult GpuPool::build(const BuildPool& op) {
   graphs_.clear();
   batches_.clear();
   readers_.clear();
-  sides_.clear();
-  pool_.reset();
+  allocator_.reset();
+  bytes_.reset();
   built_ = false;
   if (stream_ == nullptr) KVTWIN_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   config_ = op.config;
   derived_ = std::move(derived).value();
-
-  // One raw byte buffer of exactly total_bytes, zero-filled.
-  if (!config_.tables_only) {
-    KVTWIN_TRY_STATUS(pool_.allocate(config_.total_bytes));
-    KVTWIN_CUDA_TRY(cudaMemsetAsync(pool_.get(), 0, pool_.bytes(), stream_));
-  }
-  // The full (or MLA) side owns the virtual ids; the SWA side's v2p has the same length.
-  const std::int64_t num_virtual = static_cast<std::int64_t>(derived_.geometry.sub_pools[0].num_pages);
-  std::int64_t max_pages = 0;
-  for (std::size_t i = 0; i < derived_.geometry.sub_pools.size(); ++i) {
-    auto side = std::make_unique<DeviceSide>();
-    KVTWIN_TRY_STATUS(side->init(derived_.geometry.sub_pools[i], num_virtual, i == 0, stream_));
-    max_pages = std::max(max_pages, side->num_pages() + 1);
-    sides_.push_back(std::move(side));
-  }
-  max_pages = std::max(max_pages, num_virtual + 1);
-  KVTWIN_TRY_STATUS(select_.reserve(max_pages, stream_));
+  KVTWIN_TRY_STATUS(bytes_.init(config_, derived_, stream_));
+  KVTWIN_TRY_STATUS(allocator_.init(config_, derived_, stream_));
   KVTWIN_TRY_STATUS(status_.reserve(4));
   ids_.resize(kIdSlots);
-  plan_src_.resize(sides_.size());
-  plan_dst_.resize(sides_.size());
-  for (std::size_t i = 0; i < sides_.size(); ++i) {
-    KVTWIN_TRY_STATUS(plan_src_[i].reserve(static_cast<std::size_t>(sides_[i]->num_pages() + 1)));
-    KVTWIN_TRY_STATUS(plan_dst_[i].reserve(static_cast<std::size_t>(sides_[i]->num_pages() + 1)));
-  }
-  KVTWIN_TRY_STATUS(sync());
+  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream_));
   built_ = true;
   return ok(Done{});
 }
 
 // ---------------------------------------------------------------- allocation (SPEC 4, 4.2, 4.3)
-
-bool GpuPool::fits(std::int64_t k) const {
-  const DeviceSide& full = *sides_[0];
-  if (k > full.queue_count()) return false;  // free virtual ids
-  const std::int64_t need_full = std::max<std::int64_t>(k - full.holes(), 0);  // lazy: holes first
-  if (sides_.size() == 1) return need_full <= full.band_room_single();
-  // Composite: joint pre-check (SPEC 4.3; lazy mode per docs/decisions.md).
-  const DeviceSide& swa = *sides_[1];
-  if (k > swa.remaining()) return false;
-  const std::int64_t need_swa = std::max<std::int64_t>(k - swa.holes(), 0);
-  const std::int64_t epp_full = static_cast<std::int64_t>(full.geometry().page_bytes);
-  const std::int64_t epp_swa = static_cast<std::int64_t>(swa.geometry().page_bytes);
-  const std::int64_t gap = (swa.watermark() + 1) * epp_swa - full.watermark() * epp_full;
-  return need_full * epp_full + need_swa * epp_swa <= gap;
-}
-
-Result<std::vector<std::int64_t>> GpuPool::bind_pages(std::int64_t k) {
-  KVTWIN_TRY(std::int64_t * vpages, upload_ids(std::vector<std::int64_t>(static_cast<std::size_t>(k)), 0));
-  // The hole list of a side (selected whole, then its first k used) fits in num_pages + 1.
-  std::int64_t most_pages = k;
-  for (const auto& side : sides_) most_pages = std::max(most_pages, side->p2v_len());
-  KVTWIN_TRY_STATUS(ids_[1].reserve(static_cast<std::size_t>(most_pages)));
-  // The k virtual pages from the queue front, bound in order to the side's pages (SPEC 4).
-  KVTWIN_TRY_STATUS(sides_[0]->take_virtual(k, vpages, stream_));
-  KVTWIN_TRY_STATUS(sides_[0]->bind(vpages, k, select_, ids_[1].get(), stream_));
-  if (sides_.size() == 2) KVTWIN_TRY_STATUS(sides_[1]->bind(vpages, k, select_, ids_[1].get(), stream_));
-  return download_ids(vpages, k);
-}
 
 OpResult GpuPool::alloc(const Alloc& op) {
   const std::uint64_t ps = config_.page_size;
@@ -266,8 +173,9 @@ OpResult GpuPool::alloc(const Alloc& op) {
                    std::to_string(ps) + " tokens; allocate a multiple of the page size");
   const std::uint64_t k = op.tokens / ps;
   if (k == 0) return ok(Allocated{});
-  if (k > static_cast<std::uint64_t>(sides_[0]->queue_count()) || !fits(static_cast<std::int64_t>(k))) return ok(NoRoom{});
-  KVTWIN_TRY(std::vector<std::int64_t> pages, bind_pages(static_cast<std::int64_t>(k)));
+  if (k > static_cast<std::uint64_t>(allocator_.owner().queue_count()) || !allocator_.fits(static_cast<std::int64_t>(k)))
+    return ok(NoRoom{});
+  KVTWIN_TRY(std::vector<std::int64_t> pages, allocator_.alloc(static_cast<std::int64_t>(k), stream_));
   return ok(Allocated{std::move(pages)});
 }
 
@@ -281,15 +189,18 @@ OpResult GpuPool::alloc_many(const AllocMany& op) {
                      std::to_string(ps) + " tokens; allocate multiples of the page size");
     KVTWIN_TRY(total, checked_add(total, tokens / ps, "alloc_many page count"));
   }
+  const auto free_ids = static_cast<std::uint64_t>(allocator_.owner().queue_count());
   AllocatedMany out;
   if (faults_.alloc_many_partial) {
     // Fault 14: one request at a time, leaving earlier grants behind when a later one fails.
     for (std::uint64_t tokens : op.tokens) {
       const std::uint64_t k = tokens / ps;
-      if (k > static_cast<std::uint64_t>(sides_[0]->queue_count()) || !fits(static_cast<std::int64_t>(k))) return ok(NoRoom{});
+      if (k > static_cast<std::uint64_t>(allocator_.owner().queue_count()) ||
+          !allocator_.fits(static_cast<std::int64_t>(k)))
+        return ok(NoRoom{});
       std::vector<std::int64_t> pages;
       if (k > 0) {
-        KVTWIN_TRY(pages, bind_pages(static_cast<std::int64_t>(k)));
+        KVTWIN_TRY(pages, allocator_.alloc(static_cast<std::int64_t>(k), stream_));
       }
       out.pages.push_back(std::move(pages));
     }
@@ -298,338 +209,60 @@ OpResult GpuPool::alloc_many(const AllocMany& op) {
   // All or nothing (SPEC 4): the requests fit one after another exactly when their sum fits;
   // then each is bound in turn (on a grow-down side, one combined band would order pages
   // differently from consecutive allocations).
-  if (total > static_cast<std::uint64_t>(sides_[0]->queue_count()) || !fits(static_cast<std::int64_t>(total)))
-    return ok(NoRoom{});
+  if (total > free_ids || !allocator_.fits(static_cast<std::int64_t>(total))) return ok(NoRoom{});
   for (std::uint64_t tokens : op.tokens) {
     std::vector<std::int64_t> pages;
     if (tokens / ps > 0) {
-      KVTWIN_TRY(pages, bind_pages(static_cast<std::int64_t>(tokens / ps)));
+      KVTWIN_TRY(pages, allocator_.alloc(static_cast<std::int64_t>(tokens / ps), stream_));
     }
     out.pages.push_back(std::move(pages));
   }
   return ok(std::move(out));
 }
 
-Result<std::vector<std::int64_t>> GpuPool::virtual_pages(IdUnit unit, const std::vector<std::int64_t>& ids,
-                                                         std::string_view what) const {
-  const std::int64_t ps = static_cast<std::int64_t>(config_.page_size);
-  const DeviceSide& full = *sides_[0];
-  std::vector<std::int64_t> pages;
-  pages.reserve(ids.size());
-  for (std::int64_t id : ids) {
-    if (id < 0)
-      return make_refusal(ErrorKind::out_of_range, reason::negative_id,
-                          std::string(what) + ": id " + std::to_string(id) + " is negative; give virtual " +
-                              (unit == IdUnit::tokens ? "token" : "page") + " ids");
-    pages.push_back(unit == IdUnit::tokens ? id / ps : id);  // SPEC 4 free: v = t // page_size
-  }
-  // docs/decisions.md: duplicates are allowed (made sorted-unique); the sink and pages below the
-  // first usable page are out of range.
-  std::sort(pages.begin(), pages.end());
-  pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
-  std::vector<std::int64_t> outside;
-  for (std::int64_t v : pages)
-    if (v < full.min_page() || v >= full.num_pages()) outside.push_back(v);
-  // The smallest page outside names the reason (core/reasons.h).
-  if (!outside.empty())
-    return make_refusal(ErrorKind::out_of_range,
-                        outside.front() < full.min_page() ? reason::reserved_page : reason::past_last_page,
-                        std::string(what) + ": virtual pages " + list_ids(outside) + " are outside the usable range [" +
-                            std::to_string(full.min_page()) + ", " + std::to_string(full.num_pages()) +
-                            ") (page 0 is the sink and is never allocated); free only ids that alloc returned");
-  return pages;
+OpResult GpuPool::commit_checked(const DeviceAllocator::FreePlan& plan) {
+  // SPEC 7: no compaction moves a page a reader holds; checked before anything changes.
+  for (const DeviceAllocator::SideCompaction& c : plan.compactions)
+    KVTWIN_TRY_STATUS(readers_.check_moves(c.side, allocator_.side_name(c.side), c.sources, c.destinations, faults_));
+  KVTWIN_TRY(Compaction out, allocator_.commit(plan, bytes_, faults_, stream_));
+  return ok(std::move(out));
 }
-
-Result<GpuPool::SidePlan> GpuPool::plan_compaction(std::size_t index, const std::int64_t* freed, std::int64_t count) {
-  DeviceSide& side = *sides_[index];
-  SidePlan plan;
-  plan.side = index;
-  plan.freed = freed != nullptr ? count : side.holes();
-  const std::int64_t k = plan.freed;
-  const std::uint8_t* flags = side.hole_flags();
-  if (freed != nullptr) {
-    KVTWIN_TRY_STATUS(set_flags(side.marks(), freed, count, 1, stream_));
-    flags = side.marks();
-  }
-  // SPEC 4.1: grow-up new_wm = wm - K, survivors in [new_wm, wm), holes below new_wm; grow-down
-  // new_wm = wm + K, survivors in (wm, new_wm], holes above new_wm; both ascending, paired in order.
-  std::int64_t survivors_lo = 0, survivors_hi = 0, holes_lo = 0, holes_hi = 0;
-  if (side.grows_up()) {
-    plan.new_watermark = side.watermark() - k;
-    survivors_lo = plan.new_watermark, survivors_hi = side.watermark();
-    holes_lo = side.min_page(), holes_hi = plan.new_watermark;
-  } else {
-    plan.new_watermark = side.watermark() + k;
-    survivors_lo = side.watermark() + 1, survivors_hi = plan.new_watermark + 1;
-    holes_lo = plan.new_watermark + 1, holes_hi = side.num_pages();
-  }
-  std::int64_t* src = plan_src_[index].get();
-  std::int64_t* dst = plan_dst_[index].get();
-  KVTWIN_TRY(std::int64_t survivors,
-             select_pages({side.p2v(), flags, true}, survivors_lo, survivors_hi, src, select_, stream_));
-  KVTWIN_TRY(std::int64_t holes, select_pages({nullptr, flags, false}, holes_lo, holes_hi, dst, select_, stream_));
-  KVTWIN_CHECK(survivors == holes, "compaction: survivors and holes differ in number");
-  if (faults_.pairing_out_of_order) KVTWIN_TRY_STATUS(reverse_in_place(dst, holes, stream_));  // fault 11
-  if (freed != nullptr) KVTWIN_TRY_STATUS(set_flags(side.marks(), freed, count, 0, stream_));
-  KVTWIN_TRY(plan.src, download_ids(src, survivors));
-  KVTWIN_TRY(plan.dst, download_ids(dst, holes));
-  return plan;
-}
-
-Status GpuPool::check_readers(const std::vector<SidePlan>& plans) const {
-  if (faults_.move_under_reader) return ok_status();  // fault 12
-  // SPEC 7 / docs/decisions.md: a move whose source or destination a reader holds is refused.
-  for (const SidePlan& plan : plans) {
-    for (std::size_t i = 0; i < plan.src.size(); ++i) {
-      for (const auto& [id, reader] : readers_) {
-        if (reader.side != plan.side) continue;
-        for (std::int64_t page : {plan.src[i], plan.dst[i]})
-          if (reader.pages.count(page) != 0)
-            return make_error(ErrorKind::reader_conflict,
-                              "moving page " + std::to_string(plan.src[i]) + " -> " + std::to_string(plan.dst[i]) +
-                                  " of sub-pool '" + derived_.layouts[plan.side].sub_pool + "' while reader " +
-                                  std::to_string(id) + " holds page " + std::to_string(page) +
-                                  "; end the read (end_read) before anything moves its pages");
-      }
-    }
-  }
-  return ok_status();
-}
-
-Status GpuPool::move_bytes(std::size_t side, const std::int64_t* src, const std::int64_t* dst, std::int64_t n) {
-  if (config_.tables_only || n == 0) return ok_status();
-  PageMoveParams p;
-  p.pool = pool_.get();
-  p.pool_bytes = pool_.bytes();
-  p.page_bytes = sides_[side]->geometry().page_bytes;  // SPEC 4.1: the whole page envelope
-  if (faults_.move_stride_from_shape)  // the token stride taken from the first part's row shape
-    p.page_bytes = config_.page_size * derived_.layouts[side].parts.front().row_bytes();
-  p.src = src;
-  p.dst = dst;
-  p.pages = n;
-  p.int32_offsets = faults_.int32_offsets_move;
-  KVTWIN_CUDA_TRY(launch_move_pages(p, stream_));
-  return ok_status();
-}
-
-Status GpuPool::commit_compaction(const SidePlan& plan, bool clears_holes) {
-  DeviceSide& side = *sides_[plan.side];
-  const std::int64_t n = static_cast<std::int64_t>(plan.src.size());
-  // Each move copies the whole page envelope, then v2p[p2v[src]] = dst, p2v[dst] = v, p2v[src] = -1.
-  KVTWIN_TRY_STATUS(move_bytes(plan.side, plan_src_[plan.side].get(), plan_dst_[plan.side].get(), n));
-  return side.apply_compaction(plan_src_[plan.side].get(), plan_dst_[plan.side].get(), n, plan.new_watermark,
-                               clears_holes, stream_);
-}
-
-namespace {
-void append_moves(Compaction& out, const std::string& sub_pool, const std::vector<std::int64_t>& src,
-                  const std::vector<std::int64_t>& dst) {
-  for (std::size_t i = 0; i < src.size(); ++i) out.moves.push_back(PageMove{sub_pool, src[i], dst[i]});
-}
-}  // namespace
 
 OpResult GpuPool::free_pages(const Free& op) {
-  KVTWIN_TRY(std::vector<std::int64_t> vpages, virtual_pages(op.unit, op.ids, "free"));
-  const std::int64_t n = static_cast<std::int64_t>(vpages.size());
-  if (n == 0) return ok(Compaction{});
-  DeviceSide& full = *sides_[0];
-  KVTWIN_TRY(std::int64_t * dv, upload_ids(vpages, 0));
-  KVTWIN_TRY_STATUS(ids_[1].reserve(static_cast<std::size_t>(n)));
-  std::int64_t* full_pages = ids_[1].get();
-  KVTWIN_TRY_STATUS(gather_values(full.v2p(), dv, n, full_pages, stream_));
-  // SPEC 4: any v2p[v] < 0 is "double free or never allocated", and nothing changes.
-  KVTWIN_TRY(bool unbound, any_outside(full_pages, n, 0, INT64_MAX));
-  if (unbound) {
-    KVTWIN_TRY(std::vector<std::int64_t> pages, download_ids(full_pages, n));
-    std::vector<std::int64_t> bad;
-    for (std::size_t i = 0; i < pages.size(); ++i)
-      if (pages[i] < 0) bad.push_back(vpages[i]);
-    return make_refusal(ErrorKind::double_free, reason::not_allocated, "free: virtual pages " + list_ids(bad) +
-                                                  " are not allocated (double free or never allocated); nothing was freed");
-  }
-  const bool eager = config_.mode == CompactionMode::eager;
-  std::vector<SidePlan> plans;
-  std::int64_t swa_freed = 0;
-  std::int64_t* swa_pages = nullptr;
-  if (sides_.size() == 2) {
-    // SPEC 4.3: free SWA only where swa_v2p[v] > 0, first.
-    KVTWIN_TRY_STATUS(ids_[2].reserve(static_cast<std::size_t>(n)));
-    KVTWIN_TRY_STATUS(ids_[3].reserve(static_cast<std::size_t>(n)));
-    KVTWIN_TRY_STATUS(gather_values(sides_[1]->v2p(), dv, n, ids_[2].get(), stream_));
-    swa_pages = ids_[3].get();
-    KVTWIN_TRY(swa_freed, select_positive(ids_[2].get(), n, swa_pages, select_, stream_));
-    if (eager) {
-      KVTWIN_TRY(SidePlan plan, plan_compaction(1, swa_pages, swa_freed));
-      plans.push_back(std::move(plan));
-    }
-  }
-  if (eager) {
-    KVTWIN_TRY(SidePlan plan, plan_compaction(0, full_pages, n));
-    plans.push_back(std::move(plan));
-  }
-  KVTWIN_TRY_STATUS(check_readers(plans));
-
-  // Commit: SWA side first, then the full side (docs/decisions.md).
-  Compaction out;
-  if (sides_.size() == 2) {
-    DeviceSide& swa = *sides_[1];
-    KVTWIN_TRY_STATUS(swa.unbind(dv, n, true, swa_freed, stream_));
-    if (eager) {
-      KVTWIN_TRY_STATUS(commit_compaction(plans.front(), false));
-      append_moves(out, derived_.layouts[1].sub_pool, plans.front().src, plans.front().dst);
-    } else {
-      KVTWIN_TRY_STATUS(swa.add_holes(swa_pages, swa_freed, stream_));  // SPEC 4.2
-    }
-  }
-  KVTWIN_TRY_STATUS(full.unbind(dv, n, false, n, stream_));
-  if (eager) {
-    KVTWIN_TRY_STATUS(commit_compaction(plans.back(), false));
-    append_moves(out, derived_.layouts[0].sub_pool, plans.back().src, plans.back().dst);
-  } else {
-    KVTWIN_TRY_STATUS(full.add_holes(full_pages, n, stream_));
-  }
-  // Freed virtual ids go to the back of the queue, ascending.
-  KVTWIN_TRY_STATUS(full.put_virtual(dv, n, stream_));
-  KVTWIN_TRY_STATUS(sync());
-  return ok(std::move(out));
+  KVTWIN_TRY(std::vector<std::int64_t> vpages, allocator_.virtual_pages_of(op.unit, op.ids, "free"));
+  KVTWIN_TRY(DeviceAllocator::FreePlan plan, allocator_.plan_free(vpages, faults_, stream_));
+  return commit_checked(plan);
 }
 
 OpResult GpuPool::free_swa(const FreeSwa& op) {
-  if (sides_.size() != 2)
+  if (!allocator_.is_composite())
     return invalid("free_swa: this pool has no sliding-window side (model '" + config_.shape.name +
                    "'); free_swa needs a model with full and sliding-window layers");
-  KVTWIN_TRY(std::vector<std::int64_t> vpages, virtual_pages(op.unit, op.ids, "free_swa"));
-  const std::int64_t n = static_cast<std::int64_t>(vpages.size());
-  if (n == 0) return ok(Compaction{});
-  DeviceSide& swa = *sides_[1];
-  KVTWIN_TRY(std::int64_t * dv, upload_ids(vpages, 0));
-  KVTWIN_TRY_STATUS(ids_[1].reserve(static_cast<std::size_t>(n)));
-  KVTWIN_TRY_STATUS(ids_[2].reserve(static_cast<std::size_t>(n)));
-  KVTWIN_TRY_STATUS(gather_values(sides_[0]->v2p(), dv, n, ids_[1].get(), stream_));
-  KVTWIN_TRY_STATUS(gather_values(swa.v2p(), dv, n, ids_[2].get(), stream_));
-  // docs/decisions.md: a virtual page not allocated, or an SWA page already a tombstone, is a
-  // double free.
-  KVTWIN_TRY(bool full_unbound, any_outside(ids_[1].get(), n, 0, INT64_MAX));
-  KVTWIN_TRY(bool swa_unbound, any_outside(ids_[2].get(), n, 1, INT64_MAX));
-  // A page not allocated at all comes first; then an SWA tombstone (core/reasons.h).
-  if (full_unbound)
-    return make_refusal(ErrorKind::double_free, reason::not_allocated,
-                        "free_swa: some of virtual pages " + list_ids(vpages) + " are not allocated; nothing was freed");
-  if (swa_unbound)
-    return make_refusal(ErrorKind::double_free, reason::left_window,
-                        "free_swa: some of virtual pages " + list_ids(vpages) +
-                            " already left the window (their SWA pages are tombstones); nothing was freed");
-  std::int64_t* swa_pages = ids_[2].get();
-  const bool eager = config_.mode == CompactionMode::eager;
-  std::vector<SidePlan> plans;
-  if (eager) {
-    KVTWIN_TRY(SidePlan plan, plan_compaction(1, swa_pages, n));
-    plans.push_back(std::move(plan));
-  }
-  KVTWIN_TRY_STATUS(check_readers(plans));
-  Compaction out;
-  KVTWIN_TRY_STATUS(swa.unbind(dv, n, false, n, stream_));  // swa_v2p[v] = -1: a tombstone
-  if (eager) {
-    KVTWIN_TRY_STATUS(commit_compaction(plans.front(), false));
-    append_moves(out, derived_.layouts[1].sub_pool, plans.front().src, plans.front().dst);
-  } else {
-    KVTWIN_TRY_STATUS(swa.add_holes(swa_pages, n, stream_));
-  }
-  KVTWIN_TRY_STATUS(sync());
-  return ok(std::move(out));
+  KVTWIN_TRY(std::vector<std::int64_t> vpages, allocator_.virtual_pages_of(op.unit, op.ids, "free_swa"));
+  KVTWIN_TRY(DeviceAllocator::FreePlan plan, allocator_.plan_free_swa(vpages, faults_, stream_));
+  return commit_checked(plan);
 }
 
 OpResult GpuPool::flush(const Flush&) {
-  // SPEC 4.2: compacts every side exactly as 4.1, with the holes as the freed pages. SWA side
-  // first, as in free.
-  std::vector<std::size_t> order;
-  for (std::size_t i = sides_.size(); i-- > 0;)
-    if (sides_[i]->holes() > 0) order.push_back(i);
-  std::vector<SidePlan> plans;
-  for (std::size_t i : order) {
-    KVTWIN_TRY(SidePlan plan, plan_compaction(i, nullptr, 0));
-    plans.push_back(std::move(plan));
-  }
-  KVTWIN_TRY_STATUS(check_readers(plans));
-  Compaction out;
-  for (const SidePlan& plan : plans) {
-    KVTWIN_TRY_STATUS(commit_compaction(plan, true));  // a flushed side has no holes left
-    append_moves(out, derived_.layouts[plan.side].sub_pool, plan.src, plan.dst);
-  }
-  KVTWIN_TRY_STATUS(sync());
-  return ok(std::move(out));
+  KVTWIN_TRY(DeviceAllocator::FreePlan plan, allocator_.plan_flush(faults_, stream_));
+  return commit_checked(plan);
 }
 
 OpResult GpuPool::move_pages(const MovePages& op) {
   KVTWIN_TRY(std::size_t index, side_named(op.sub_pool, "move_pages"));
-  const DeviceSide& side = *sides_[index];
-  if (op.dst.size() != op.src.size())
-    return invalid("move_pages: " + std::to_string(op.dst.size()) + " destinations for " +
-                   std::to_string(op.src.size()) + " sources; give one destination per source");
-  for (const std::vector<std::int64_t>* list : {&op.src, &op.dst})
-    for (std::int64_t page : *list)
-      if (page < side.min_page() || page >= side.num_pages())
-        return out_of_range("move_pages: page " + std::to_string(page) + " is outside sub-pool '" + op.sub_pool +
-                            "''s usable pages [" + std::to_string(side.min_page()) + ", " +
-                            std::to_string(side.num_pages()) + "); the sink pages never move");
-  std::set<std::int64_t> seen;
-  for (const std::vector<std::int64_t>* list : {&op.src, &op.dst})
-    for (std::int64_t page : *list)
-      if (!seen.insert(page).second)
-        return invalid("move_pages: page " + std::to_string(page) +
-                       " appears twice; sources and destinations must be disjoint and without repeats");
-  const std::int64_t n = static_cast<std::int64_t>(op.dst.size());
-  if (n == 0) return ok(Done{});
-  KVTWIN_TRY(std::int64_t * dst, upload_ids(op.dst, 0));
-  KVTWIN_TRY(std::int64_t * src, upload_ids(op.src, 1));
-  KVTWIN_TRY_STATUS(ids_[2].reserve(static_cast<std::size_t>(n)));
-  KVTWIN_TRY_STATUS(gather_values(side.p2v(), dst, n, ids_[2].get(), stream_));
-  KVTWIN_TRY(std::vector<std::int64_t> owners, download_ids(ids_[2].get(), n));
-  const std::uint64_t page_bytes = side.geometry().page_bytes;
-  for (std::size_t i = 0; i < owners.size(); ++i) {
-    // docs/decisions.md: every dst is an unbound page, and its bytes lie outside the other side's band.
-    if (owners[i] >= 0)
-      return invalid("move_pages: destination page " + std::to_string(op.dst[i]) + " of sub-pool '" + op.sub_pool +
-                     "' is bound to virtual page " + std::to_string(owners[i]) +
-                     "; a raw move may only overwrite an unbound page");
-    if (sides_.size() == 2) {
-      const std::size_t other = 1 - index;
-      const std::uint64_t begin = static_cast<std::uint64_t>(op.dst[i]) * page_bytes, end = begin + page_bytes;
-      if (begin < band_end_byte(other) && band_begin_byte(other) < end)
-        return invalid("move_pages: destination page " + std::to_string(op.dst[i]) + " of sub-pool '" + op.sub_pool +
-                       "' overlaps the occupied band of sub-pool '" + derived_.layouts[other].sub_pool +
-                       "'; choose a destination in the gap");
-    }
-  }
-  SidePlan plan;
-  plan.side = index;
-  plan.src = op.src;
-  plan.dst = op.dst;
-  KVTWIN_TRY_STATUS(check_readers({plan}));
-  KVTWIN_TRY_STATUS(move_bytes(index, src, dst, n));  // raw copies, no table change
-  KVTWIN_TRY_STATUS(sync());
+  KVTWIN_TRY(DeviceAllocator::RawMove move, allocator_.plan_raw_move(index, op, stream_));
+  if (move.pages == 0) return ok(Done{});
+  KVTWIN_TRY_STATUS(readers_.check_moves(index, allocator_.side_name(index), op.src, op.dst, faults_));
+  // Raw copies, no table change.
+  KVTWIN_TRY_STATUS(bytes_.move_pages(index, move.sources, move.destinations, move.pages, faults_, stream_));
+  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream_));
   return ok(Done{});
 }
 
 OpResult GpuPool::begin_read(const BeginRead& op) {
-  if (readers_.count(op.reader) != 0)
-    return invalid("begin_read: reader " + std::to_string(op.reader) + " is already open; end it first or use another id");
+  KVTWIN_TRY_STATUS(readers_.require_new(op));
   KVTWIN_TRY(std::size_t index, side_named(op.sub_pool, "begin_read"));
-  Reader reader;
-  reader.side = index;
-  for (std::int64_t page : op.pages) {
-    if (page < 0 || page >= sides_[index]->num_pages())
-      return out_of_range("begin_read: page " + std::to_string(page) + " is outside sub-pool '" + op.sub_pool +
-                          "''s pages [0, " + std::to_string(sides_[index]->num_pages()) + ")");
-    reader.pages.insert(page);
-  }
-  readers_[op.reader] = std::move(reader);
-  return ok(Done{});
-}
-
-OpResult GpuPool::end_read(const EndRead& op) {
-  if (readers_.erase(op.reader) == 0)
-    return invalid("end_read: reader " + std::to_string(op.reader) + " is not open");
+  KVTWIN_TRY_STATUS(readers_.begin(op, index, allocator_.side(index).num_pages()));
   return ok(Done{});
 }
 
@@ -649,8 +282,8 @@ OpResult GpuPool::make_batch(const MakeBatch& op) {
   b.tokens = op.tokens;
   b.encoder_host = op.encoder_tokens;
   // out_cache_loc starts as the virtual tokens, unmarked; the encoder loc is never translated.
-  KVTWIN_TRY(b.loc, device_copy(op.tokens, stream_));
-  KVTWIN_TRY(b.encoder_loc, device_copy(op.encoder_tokens, stream_));
+  KVTWIN_TRY(b.loc, ::kvtwin::gpu::device_copy(op.tokens, stream_));
+  KVTWIN_TRY(b.encoder_loc, ::kvtwin::gpu::device_copy(op.encoder_tokens, stream_));
   KVTWIN_TRY_STATUS(sync());
   batches_[op.batch] = std::move(b);
   return ok(Done{});
@@ -666,7 +299,7 @@ OpResult GpuPool::rebind(const Rebind& op) {
   if (width > kMaxLanes)
     return invalid("rebind out_width " + std::to_string(width) + " exceeds " + std::to_string(kMaxLanes) + " lanes");
   // SPEC 6: loc[i] = translate(tokens[i]) of the batch's lanes; lanes past them hold the sink.
-  KVTWIN_TRY(DeviceBuffer<std::int64_t> tokens, device_copy(b->tokens, stream_));
+  KVTWIN_TRY(DeviceBuffer<std::int64_t> tokens, ::kvtwin::gpu::device_copy(b->tokens, stream_));
   DeviceBuffer<std::int64_t> loc;
   KVTWIN_TRY_STATUS(loc.allocate(static_cast<std::size_t>(width)));
   if (width > 0) {
@@ -682,8 +315,8 @@ OpResult GpuPool::rebind(const Rebind& op) {
       p.cols = n;
       p.out = loc.get();
       p.out_cols = static_cast<std::int64_t>(width);
-      p.v2p = sides_[0]->v2p();
-      p.v2p_len = sides_[0]->v2p_len();
+      p.v2p = allocator_.side(0).v2p();
+      p.v2p_len = allocator_.side(0).v2p_len();
       p.page_size = static_cast<std::int64_t>(config_.page_size);
       p.negative_wraps = faults_.negative_wraps;
       p.tombstone_live = faults_.tombstone_live;
@@ -692,7 +325,7 @@ OpResult GpuPool::rebind(const Rebind& op) {
   }
   std::vector<std::int64_t> encoder = b->encoder_host;
   if (!encoder.empty()) encoder.resize(static_cast<std::size_t>(width), 0);
-  KVTWIN_TRY(DeviceBuffer<std::int64_t> encoder_loc, device_copy(encoder, stream_));
+  KVTWIN_TRY(DeviceBuffer<std::int64_t> encoder_loc, ::kvtwin::gpu::device_copy(encoder, stream_));
   KVTWIN_TRY(std::vector<std::int64_t> values, download_ids(loc.get(), static_cast<std::int64_t>(width)));
   b->loc = std::move(loc);
   b->width = static_cast<std::int64_t>(width);
@@ -725,7 +358,7 @@ OpResult GpuPool::split(const Split& op) {
                                       cudaMemcpyDeviceToDevice, stream_));
     if (!parent->encoder_host.empty()) {
       c.encoder_host.assign(parent->encoder_host.begin() + begin, parent->encoder_host.begin() + end);
-      KVTWIN_TRY(c.encoder_loc, device_copy(c.encoder_host, stream_));
+      KVTWIN_TRY(c.encoder_loc, ::kvtwin::gpu::device_copy(c.encoder_host, stream_));
     }
     // SPEC 6: a child copies the parent's mark, never the default (fault 3 drops it).
     c.physical = faults_.split_drops_mark ? false : parent->physical;
@@ -804,10 +437,10 @@ OpResult GpuPool::write(const Write& op) {
   const bool swa_layer = placement.kind == LayerKind::swa;
   const std::size_t loc_side = swa_layer ? 0 : placement.sub_pool;
   if (lanes > 0) {
-    KVTWIN_TRY(bool outside, any_outside(loc, lanes, 0, slot_count(loc_side)));
+    KVTWIN_TRY(bool outside, any_outside(loc, lanes, 0, allocator_.slot_count(loc_side)));
     if (outside)
       return out_of_range("write to layer " + std::to_string(op.layer) + ": a loc is negative or past sub-pool '" +
-                          derived_.layouts[loc_side].sub_pool + "''s " + std::to_string(slot_count(loc_side)) +
+                          derived_.layouts[loc_side].sub_pool + "''s " + std::to_string(allocator_.slot_count(loc_side)) +
                           " slots; give physical token ids of the pool (0 is the sink)");
   }
   const std::int64_t* final_loc = loc;
@@ -817,17 +450,17 @@ OpResult GpuPool::write(const Write& op) {
     p.in = loc;
     p.out = ids_[1].get();
     p.n = lanes;
-    p.full_p2v = sides_[0]->p2v();
-    p.full_p2v_len = sides_[0]->p2v_len();
-    p.swa_v2p = sides_[1]->v2p();
-    p.swa_v2p_len = sides_[1]->v2p_len();
+    p.full_p2v = allocator_.side(0).p2v();
+    p.full_p2v_len = allocator_.side(0).p2v_len();
+    p.swa_v2p = allocator_.side(1).v2p();
+    p.swa_v2p_len = allocator_.side(1).v2p_len();
     p.page_size = static_cast<std::int64_t>(config_.page_size);
     p.tombstone_live = faults_.tombstone_live;
     KVTWIN_CUDA_TRY(launch_swa_translate(p, stream_));
     final_loc = ids_[1].get();
     if (faults_.tombstone_live) {
       // With fault 10 a tombstone yields a negative id; the door refuses it instead of writing outside.
-      KVTWIN_TRY(bool negative, any_outside(final_loc, lanes, 0, slot_count(placement.sub_pool)));
+      KVTWIN_TRY(bool negative, any_outside(final_loc, lanes, 0, allocator_.slot_count(placement.sub_pool)));
       if (negative) return out_of_range("write: an SWA loc is negative (a tombstone taken as live)");
     }
   }
@@ -837,7 +470,7 @@ OpResult GpuPool::write(const Write& op) {
     // sink lanes (docs/decisions.md). This is the `checked` mode of the door; GpuPool runs it on
     // every write, whatever op.checked says, because the contract refuses duplicates always (the
     // model does) and a run must not depend on a caller remembering to ask.
-    const std::int64_t sink = sink_end(placement.sub_pool);
+    const std::int64_t sink = allocator_.sink_end(placement.sub_pool);
     KVTWIN_TRY_STATUS(ids_[2].reserve(static_cast<std::size_t>(lanes)));
     KVTWIN_TRY_STATUS(ids_[3].reserve(static_cast<std::size_t>(lanes)));
     KVTWIN_TRY_STATUS(sink_to_zero(final_loc, lanes, sink, ids_[3].get(), stream_));
@@ -871,7 +504,7 @@ OpResult GpuPool::write(const Write& op) {
     seg.staging_offset_bytes = part_offset;
     seg.row_bytes = static_cast<std::uint32_t>(part.row_bytes());
     seg.loc_set = 0;
-    seg.first_slot = sink_end(placement.sub_pool);  // SPEC 6: a lane at the sink is discarded
+    seg.first_slot = allocator_.sink_end(placement.sub_pool);  // SPEC 6: a lane at the sink is discarded
     segments.push_back(seg);
     part_offset += part.row_bytes();
   }
@@ -881,8 +514,8 @@ OpResult GpuPool::write(const Write& op) {
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(segments_.get(), segments.data(), segments.size() * sizeof(RowSegment),
                                   cudaMemcpyHostToDevice, stream_));
   RowCopyParams p;
-  p.pool = pool_.get();
-  p.pool_bytes = pool_.bytes();
+  p.pool = bytes_.data();
+  p.pool_bytes = bytes_.size_bytes();
   p.staging = staging_.get();
   p.staging_lane_stride_bytes = lane_bytes;
   p.segments = segments_.get();
@@ -907,7 +540,7 @@ OpResult GpuPool::read(const Read& op) {
   const LayerPlacement placement = derived_.plan.layer_map[op.layer];
   const DenseEntryLayout& layout = derived_.layouts[placement.sub_pool];
   KVTWIN_TRY(const DensePart* part, layout.part(op.part));
-  const std::int64_t slots = slot_count(placement.sub_pool);
+  const std::int64_t slots = allocator_.slot_count(placement.sub_pool);
   for (std::size_t i = 0; i < op.ids.size(); ++i)
     if (op.ids[i] < 0 || op.ids[i] >= slots)
       return out_of_range("read: id " + std::to_string(op.ids[i]) + " at position " + std::to_string(i) +
@@ -922,12 +555,12 @@ OpResult GpuPool::read(const Read& op) {
     seg.pool_offset_bytes = part->offset_bytes + std::uint64_t{placement.local_layer} * part->layer_stride_bytes;
     seg.entry_bytes = layout.entry_bytes;
     seg.row_bytes = static_cast<std::uint32_t>(row);
-    seg.first_slot = sink_end(placement.sub_pool);  // docs/decisions.md: a sink lane reads as zeros
+    seg.first_slot = allocator_.sink_end(placement.sub_pool);  // docs/decisions.md: a sink lane reads as zeros
     KVTWIN_TRY_STATUS(segments_.reserve(1));
     KVTWIN_CUDA_TRY(cudaMemcpyAsync(segments_.get(), &seg, sizeof seg, cudaMemcpyHostToDevice, stream_));
     RowCopyParams p;
-    p.pool = pool_.get();
-    p.pool_bytes = pool_.bytes();
+    p.pool = bytes_.data();
+    p.pool_bytes = bytes_.size_bytes();
     p.staging = staging_.get();
     p.staging_lane_stride_bytes = row;
     p.segments = segments_.get();
@@ -1052,7 +685,7 @@ OpResult GpuPool::translate(const Translate& op) {
   std::int64_t* out_ptr = reinterpret_cast<std::int64_t*>(in_dev.get());
   const std::uint64_t out_storage = std::max<std::uint64_t>(out.storage(), 1);
   if (!alias) {
-    KVTWIN_TRY(out_dev, device_copy(std::vector<std::int64_t>(out_storage, kPoison64), stream_));
+    KVTWIN_TRY(out_dev, ::kvtwin::gpu::device_copy(std::vector<std::int64_t>(out_storage, kPoison64), stream_));
     out_ptr = out_dev.get();
   }
   // ---- one launch: element i reads its id, translates it, writes it; lanes past N get the sink.
@@ -1067,8 +700,8 @@ OpResult GpuPool::translate(const Translate& op) {
   p.out_row_stride = two_dim ? static_cast<std::int64_t>(out.stride) : 0;
   p.out_col_stride = two_dim ? 1 : static_cast<std::int64_t>(out.stride);
   p.out_cols = two_dim ? static_cast<std::int64_t>(cols) : static_cast<std::int64_t>(out_lanes);
-  p.v2p = sides_[0]->v2p();
-  p.v2p_len = sides_[0]->v2p_len();
+  p.v2p = allocator_.side(0).v2p();
+  p.v2p_len = allocator_.side(0).v2p_len();
   p.page_size = static_cast<std::int64_t>(config_.page_size);
   p.negative_wraps = faults_.negative_wraps;
   p.tombstone_live = faults_.tombstone_live;
@@ -1090,7 +723,7 @@ OpResult GpuPool::translate(const Translate& op) {
 }
 
 OpResult GpuPool::swa_translate(const SwaTranslate& op) {
-  if (sides_.size() != 2)
+  if (!allocator_.is_composite())
     return invalid("swa_translate: this pool has no sliding-window side (model '" + config_.shape.name + "')");
   const std::int64_t n = static_cast<std::int64_t>(op.ids.size());
   if (n == 0) return ok(Ids{});
@@ -1100,10 +733,10 @@ OpResult GpuPool::swa_translate(const SwaTranslate& op) {
   p.in = in;
   p.out = ids_[1].get();
   p.n = n;
-  p.full_p2v = sides_[0]->p2v();
-  p.full_p2v_len = sides_[0]->p2v_len();
-  p.swa_v2p = sides_[1]->v2p();
-  p.swa_v2p_len = sides_[1]->v2p_len();
+  p.full_p2v = allocator_.side(0).p2v();
+  p.full_p2v_len = allocator_.side(0).p2v_len();
+  p.swa_v2p = allocator_.side(1).v2p();
+  p.swa_v2p_len = allocator_.side(1).v2p_len();
   p.page_size = static_cast<std::int64_t>(config_.page_size);
   p.tombstone_live = faults_.tombstone_live;
   KVTWIN_CUDA_TRY(launch_swa_translate(p, stream_));
@@ -1160,8 +793,8 @@ OpResult GpuPool::page_table(const PageTable& op) {
   p.table = table_dev;
   p.table_cols = table_cols;
   p.table_row_stride = table_cols;
-  p.v2p = sides_[0]->v2p();
-  p.v2p_len = sides_[0]->v2p_len();
+  p.v2p = allocator_.side(0).v2p();
+  p.v2p_len = allocator_.side(0).v2p_len();
   p.page_size = ps;
   p.tombstone_live = faults_.page_table_tombstone_live;
   KVTWIN_CUDA_TRY(launch_page_table(p, stream_));
@@ -1202,8 +835,8 @@ OpResult GpuPool::remap_indices(const RemapIndices& op) {
   p.kv_indptr_len = static_cast<std::int64_t>(op.kv_indptr.size());
   p.bs = static_cast<std::int64_t>(op.bs);
   p.stale_bound = faults_.remap_stale_bound;
-  p.v2p = sides_[0]->v2p();
-  p.v2p_len = sides_[0]->v2p_len();
+  p.v2p = allocator_.side(0).v2p();
+  p.v2p_len = allocator_.side(0).v2p_len();
   p.page_size = static_cast<std::int64_t>(config_.page_size);
   KVTWIN_CUDA_TRY(launch_remap_indices(p, stream_));
   KVTWIN_TRY(std::vector<std::int64_t> values, download_ids(indices, capacity));
@@ -1216,10 +849,10 @@ OpResult GpuPool::capture(const Capture& op) {
   if (graphs_.count(op.graph) != 0)
     return invalid("capture: graph " + std::to_string(op.graph) + " is already captured; use another id");
   PoolDeviceView view;  // a tables-only pool has no bytes: the step keeps its tables, attends nothing
-  view.pool = pool_.get();
-  view.pool_bytes = pool_.bytes();
-  view.full = sides_[0].get();
-  view.swa = sides_.size() == 2 ? sides_[1].get() : nullptr;
+  view.pool = bytes_.data();
+  view.pool_bytes = bytes_.size_bytes();
+  view.full = &allocator_.side(0);
+  view.swa = allocator_.is_composite() ? &allocator_.side(1) : nullptr;
   view.derived = &derived_;
   view.config = &config_;
   KVTWIN_TRY(std::unique_ptr<DecodeStep> step, DecodeStep::create(op, view, faults_, stream_));
@@ -1239,49 +872,21 @@ OpResult GpuPool::replay(const Replay& op) {
 
 Result<PoolTables> GpuPool::tables() const {
   KVTWIN_TRY_STATUS(require_pool());
-  PoolTables out;
-  for (std::size_t i = 0; i < sides_.size(); ++i) {
-    const DeviceSide& side = *sides_[i];
-    SideTables t;
-    t.name = derived_.layouts[i].sub_pool;
-    KVTWIN_TRY(t.v2p, download_ids(side.v2p(), side.v2p_len()));
-    KVTWIN_TRY(t.p2v, download_ids(side.p2v(), side.p2v_len()));
-    KVTWIN_TRY(t.free_queue, side.queue_contents(stream_));
-    t.watermark = side.watermark();
-    KVTWIN_TRY_STATUS(ids_[4].reserve(static_cast<std::size_t>(side.p2v_len())));
-    KVTWIN_TRY(t.holes, side.hole_list(select_, ids_[4].get(), stream_));
-    t.allocated_pages = static_cast<std::uint64_t>(side.allocated());
-    out.sides.push_back(std::move(t));
-  }
-  return out;
+  return allocator_.tables(stream_);
 }
 
 Result<std::uint64_t> GpuPool::tables_digest() const {
   KVTWIN_TRY_STATUS(require_pool());
-  KVTWIN_TRY_STATUS(digest_sum_.reserve(1));
-  KVTWIN_CUDA_TRY(cudaMemsetAsync(digest_sum_.get(), 0, sizeof(unsigned long long), stream_));
-  std::uint64_t host_terms = 0;
-  for (std::size_t i = 0; i < sides_.size(); ++i) {
-    KVTWIN_TRY_STATUS(sides_[i]->add_digest_terms(i, digest_sum_.get(), stream_));
-    host_terms += sides_[i]->digest_counter_terms(i);
-  }
-  unsigned long long device_terms = 0;
-  KVTWIN_CUDA_TRY(cudaMemcpyAsync(&device_terms, digest_sum_.get(), sizeof device_terms, cudaMemcpyDeviceToHost, stream_));
-  KVTWIN_TRY_STATUS(sync());
-  return static_cast<std::uint64_t>(device_terms) + host_terms;
+  return allocator_.tables_digest(stream_);
 }
 
 Status GpuPool::verify() const {
   if (!built_) return ok_status();  // nothing built, nothing to break (as the model's verify)
-  if (!config_.tables_only && pool_.bytes() != config_.total_bytes)
-    return make_error(ErrorKind::internal, "gpu invariant broken: the pool buffer holds " + std::to_string(pool_.bytes()) +
-                                               " bytes, not total_bytes " + std::to_string(config_.total_bytes));
-  std::vector<SideSnapshot> snapshots;
-  for (const auto& side : sides_) {
-    KVTWIN_TRY(SideSnapshot s, side->snapshot(sides_[0]->min_page(), stream_));
-    snapshots.push_back(std::move(s));
-  }
-  return check_device_sides(snapshots, config_.mode == CompactionMode::lazy);
+  if (!config_.tables_only && bytes_.size_bytes() != config_.total_bytes)
+    return make_error(ErrorKind::internal, "gpu invariant broken: the pool buffer holds " +
+                                               std::to_string(bytes_.size_bytes()) + " bytes, not total_bytes " +
+                                               std::to_string(config_.total_bytes));
+  return allocator_.verify(stream_);
 }
 
 Result<std::vector<std::uint8_t>> GpuPool::raw_bytes(std::uint64_t offset, std::uint64_t length) const {
@@ -1291,12 +896,7 @@ Result<std::vector<std::uint8_t>> GpuPool::raw_bytes(std::uint64_t offset, std::
   if (offset > config_.total_bytes || length > config_.total_bytes - offset)
     return out_of_range("raw_bytes: [" + std::to_string(offset) + ", +" + std::to_string(length) +
                         ") is outside the pool's " + std::to_string(config_.total_bytes) + " bytes");
-  std::vector<std::uint8_t> out(static_cast<std::size_t>(length));
-  if (length > 0) {
-    KVTWIN_CUDA_TRY(cudaMemcpyAsync(out.data(), pool_.get() + offset, out.size(), cudaMemcpyDeviceToHost, stream_));
-    KVTWIN_TRY_STATUS(sync());
-  }
-  return out;
+  return bytes_.download(offset, length, stream_);
 }
 
 }  // namespace kvtwin::gpu

@@ -1,8 +1,9 @@
 // GpuPool: the CUDA implementation of the pool behind kvtwin::Backend.
 //
-// The pool's bytes are one cudaMalloc buffer of total_bytes (SPEC.md section 3). Each sub-pool's
-// allocator tables live on the device (device_side.h); binding, unbinding and compaction
-// planning run there, and page bytes move with the page-move kernel. Batches' write locs live
+// The pool's bytes are one cudaMalloc buffer of total_bytes (SPEC.md section 3, pool_bytes.h).
+// The allocator (device_allocator.h) keeps each sub-pool's tables on the device (device_side.h);
+// binding, unbinding and compaction planning run there, and page bytes move with the page-move
+// kernel; the open readers gate every move (readers.h). Batches' write locs live
 // on the device too; their marks are host flags, so the write door's mark check is a flag read.
 // Rows written come from the content oracle (core/oracle.h), filled on the host and scattered by
 // the write door kernel. The decode step is a CUDA graph (decode_step.h).
@@ -30,10 +31,13 @@
 
 #include "core/backend.h"
 #include "core/pool_config.h"
+#include "gpu/device_allocator.h"
 #include "gpu/device_buffer.h"
 #include "gpu/device_side.h"
 #include "gpu/faults.h"
 #include "gpu/kernels.cuh"
+#include "gpu/pool_bytes.h"
+#include "gpu/readers.h"
 
 namespace kvtwin::gpu {
 
@@ -64,7 +68,7 @@ class GpuPool final : public Backend {
   void set_faults(const Faults& faults) { faults_ = faults; }
 
   // For tests and benchmarks: the device buffer and its derived description (valid once built).
-  std::uint8_t* device_pool() const { return pool_.get(); }
+  std::uint8_t* device_pool() const { return bytes_.data(); }
   const PoolDerived* derived() const { return built_ ? &derived_ : nullptr; }
   cudaStream_t stream() const { return stream_; }
 
@@ -79,17 +83,6 @@ class GpuPool final : public Backend {
     std::vector<std::int64_t> encoder_host;  // the same ids (the rows a cross layer writes are theirs)
     bool physical = false;                   // the mark (SPEC 6)
   };
-  struct Reader {
-    std::size_t side = 0;
-    std::set<std::int64_t> pages;
-  };
-  // A side's planned compaction: moves src[i] -> dst[i] (device lists in the side's plan buffers).
-  struct SidePlan {
-    std::size_t side = 0;
-    std::int64_t freed = 0;
-    std::int64_t new_watermark = 0;
-    std::vector<std::int64_t> src, dst;
-  };
 
   OpResult dispatch(const Op& op);
   OpResult build(const BuildPool& op);
@@ -100,7 +93,6 @@ class GpuPool final : public Backend {
   OpResult flush(const Flush& op);
   OpResult move_pages(const MovePages& op);
   OpResult begin_read(const BeginRead& op);
-  OpResult end_read(const EndRead& op);
   OpResult make_batch(const MakeBatch& op);
   OpResult rebind(const Rebind& op);
   OpResult split(const Split& op);
@@ -114,18 +106,8 @@ class GpuPool final : public Backend {
   OpResult capture(const Capture& op);
   OpResult replay(const Replay& op);
 
-  // Allocation helpers.
-  bool fits(std::int64_t pages) const;
-  Result<std::vector<std::int64_t>> bind_pages(std::int64_t pages);
-  // Virtual page ids from an op's ids (tokens -> sorted unique pages), range-checked.
-  Result<std::vector<std::int64_t>> virtual_pages(IdUnit unit, const std::vector<std::int64_t>& ids,
-                                                  std::string_view what) const;
-  // Compaction planning and commit for one side; `freed` device list of physical pages (eager),
-  // or nullptr to compact the side's holes (flush).
-  Result<SidePlan> plan_compaction(std::size_t side, const std::int64_t* freed, std::int64_t count);
-  Status check_readers(const std::vector<SidePlan>& plans) const;
-  Status commit_compaction(const SidePlan& plan, bool clears_holes);
-  Status move_bytes(std::size_t side, const std::int64_t* src, const std::int64_t* dst, std::int64_t n);
+  // A free plan past the readers' gate, then committed.
+  OpResult commit_checked(const DeviceAllocator::FreePlan& plan);
 
   // Uploads host values into the pool's id scratch (returns the device pointer).
   Result<std::int64_t*> upload_ids(const std::vector<std::int64_t>& values, int slot);
@@ -136,14 +118,6 @@ class GpuPool final : public Backend {
   Status require_pool() const;
   Result<Batch*> find_batch(std::uint32_t id, std::string_view what);
   Result<std::size_t> side_named(std::string_view sub_pool, std::string_view what) const;
-  // Ids below this are sink lanes of a side: its pages below min_page_index (docs/decisions.md).
-  std::int64_t sink_end(std::size_t side) const;
-  std::int64_t slot_count(std::size_t side) const;
-  // The band's bytes of a side: up [min_page, wm) pages, down (wm, num_pages).
-  std::uint64_t band_begin_byte(std::size_t side) const;
-  std::uint64_t band_end_byte(std::size_t side) const;
-  // Uploads `values` into a fresh device buffer.
-  static Result<DeviceBuffer<std::int64_t>> device_copy(const std::vector<std::int64_t>& values, cudaStream_t stream);
 
   Faults faults_;
   std::string poisoned_;  // why every operation is refused (a CUDA failure); empty: healthy
@@ -151,19 +125,15 @@ class GpuPool final : public Backend {
   bool built_ = false;
   PoolConfig config_;
   PoolDerived derived_;
-  DeviceBuffer<std::uint8_t> pool_;
-  std::vector<std::unique_ptr<DeviceSide>> sides_;  // chain order: full/mla (up), swa (down)
-  mutable SelectScratch select_;
+  DevicePoolBytes bytes_;
+  DeviceAllocator allocator_;
+  Readers readers_;
   DeviceBuffer<std::uint8_t> sort_temp_;
   DeviceBuffer<std::uint32_t> status_;
-  mutable DeviceBuffer<unsigned long long> digest_sum_;  // tables_digest()'s device accumulator
   mutable std::vector<DeviceBuffer<std::int64_t>> ids_;  // id scratch slots
-  std::vector<DeviceBuffer<std::int64_t>> plan_src_;  // per side
-  std::vector<DeviceBuffer<std::int64_t>> plan_dst_;
   DeviceBuffer<std::uint8_t> staging_;                // rows for the doors
   DeviceBuffer<RowSegment> segments_;
   std::map<std::uint32_t, Batch> batches_;
-  std::map<std::uint32_t, Reader> readers_;
   std::map<std::uint32_t, std::unique_ptr<DecodeStep>> graphs_;
 };
 
