@@ -1,20 +1,16 @@
-// GpuPool (gpu_pool.h): every operation of core/op.h on the device; the allocator, the pool's
-// bytes and the readers are units of their own (device_allocator.h, pool_bytes.h, readers.h).
+// GpuPool (gpu_pool.h): every operation of core/op.h, dispatched to the unit that owns it
+// (translation and the decode graphs are still here).
 //
-// Each operation validates first (host checks on the operation's own numbers, device checks on
-// the tables), plans what it will change, and only then commits, so that a failed operation
-// leaves the pool as it was. Comments cite the SPEC.md rule (or docs/decisions.md entry) each
-// branch implements.
+// What stays here is what spans units: building the pool (every unit at once), the readers' gate
+// between a free plan and its commit, and the poisoning after a CUDA failure. Comments cite the
+// SPEC.md rule (or docs/decisions.md entry) each branch implements.
 #include "gpu/gpu_pool.h"
 
 #include <algorithm>
 #include <cstring>
-#include <span>
 #include <variant>
 
 #include "core/checked.h"
-#include "core/oracle.h"
-#include "gpu/decode_step.h"
 #include "gpu/device_io.h"
 #include "gpu/fault_layout.h"
 
@@ -28,9 +24,7 @@ struct Overloaded : Fs... {
 template <class... Fs>
 Overloaded(Fs...) -> Overloaded<Fs...>;
 
-constexpr int kIdSlots = 5;
-// The most lanes one batch, loc or replay may have (a bound against runaway widths in traces).
-constexpr std::uint64_t kMaxLanes = std::uint64_t{1} << 20;
+constexpr int kIdSlots = 4;
 
 // An outcome as an operation's result.
 template <class T>
@@ -67,33 +61,12 @@ Result<std::size_t> GpuPool::side_named(std::string_view sub_pool, std::string_v
   return invalid(std::string(what) + ": this pool has no sub-pool '" + std::string(sub_pool) + "'; its sub-pools: " + known);
 }
 
-Status GpuPool::sync() const {
-  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream_));
-  return ok_status();
-}
-
 Result<std::int64_t*> GpuPool::upload_ids(const std::vector<std::int64_t>& values, int slot) {
   return ::kvtwin::gpu::upload_ids(ids_[static_cast<std::size_t>(slot)], values, stream_);
 }
 
 Result<std::vector<std::int64_t>> GpuPool::download_ids(const std::int64_t* device, std::int64_t n) const {
   return ::kvtwin::gpu::download_ids(device, n, stream_);
-}
-
-Result<bool> GpuPool::any_outside(const std::int64_t* values, std::int64_t n, std::int64_t lower, std::int64_t upper) {
-  KVTWIN_CUDA_TRY(cudaMemsetAsync(status_.get(), 0, sizeof(std::uint32_t), stream_));
-  KVTWIN_TRY_STATUS(flag_outside(values, n, lower, upper, status_.get(), stream_));
-  std::uint32_t flag = 0;
-  KVTWIN_CUDA_TRY(cudaMemcpyAsync(&flag, status_.get(), sizeof flag, cudaMemcpyDeviceToHost, stream_));
-  KVTWIN_TRY_STATUS(sync());
-  return flag != 0;
-}
-
-Result<GpuPool::Batch*> GpuPool::find_batch(std::uint32_t id, std::string_view what) {
-  auto it = batches_.find(id);
-  if (it == batches_.end())
-    return invalid(std::string(what) + ": no batch " + std::to_string(id) + "; declare it with a batch op");
-  return &it->second;
 }
 
 OpResult GpuPool::apply(const Op& op) {
@@ -108,34 +81,55 @@ OpResult GpuPool::apply(const Op& op) {
 }
 
 OpResult GpuPool::dispatch(const Op& op) {
-  return std::visit(Overloaded{
-                        [&](const BuildPool& o) { return build(o); },
-                        [&](const Alloc& o) { return alloc(o); },
-                        [&](const AllocMany& o) { return alloc_many(o); },
-                        [&](const Free& o) { return free_pages(o); },
-                        [&](const FreeSwa& o) { return free_swa(o); },
-                        [&](const Flush& o) { return flush(o); },
-                        [&](const MovePages& o) { return move_pages(o); },
-                        [&](const BeginRead& o) { return begin_read(o); },
-                        [&](const EndRead& o) -> OpResult {
-                          KVTWIN_TRY_STATUS(readers_.end(o));
-                          return ok(Done{});
-                        },
-                        [&](const MakeBatch& o) { return make_batch(o); },
-                        [&](const Rebind& o) { return rebind(o); },
-                        [&](const Split& o) { return split(o); },
-                        [&](const DropBatch& o) { return drop_batch(o); },
-                        [&](const Write& o) { return write(o); },
-                        [&](const Read& o) { return read(o); },
-                        [&](const Translate& o) { return translate(o); },
-                        [&](const SwaTranslate& o) { return swa_translate(o); },
-                        [&](const PageTable& o) { return page_table(o); },
-                        [&](const RemapIndices& o) { return remap_indices(o); },
-                        [&](const Capture& o) { return capture(o); },
-                        [&](const Replay& o) { return replay(o); },
-                        [&](const Checkpoint&) { return ok(Done{}); },
-                    },
-                    op);
+  const Faults& f = faults_;
+  return std::visit(
+      Overloaded{
+          [&](const BuildPool& o) { return build(o); },
+          [&](const Alloc& o) { return alloc(o); },
+          [&](const AllocMany& o) { return alloc_many(o); },
+          [&](const Free& o) { return free_pages(o); },
+          [&](const FreeSwa& o) { return free_swa(o); },
+          [&](const Flush& o) { return flush(o); },
+          [&](const MovePages& o) { return move_pages(o); },
+          [&](const BeginRead& o) { return begin_read(o); },
+          [&](const EndRead& o) -> OpResult {
+            KVTWIN_TRY_STATUS(readers_.end(o));
+            return ok(Done{});
+          },
+          [&](const MakeBatch& o) -> OpResult {
+            KVTWIN_TRY_STATUS(batches_.make(o, stream_));
+            return ok(Done{});
+          },
+          [&](const Rebind& o) -> OpResult {
+            const std::int64_t ps = static_cast<std::int64_t>(config_.page_size);
+            KVTWIN_TRY(std::vector<std::int64_t> loc, batches_.rebind(o, allocator_.owner(), ps, f, stream_));
+            return ok(Ids{std::move(loc)});
+          },
+          [&](const Split& o) -> OpResult {
+            KVTWIN_TRY(Marks marks, batches_.split(o, f, stream_));
+            return ok(marks);
+          },
+          [&](const DropBatch& o) -> OpResult {
+            KVTWIN_TRY_STATUS(batches_.drop(o));
+            return ok(Done{});
+          },
+          [&](const Write& o) -> OpResult {
+            KVTWIN_TRY_STATUS(doors_.write(o, batches_, allocator_, bytes_, f, stream_));
+            return ok(Done{});
+          },
+          [&](const Read& o) -> OpResult {
+            KVTWIN_TRY(std::vector<std::uint8_t> rows, doors_.read(o, allocator_, bytes_, f, stream_));
+            return ok(Bytes::of(std::move(rows)));
+          },
+          [&](const Translate& o) { return translate(o); },
+          [&](const SwaTranslate& o) { return swa_translate(o); },
+          [&](const PageTable& o) { return page_table(o); },
+          [&](const RemapIndices& o) { return remap_indices(o); },
+          [&](const Capture& o) { return capture(o); },
+          [&](const Replay& o) { return replay(o); },
+          [&](const Checkpoint&) { return ok(Done{}); },
+      },
+      op);
 }
 
 // ---------------------------------------------------------------- build (SPEC 3)
@@ -157,7 +151,7 @@ OpResult GpuPool::build(const BuildPool& op) {
   derived_ = std::move(derived).value();
   KVTWIN_TRY_STATUS(bytes_.init(config_, derived_, stream_));
   KVTWIN_TRY_STATUS(allocator_.init(config_, derived_, stream_));
-  KVTWIN_TRY_STATUS(status_.reserve(4));
+  KVTWIN_TRY_STATUS(doors_.init(config_, derived_));
   ids_.resize(kIdSlots);
   KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream_));
   built_ = true;
@@ -264,317 +258,6 @@ OpResult GpuPool::begin_read(const BeginRead& op) {
   KVTWIN_TRY(std::size_t index, side_named(op.sub_pool, "begin_read"));
   KVTWIN_TRY_STATUS(readers_.begin(op, index, allocator_.side(index).num_pages()));
   return ok(Done{});
-}
-
-// ---------------------------------------------------------------- write locs (SPEC 6)
-
-OpResult GpuPool::make_batch(const MakeBatch& op) {
-  if (batches_.count(op.batch) != 0)
-    return invalid("batch " + std::to_string(op.batch) + " already exists; drop it first (drop_batch) or use another id");
-  if (op.tokens.size() > kMaxLanes)
-    return invalid("batch " + std::to_string(op.batch) + " has " + std::to_string(op.tokens.size()) +
-                   " lanes; at most " + std::to_string(kMaxLanes) + " are allowed");
-  if (!op.encoder_tokens.empty() && op.encoder_tokens.size() != op.tokens.size())
-    return invalid("batch " + std::to_string(op.batch) + " has " + std::to_string(op.tokens.size()) + " tokens but " +
-                   std::to_string(op.encoder_tokens.size()) + " encoder tokens; give one encoder token per lane, or none");
-  Batch b;
-  b.width = static_cast<std::int64_t>(op.tokens.size());
-  b.tokens = op.tokens;
-  b.encoder_host = op.encoder_tokens;
-  // out_cache_loc starts as the virtual tokens, unmarked; the encoder loc is never translated.
-  KVTWIN_TRY(b.loc, ::kvtwin::gpu::device_copy(op.tokens, stream_));
-  KVTWIN_TRY(b.encoder_loc, ::kvtwin::gpu::device_copy(op.encoder_tokens, stream_));
-  KVTWIN_TRY_STATUS(sync());
-  batches_[op.batch] = std::move(b);
-  return ok(Done{});
-}
-
-OpResult GpuPool::rebind(const Rebind& op) {
-  KVTWIN_TRY(Batch * b, find_batch(op.batch, "rebind"));
-  const std::int64_t n = static_cast<std::int64_t>(b->tokens.size());
-  const std::uint64_t width = op.out_width == 0 ? static_cast<std::uint64_t>(n) : op.out_width;
-  if (width < static_cast<std::uint64_t>(n))
-    return invalid("rebind out_width " + std::to_string(op.out_width) + " is smaller than the batch's " +
-                   std::to_string(n) + " lanes; give a width of at least " + std::to_string(n));
-  if (width > kMaxLanes)
-    return invalid("rebind out_width " + std::to_string(width) + " exceeds " + std::to_string(kMaxLanes) + " lanes");
-  // SPEC 6: loc[i] = translate(tokens[i]) of the batch's lanes; lanes past them hold the sink.
-  KVTWIN_TRY(DeviceBuffer<std::int64_t> tokens, ::kvtwin::gpu::device_copy(b->tokens, stream_));
-  DeviceBuffer<std::int64_t> loc;
-  KVTWIN_TRY_STATUS(loc.allocate(static_cast<std::size_t>(width)));
-  if (width > 0) {
-    if (faults_.skip_rebind) {
-      // Fault 1: the loc keeps the virtual ids (the tail still gets the sink), yet is marked.
-      KVTWIN_CUDA_TRY(cudaMemsetAsync(loc.get(), 0, loc.bytes(), stream_));
-      if (n > 0)
-        KVTWIN_CUDA_TRY(cudaMemcpyAsync(loc.get(), tokens.get(), static_cast<std::size_t>(n) * sizeof(std::int64_t),
-                                        cudaMemcpyDeviceToDevice, stream_));
-    } else {
-      TranslateParams p;
-      p.in = tokens.get();
-      p.cols = n;
-      p.out = loc.get();
-      p.out_cols = static_cast<std::int64_t>(width);
-      p.v2p = allocator_.side(0).v2p();
-      p.v2p_len = allocator_.side(0).v2p_len();
-      p.page_size = static_cast<std::int64_t>(config_.page_size);
-      p.negative_wraps = faults_.negative_wraps;
-      p.tombstone_live = faults_.tombstone_live;
-      KVTWIN_CUDA_TRY(launch_translate(p, stream_));
-    }
-  }
-  std::vector<std::int64_t> encoder = b->encoder_host;
-  if (!encoder.empty()) encoder.resize(static_cast<std::size_t>(width), 0);
-  KVTWIN_TRY(DeviceBuffer<std::int64_t> encoder_loc, ::kvtwin::gpu::device_copy(encoder, stream_));
-  KVTWIN_TRY(std::vector<std::int64_t> values, download_ids(loc.get(), static_cast<std::int64_t>(width)));
-  b->loc = std::move(loc);
-  b->width = static_cast<std::int64_t>(width);
-  b->tokens.resize(static_cast<std::size_t>(width), -1);  // lanes past the batch are padding
-  b->encoder_loc = std::move(encoder_loc);
-  b->encoder_host = std::move(encoder);
-  b->physical = true;  // SPEC 6: rebind sets the mark
-  return ok(Ids{std::move(values)});
-}
-
-OpResult GpuPool::split(const Split& op) {
-  KVTWIN_TRY(Batch * parent, find_batch(op.batch, "split"));
-  if (op.left == op.right)
-    return invalid("split: both children are batch " + std::to_string(op.left) + "; give two different ids");
-  for (std::uint32_t child : {op.left, op.right})
-    if (batches_.count(child) != 0)
-      return invalid("split: batch " + std::to_string(child) + " already exists; children need new ids (the parent stays)");
-  if (op.at > static_cast<std::uint64_t>(parent->width))
-    return out_of_range("split at lane " + std::to_string(op.at) + " is past the batch's " +
-                        std::to_string(parent->width) + " lanes; split at 0 .. " + std::to_string(parent->width));
-  const std::int64_t at = static_cast<std::int64_t>(op.at);
-  auto child = [&](std::int64_t begin, std::int64_t end) -> Result<Batch> {
-    Batch c;
-    c.width = end - begin;
-    c.tokens.assign(parent->tokens.begin() + begin, parent->tokens.begin() + end);
-    KVTWIN_TRY_STATUS(c.loc.allocate(static_cast<std::size_t>(c.width)));
-    if (c.width > 0)
-      KVTWIN_CUDA_TRY(cudaMemcpyAsync(c.loc.get(), parent->loc.get() + begin,
-                                      static_cast<std::size_t>(c.width) * sizeof(std::int64_t),
-                                      cudaMemcpyDeviceToDevice, stream_));
-    if (!parent->encoder_host.empty()) {
-      c.encoder_host.assign(parent->encoder_host.begin() + begin, parent->encoder_host.begin() + end);
-      KVTWIN_TRY(c.encoder_loc, ::kvtwin::gpu::device_copy(c.encoder_host, stream_));
-    }
-    // SPEC 6: a child copies the parent's mark, never the default (fault 3 drops it).
-    c.physical = faults_.split_drops_mark ? false : parent->physical;
-    return c;
-  };
-  KVTWIN_TRY(Batch left, child(0, at));
-  KVTWIN_TRY(Batch right, child(at, parent->width));
-  KVTWIN_TRY_STATUS(sync());
-  const Marks marks{left.physical, right.physical};
-  batches_[op.left] = std::move(left);
-  batches_[op.right] = std::move(right);
-  return ok(marks);
-}
-
-OpResult GpuPool::drop_batch(const DropBatch& op) {
-  if (batches_.erase(op.batch) == 0)
-    return invalid("drop_batch: no batch " + std::to_string(op.batch) + "; nothing to drop");
-  return ok(Done{});
-}
-
-OpResult GpuPool::write(const Write& op) {
-  const std::size_t layers = derived_.plan.layer_map.size();
-  if (op.layer >= layers)
-    return out_of_range("write: layer " + std::to_string(op.layer) + " is outside the model's " +
-                        std::to_string(layers) + " layers");
-  const LayerPlacement placement = derived_.plan.layer_map[op.layer];
-  const DenseEntryLayout& layout = derived_.layouts[placement.sub_pool];
-
-  // The loc, its mark and the tokens whose rows the lanes carry.
-  const std::int64_t* loc = nullptr;
-  std::int64_t lanes = 0;
-  bool physical = false;
-  const std::vector<std::int64_t>* tokens = nullptr;
-  if (op.batch.has_value()) {
-    if (!op.loc.empty() || !op.tokens.empty() || op.physical)
-      return invalid("write: give either a batch or an explicit loc with its tokens, not both");
-    KVTWIN_TRY(Batch * b, find_batch(*op.batch, "write"));
-    if (placement.kind == LayerKind::cross && !faults_.cross_gets_batch_loc) {
-      // for_layer (SPEC 6): a cross-attention layer writes through the encoder loc, which nothing
-      // translates and so is never marked; its rows are the encoder tokens'. (Fault 4 hands it
-      // the batch's marked loc.)
-      if (b->encoder_host.empty())
-        return invalid("layer " + std::to_string(op.layer) +
-                       " is a cross-attention layer, which writes through the batch's encoder loc, but the batch has "
-                       "none; declare the batch with encoder_tokens");
-      loc = b->encoder_loc.get();
-      lanes = static_cast<std::int64_t>(b->encoder_host.size());
-      physical = false;
-      tokens = &b->encoder_host;
-    } else {
-      loc = b->loc.get();
-      lanes = b->width;
-      physical = b->physical;
-      tokens = &b->tokens;
-    }
-  } else {
-    if (op.loc.size() != op.tokens.size())
-      return invalid("write: " + std::to_string(op.loc.size()) + " locs but " + std::to_string(op.tokens.size()) +
-                     " tokens; give the virtual token of every lane");
-    if (op.loc.size() > kMaxLanes) return invalid("write: more than " + std::to_string(kMaxLanes) + " lanes");
-    KVTWIN_TRY(std::int64_t * uploaded, upload_ids(op.loc, 0));
-    loc = uploaded;
-    lanes = static_cast<std::int64_t>(op.loc.size());
-    physical = op.physical;  // a loc translated elsewhere states its own mark
-    tokens = &op.tokens;
-  }
-  // SPEC 6: the unified pool's door checks the mark first, on every call: a host flag read, no
-  // device sync (fault 2 skips it).
-  if (!physical && !faults_.no_mark_check)
-    return make_error(ErrorKind::unmarked_loc,
-                      "write to layer " + std::to_string(op.layer) +
-                          ": the unified pool refuses an unmarked loc (its ids may be virtual); rebind the batch first "
-                          "(a rebind op translates it and marks it physical), or, for ids already translated "
-                          "elsewhere, give the explicit loc with physical: true");
-  // The loc is in the owner's physical id space; an SWA layer derives its own (SPEC 4.3).
-  const bool swa_layer = placement.kind == LayerKind::swa;
-  const std::size_t loc_side = swa_layer ? 0 : placement.sub_pool;
-  if (lanes > 0) {
-    KVTWIN_TRY(bool outside, any_outside(loc, lanes, 0, allocator_.slot_count(loc_side)));
-    if (outside)
-      return out_of_range("write to layer " + std::to_string(op.layer) + ": a loc is negative or past sub-pool '" +
-                          derived_.layouts[loc_side].sub_pool + "''s " + std::to_string(allocator_.slot_count(loc_side)) +
-                          " slots; give physical token ids of the pool (0 is the sink)");
-  }
-  const std::int64_t* final_loc = loc;
-  if (swa_layer && lanes > 0) {
-    KVTWIN_TRY_STATUS(ids_[1].reserve(static_cast<std::size_t>(lanes)));
-    SwaTranslateParams p;
-    p.in = loc;
-    p.out = ids_[1].get();
-    p.n = lanes;
-    p.full_p2v = allocator_.side(0).p2v();
-    p.full_p2v_len = allocator_.side(0).p2v_len();
-    p.swa_v2p = allocator_.side(1).v2p();
-    p.swa_v2p_len = allocator_.side(1).v2p_len();
-    p.page_size = static_cast<std::int64_t>(config_.page_size);
-    p.tombstone_live = faults_.tombstone_live;
-    KVTWIN_CUDA_TRY(launch_swa_translate(p, stream_));
-    final_loc = ids_[1].get();
-    if (faults_.tombstone_live) {
-      // With fault 10 a tombstone yields a negative id; the door refuses it instead of writing outside.
-      KVTWIN_TRY(bool negative, any_outside(final_loc, lanes, 0, allocator_.slot_count(placement.sub_pool)));
-      if (negative) return out_of_range("write: an SWA loc is negative (a tombstone taken as live)");
-    }
-  }
-  if (lanes > 1) {
-    // SPEC 6: two lanes with one non-sink loc would race, and are refused. The door detects them
-    // itself, on the device (sort, then compare neighbours), on the layer's final loc ignoring
-    // sink lanes (docs/decisions.md). This is the `checked` mode of the door; GpuPool runs it on
-    // every write, whatever op.checked says, because the contract refuses duplicates always (the
-    // model does) and a run must not depend on a caller remembering to ask.
-    const std::int64_t sink = allocator_.sink_end(placement.sub_pool);
-    KVTWIN_TRY_STATUS(ids_[2].reserve(static_cast<std::size_t>(lanes)));
-    KVTWIN_TRY_STATUS(ids_[3].reserve(static_cast<std::size_t>(lanes)));
-    KVTWIN_TRY_STATUS(sink_to_zero(final_loc, lanes, sink, ids_[3].get(), stream_));
-    KVTWIN_TRY(bool duplicate, has_nonzero_duplicate(ids_[3].get(), lanes, ids_[2].get(), sort_temp_, status_.get(), stream_));
-    if (duplicate)
-      return make_error(ErrorKind::duplicate_loc, "write to layer " + std::to_string(op.layer) +
-                                                      ": two lanes write the same token of sub-pool '" + layout.sub_pool +
-                                                      "' (last writer wins would race on a GPU); give each lane its "
-                                                      "own loc or route padding lanes to the sink (0)");
-  }
-  if (config_.tables_only || lanes == 0) return ok(Done{});
-
-  // The rows: the oracle row of each part for each lane's token (docs/decisions.md).
-  std::uint64_t lane_bytes = 0;
-  for (const DensePart& part : layout.parts) lane_bytes += part.row_bytes();
-  std::vector<std::uint8_t> rows(static_cast<std::size_t>(lane_bytes * static_cast<std::uint64_t>(lanes)));
-  std::vector<RowSegment> segments;
-  std::uint64_t part_offset = 0;
-  for (std::size_t pi = 0; pi < layout.parts.size(); ++pi) {
-    const DensePart& part = layout.parts[pi];
-    for (std::int64_t lane = 0; lane < lanes; ++lane) {
-      const std::size_t at = static_cast<std::size_t>(lane);
-      const RowIdentity id{at < tokens->size() ? (*tokens)[at] : -1, static_cast<std::uint32_t>(placement.sub_pool),
-                           placement.local_layer, static_cast<std::uint32_t>(pi), op.write_number};
-      fill_oracle_row(config_.seed, id, part.dtype,
-                      std::span<std::uint8_t>(rows.data() + at * lane_bytes + part_offset, part.row_bytes()));
-    }
-    RowSegment seg;
-    seg.pool_offset_bytes = part.offset_bytes + std::uint64_t{placement.local_layer} * part.layer_stride_bytes;
-    seg.entry_bytes = layout.entry_bytes;
-    seg.staging_offset_bytes = part_offset;
-    seg.row_bytes = static_cast<std::uint32_t>(part.row_bytes());
-    seg.loc_set = 0;
-    seg.first_slot = allocator_.sink_end(placement.sub_pool);  // SPEC 6: a lane at the sink is discarded
-    segments.push_back(seg);
-    part_offset += part.row_bytes();
-  }
-  KVTWIN_TRY_STATUS(staging_.reserve(rows.size()));
-  KVTWIN_TRY_STATUS(segments_.reserve(segments.size()));
-  KVTWIN_CUDA_TRY(cudaMemcpyAsync(staging_.get(), rows.data(), rows.size(), cudaMemcpyHostToDevice, stream_));
-  KVTWIN_CUDA_TRY(cudaMemcpyAsync(segments_.get(), segments.data(), segments.size() * sizeof(RowSegment),
-                                  cudaMemcpyHostToDevice, stream_));
-  RowCopyParams p;
-  p.pool = bytes_.data();
-  p.pool_bytes = bytes_.size_bytes();
-  p.staging = staging_.get();
-  p.staging_lane_stride_bytes = lane_bytes;
-  p.segments = segments_.get();
-  p.num_segments = static_cast<std::uint32_t>(segments.size());
-  for (const RowSegment& s : segments) p.max_row_bytes = std::max(p.max_row_bytes, s.row_bytes);
-  p.locs[0] = final_loc;
-  p.lanes = lanes;
-  p.vector16 = rows_vector16(p.pool, p.staging, lane_bytes, segments.data(), p.num_segments);
-  p.int32_offsets = faults_.int32_offsets;
-  KVTWIN_CUDA_TRY(launch_scatter_rows(p, stream_));
-  KVTWIN_TRY_STATUS(sync());
-  return ok(Done{});
-}
-
-OpResult GpuPool::read(const Read& op) {
-  if (config_.tables_only)
-    return make_error(ErrorKind::unsupported, "read: a tables-only pool has no bytes; build with tables_only: false to read rows");
-  const std::size_t layers = derived_.plan.layer_map.size();
-  if (op.layer >= layers)
-    return out_of_range("read: layer " + std::to_string(op.layer) + " is outside the model's " +
-                        std::to_string(layers) + " layers");
-  const LayerPlacement placement = derived_.plan.layer_map[op.layer];
-  const DenseEntryLayout& layout = derived_.layouts[placement.sub_pool];
-  KVTWIN_TRY(const DensePart* part, layout.part(op.part));
-  const std::int64_t slots = allocator_.slot_count(placement.sub_pool);
-  for (std::size_t i = 0; i < op.ids.size(); ++i)
-    if (op.ids[i] < 0 || op.ids[i] >= slots)
-      return out_of_range("read: id " + std::to_string(op.ids[i]) + " at position " + std::to_string(i) +
-                          " is outside sub-pool '" + layout.sub_pool + "''s slots [0, " + std::to_string(slots) + ")");
-  const std::int64_t lanes = static_cast<std::int64_t>(op.ids.size());
-  const std::uint64_t row = part->row_bytes();
-  std::vector<std::uint8_t> out(static_cast<std::size_t>(row * static_cast<std::uint64_t>(lanes)));
-  if (lanes > 0) {
-    KVTWIN_TRY(std::int64_t * ids, upload_ids(op.ids, 0));
-    KVTWIN_TRY_STATUS(staging_.reserve(out.size()));
-    RowSegment seg;
-    seg.pool_offset_bytes = part->offset_bytes + std::uint64_t{placement.local_layer} * part->layer_stride_bytes;
-    seg.entry_bytes = layout.entry_bytes;
-    seg.row_bytes = static_cast<std::uint32_t>(row);
-    seg.first_slot = allocator_.sink_end(placement.sub_pool);  // docs/decisions.md: a sink lane reads as zeros
-    KVTWIN_TRY_STATUS(segments_.reserve(1));
-    KVTWIN_CUDA_TRY(cudaMemcpyAsync(segments_.get(), &seg, sizeof seg, cudaMemcpyHostToDevice, stream_));
-    RowCopyParams p;
-    p.pool = bytes_.data();
-    p.pool_bytes = bytes_.size_bytes();
-    p.staging = staging_.get();
-    p.staging_lane_stride_bytes = row;
-    p.segments = segments_.get();
-    p.num_segments = 1;
-    p.max_row_bytes = seg.row_bytes;
-    p.locs[0] = ids;
-    p.lanes = lanes;
-    p.vector16 = rows_vector16(p.pool, p.staging, row, &seg, 1);
-    p.int32_offsets = faults_.int32_offsets;
-    KVTWIN_CUDA_TRY(launch_gather_rows(p, stream_));
-    KVTWIN_CUDA_TRY(cudaMemcpyAsync(out.data(), staging_.get(), out.size(), cudaMemcpyDeviceToHost, stream_));
-    KVTWIN_TRY_STATUS(sync());
-  }
-  return ok(Bytes::of(std::move(out)));
 }
 
 // ---------------------------------------------------------------- translation (SPEC 5)

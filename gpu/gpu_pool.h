@@ -1,12 +1,16 @@
 // GpuPool: the CUDA implementation of the pool behind kvtwin::Backend.
 //
-// The pool's bytes are one cudaMalloc buffer of total_bytes (SPEC.md section 3, pool_bytes.h).
-// The allocator (device_allocator.h) keeps each sub-pool's tables on the device (device_side.h);
-// binding, unbinding and compaction planning run there, and page bytes move with the page-move
-// kernel; the open readers gate every move (readers.h). Batches' write locs live
-// on the device too; their marks are host flags, so the write door's mark check is a flag read.
-// Rows written come from the content oracle (core/oracle.h), filled on the host and scattered by
-// the write door kernel. The decode step is a CUDA graph (decode_step.h).
+// A thin dispatcher over units that own their state, as sim/ is split:
+//   pool_bytes.h        the pool's bytes: one cudaMalloc buffer of total_bytes (SPEC 3), page moves
+//   device_allocator.h  the sides' allocator tables on the device (device_side.h), the free queue,
+//                       the joint capacity, free / free_swa / flush as plan then commit
+//   readers.h           the open readers, the gate every move passes (SPEC 7)
+//   batches.h           forward batches: out_cache_loc on the device, the mark on the host (SPEC 6)
+//   doors.h             the write and read doors (SPEC 2, 6)
+// Translation (SPEC 5) and the captured decode steps (SPEC 7, decode_step.h) are still here.
+// Each operation validates first (host checks on the operation's own numbers, device checks on the
+// tables), plans what it will change, and only then commits, so that a failed operation leaves the
+// pool as it was. Rows written come from the content oracle (core/oracle.h).
 //
 // This is an independent implementation of the policy SPEC.md and docs/decisions.md describe; it
 // shares nothing with sim/ but core/. Every operation is synchronous at this interface: apply()
@@ -23,7 +27,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -31,17 +34,15 @@
 
 #include "core/backend.h"
 #include "core/pool_config.h"
+#include "gpu/batches.h"
+#include "gpu/decode_step.h"
 #include "gpu/device_allocator.h"
-#include "gpu/device_buffer.h"
-#include "gpu/device_side.h"
+#include "gpu/doors.h"
 #include "gpu/faults.h"
-#include "gpu/kernels.cuh"
 #include "gpu/pool_bytes.h"
 #include "gpu/readers.h"
 
 namespace kvtwin::gpu {
-
-class DecodeStep;
 
 class GpuPool final : public Backend {
  public:
@@ -73,17 +74,6 @@ class GpuPool final : public Backend {
   cudaStream_t stream() const { return stream_; }
 
  private:
-  // A forward batch (docs/decisions.md "Write locs"): its out_cache_loc lives on the device, its
-  // mark on the host; per lane the virtual token whose rows it writes.
-  struct Batch {
-    DeviceBuffer<std::int64_t> loc;          // out_cache_loc, `width` lanes
-    std::int64_t width = 0;
-    std::vector<std::int64_t> tokens;        // width lanes (-1: padding)
-    DeviceBuffer<std::int64_t> encoder_loc;  // encoder_out_cache_loc: empty or width lanes, never translated
-    std::vector<std::int64_t> encoder_host;  // the same ids (the rows a cross layer writes are theirs)
-    bool physical = false;                   // the mark (SPEC 6)
-  };
-
   OpResult dispatch(const Op& op);
   OpResult build(const BuildPool& op);
   OpResult alloc(const Alloc& op);
@@ -93,12 +83,6 @@ class GpuPool final : public Backend {
   OpResult flush(const Flush& op);
   OpResult move_pages(const MovePages& op);
   OpResult begin_read(const BeginRead& op);
-  OpResult make_batch(const MakeBatch& op);
-  OpResult rebind(const Rebind& op);
-  OpResult split(const Split& op);
-  OpResult drop_batch(const DropBatch& op);
-  OpResult write(const Write& op);
-  OpResult read(const Read& op);
   OpResult translate(const Translate& op);
   OpResult swa_translate(const SwaTranslate& op);
   OpResult page_table(const PageTable& op);
@@ -106,18 +90,14 @@ class GpuPool final : public Backend {
   OpResult capture(const Capture& op);
   OpResult replay(const Replay& op);
 
-  // A free plan past the readers' gate, then committed.
-  OpResult commit_checked(const DeviceAllocator::FreePlan& plan);
-
   // Uploads host values into the pool's id scratch (returns the device pointer).
   Result<std::int64_t*> upload_ids(const std::vector<std::int64_t>& values, int slot);
   Result<std::vector<std::int64_t>> download_ids(const std::int64_t* device, std::int64_t n) const;
-  Result<bool> any_outside(const std::int64_t* values, std::int64_t n, std::int64_t lower, std::int64_t upper);
-  Status sync() const;
 
   Status require_pool() const;
-  Result<Batch*> find_batch(std::uint32_t id, std::string_view what);
   Result<std::size_t> side_named(std::string_view sub_pool, std::string_view what) const;
+  // A free plan past the readers' gate, then committed.
+  OpResult commit_checked(const DeviceAllocator::FreePlan& plan);
 
   Faults faults_;
   std::string poisoned_;  // why every operation is refused (a CUDA failure); empty: healthy
@@ -125,15 +105,13 @@ class GpuPool final : public Backend {
   bool built_ = false;
   PoolConfig config_;
   PoolDerived derived_;
+  // The units (declared in the order they are built; each refers to config_ and derived_).
   DevicePoolBytes bytes_;
   DeviceAllocator allocator_;
   Readers readers_;
-  DeviceBuffer<std::uint8_t> sort_temp_;
-  DeviceBuffer<std::uint32_t> status_;
-  mutable std::vector<DeviceBuffer<std::int64_t>> ids_;  // id scratch slots
-  DeviceBuffer<std::uint8_t> staging_;                // rows for the doors
-  DeviceBuffer<RowSegment> segments_;
-  std::map<std::uint32_t, Batch> batches_;
+  Batches batches_;
+  Doors doors_;
+  mutable std::vector<DeviceBuffer<std::int64_t>> ids_;  // id scratch slots of translation
   std::map<std::uint32_t, std::unique_ptr<DecodeStep>> graphs_;
 };
 
