@@ -381,4 +381,19 @@ Result<Decode> DecodeStep::replay(const Replay& op, const Faults& faults, cudaSt
   return out;
 }
 
+Status DecodeGraphs::capture(const Capture& op, const PoolDeviceView& pool, const Faults& faults, cudaStream_t stream) {
+  if (steps_.count(op.graph) != 0)
+    return invalid("capture: graph " + std::to_string(op.graph) + " is already captured; use another id");
+  KVTWIN_TRY(std::unique_ptr<DecodeStep> step, DecodeStep::create(op, pool, faults, stream));
+  steps_[op.graph] = std::move(step);
+  return ok_status();
+}
+
+Result<Decode> DecodeGraphs::replay(const Replay& op, const Faults& faults, cudaStream_t stream) {
+  auto it = steps_.find(op.graph);
+  if (it == steps_.end())
+    return invalid("replay: graph " + std::to_string(op.graph) + " was never captured; capture it first");
+  return it->second->replay(op, faults, stream);
+}
+
 }  // namespace kvtwin::gpu

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -90,6 +91,17 @@ class DecodeStep {
   Result<bool> duplicate_lanes(std::int64_t bs, cudaStream_t stream);
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
+};
+
+// The pool's captured decode steps, by graph id (capture and replay ops).
+class DecodeGraphs {
+ public:
+  Status capture(const Capture& op, const PoolDeviceView& pool, const Faults& faults, cudaStream_t stream);
+  Result<Decode> replay(const Replay& op, const Faults& faults, cudaStream_t stream);
+  void clear() { steps_.clear(); }
+
+ private:
+  std::map<std::uint32_t, std::unique_ptr<DecodeStep>> steps_;
 };
 
 }  // namespace kvtwin::gpu

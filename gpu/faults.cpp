@@ -45,7 +45,7 @@ const std::array<Entry, kSwitches>& table() {
         "remap_indices kernel; seen by remap_indices"},
        &Faults::remap_stale_bound},
       {{"remap_fresh_buffer", 7, "the index remap writes a fresh buffer; the capture-stable one keeps virtual ids",
-        "GpuPool::remap_indices"},
+        "Translation::remap_indices (translation.cpp)"},
        &Faults::remap_fresh_buffer},
       {{"stride_from_shape", 8, "the decode attention's in-page token stride is heads * head_dim, not the entry",
         "DecodeStep (attention views); seen by replay"},

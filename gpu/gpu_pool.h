@@ -7,7 +7,8 @@
 //   readers.h           the open readers, the gate every move passes (SPEC 7)
 //   batches.h           forward batches: out_cache_loc on the device, the mark on the host (SPEC 6)
 //   doors.h             the write and read doors (SPEC 2, 6)
-// Translation (SPEC 5) and the captured decode steps (SPEC 7, decode_step.h) are still here.
+//   translation.h       translate, swa_translate, page_table, remap_indices (SPEC 5)
+//   decode_step.h       the captured decode steps (SPEC 7)
 // Each operation validates first (host checks on the operation's own numbers, device checks on the
 // tables), plans what it will change, and only then commits, so that a failed operation leaves the
 // pool as it was. Rows written come from the content oracle (core/oracle.h).
@@ -25,8 +26,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,6 +40,7 @@
 #include "gpu/faults.h"
 #include "gpu/pool_bytes.h"
 #include "gpu/readers.h"
+#include "gpu/translation.h"
 
 namespace kvtwin::gpu {
 
@@ -83,16 +83,7 @@ class GpuPool final : public Backend {
   OpResult flush(const Flush& op);
   OpResult move_pages(const MovePages& op);
   OpResult begin_read(const BeginRead& op);
-  OpResult translate(const Translate& op);
-  OpResult swa_translate(const SwaTranslate& op);
-  OpResult page_table(const PageTable& op);
-  OpResult remap_indices(const RemapIndices& op);
   OpResult capture(const Capture& op);
-  OpResult replay(const Replay& op);
-
-  // Uploads host values into the pool's id scratch (returns the device pointer).
-  Result<std::int64_t*> upload_ids(const std::vector<std::int64_t>& values, int slot);
-  Result<std::vector<std::int64_t>> download_ids(const std::int64_t* device, std::int64_t n) const;
 
   Status require_pool() const;
   Result<std::size_t> side_named(std::string_view sub_pool, std::string_view what) const;
@@ -111,8 +102,8 @@ class GpuPool final : public Backend {
   Readers readers_;
   Batches batches_;
   Doors doors_;
-  mutable std::vector<DeviceBuffer<std::int64_t>> ids_;  // id scratch slots of translation
-  std::map<std::uint32_t, std::unique_ptr<DecodeStep>> graphs_;
+  Translation translation_;
+  DecodeGraphs graphs_;
 };
 
 }  // namespace kvtwin::gpu
