@@ -23,6 +23,36 @@ Result<Batches::Batch*> Batches::find(std::uint32_t id, std::string_view what) {
   return &batches_.find(id)->second;
 }
 
+Result<DeviceBuffer<std::int64_t>> Batches::take(std::size_t lanes) {
+  DeviceBuffer<std::int64_t> out;
+  if (lanes == 0) return out;
+  // The smallest spare buffer that holds `lanes` (the first of equals).
+  std::size_t best = spare_.size();
+  for (std::size_t i = 0; i < spare_.size(); ++i)
+    if (spare_[i].size() >= lanes && (best == spare_.size() || spare_[i].size() < spare_[best].size())) best = i;
+  if (best < spare_.size()) {
+    out = std::move(spare_[best]);
+    spare_.erase(spare_.begin() + static_cast<std::ptrdiff_t>(best));
+    return out;
+  }
+  KVTWIN_TRY_STATUS(out.allocate(lanes));
+  return out;
+}
+
+Result<DeviceBuffer<std::int64_t>> Batches::take_copy(const std::vector<std::int64_t>& values, cudaStream_t stream) {
+  KVTWIN_TRY(DeviceBuffer<std::int64_t> out, take(values.size()));
+  if (!values.empty())
+    KVTWIN_CUDA_TRY(cudaMemcpyAsync(out.get(), values.data(), values.size() * sizeof(std::int64_t),
+                                    cudaMemcpyHostToDevice, stream));
+  return out;
+}
+
+void Batches::give_back(DeviceBuffer<std::int64_t>&& buffer) {
+  if (buffer.size() == 0) return;
+  if (spare_.size() < kMaxSpareBuffers) spare_.push_back(std::move(buffer));
+  // else: freed here (rare: more than kMaxSpareBuffers locs retired and none reused).
+}
+
 Status Batches::make(const MakeBatch& op, cudaStream_t stream) {
   if (batches_.count(op.batch) != 0)
     return invalid("batch " + std::to_string(op.batch) + " already exists; drop it first (drop_batch) or use another id");
@@ -37,9 +67,8 @@ Status Batches::make(const MakeBatch& op, cudaStream_t stream) {
   b.tokens = op.tokens;
   b.encoder_host = op.encoder_tokens;
   // out_cache_loc starts as the virtual tokens, unmarked; the encoder loc is never translated.
-  KVTWIN_TRY(b.loc, device_copy(op.tokens, stream));
-  KVTWIN_TRY(b.encoder_loc, device_copy(op.encoder_tokens, stream));
-  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
+  KVTWIN_TRY(b.loc, take_copy(op.tokens, stream));
+  KVTWIN_TRY(b.encoder_loc, take_copy(op.encoder_tokens, stream));
   batches_[op.batch] = std::move(b);
   return ok_status();
 }
@@ -56,12 +85,11 @@ Result<std::vector<std::int64_t>> Batches::rebind(const Rebind& op, const Device
     return invalid("rebind out_width " + std::to_string(width) + " exceeds " + std::to_string(kMaxLanes) + " lanes");
   // SPEC 6: loc[i] = translate(tokens[i]) of the batch's lanes; lanes past them hold the sink.
   KVTWIN_TRY(std::int64_t * tokens, upload_ids(rebind_tokens_, b->tokens, stream));
-  DeviceBuffer<std::int64_t> loc;
-  KVTWIN_TRY_STATUS(loc.allocate(static_cast<std::size_t>(width)));
+  KVTWIN_TRY(DeviceBuffer<std::int64_t> loc, take(static_cast<std::size_t>(width)));
   if (width > 0) {
     if (faults.skip_rebind) {
       // Fault 1: the loc keeps the virtual ids (the tail still gets the sink), yet is marked.
-      KVTWIN_CUDA_TRY(cudaMemsetAsync(loc.get(), 0, loc.bytes(), stream));
+      KVTWIN_CUDA_TRY(cudaMemsetAsync(loc.get(), 0, static_cast<std::size_t>(width) * sizeof(std::int64_t), stream));
       if (n > 0)
         KVTWIN_CUDA_TRY(cudaMemcpyAsync(loc.get(), tokens, static_cast<std::size_t>(n) * sizeof(std::int64_t),
                                         cudaMemcpyDeviceToDevice, stream));
@@ -81,8 +109,10 @@ Result<std::vector<std::int64_t>> Batches::rebind(const Rebind& op, const Device
   }
   std::vector<std::int64_t> encoder = b->encoder_host;
   if (!encoder.empty()) encoder.resize(static_cast<std::size_t>(width), 0);
-  KVTWIN_TRY(DeviceBuffer<std::int64_t> encoder_loc, device_copy(encoder, stream));
+  KVTWIN_TRY(DeviceBuffer<std::int64_t> encoder_loc, take_copy(encoder, stream));
   KVTWIN_TRY(std::vector<std::int64_t> values, download_ids(loc.get(), static_cast<std::int64_t>(width), stream));
+  give_back(std::move(b->loc));
+  give_back(std::move(b->encoder_loc));
   b->loc = std::move(loc);
   b->width = static_cast<std::int64_t>(width);
   b->tokens.resize(static_cast<std::size_t>(width), -1);  // lanes past the batch are padding
@@ -108,14 +138,14 @@ Result<Marks> Batches::split(const Split& op, const Faults& faults, cudaStream_t
     Batch c;
     c.width = end - begin;
     c.tokens.assign(parent->tokens.begin() + begin, parent->tokens.begin() + end);
-    KVTWIN_TRY_STATUS(c.loc.allocate(static_cast<std::size_t>(c.width)));
+    KVTWIN_TRY(c.loc, take(static_cast<std::size_t>(c.width)));
     if (c.width > 0)
       KVTWIN_CUDA_TRY(cudaMemcpyAsync(c.loc.get(), parent->loc.get() + begin,
                                       static_cast<std::size_t>(c.width) * sizeof(std::int64_t),
                                       cudaMemcpyDeviceToDevice, stream));
     if (!parent->encoder_host.empty()) {
       c.encoder_host.assign(parent->encoder_host.begin() + begin, parent->encoder_host.begin() + end);
-      KVTWIN_TRY(c.encoder_loc, device_copy(c.encoder_host, stream));
+      KVTWIN_TRY(c.encoder_loc, take_copy(c.encoder_host, stream));
     }
     // SPEC 6: a child copies the parent's mark, never the default (fault 3 drops it).
     c.physical = faults.split_drops_mark ? false : parent->physical;
@@ -123,7 +153,6 @@ Result<Marks> Batches::split(const Split& op, const Faults& faults, cudaStream_t
   };
   KVTWIN_TRY(Batch left, child(0, at));
   KVTWIN_TRY(Batch right, child(at, parent->width));
-  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
   const Marks marks{left.physical, right.physical};
   batches_[op.left] = std::move(left);
   batches_[op.right] = std::move(right);
@@ -131,8 +160,11 @@ Result<Marks> Batches::split(const Split& op, const Faults& faults, cudaStream_t
 }
 
 Status Batches::drop(const DropBatch& op) {
-  if (batches_.erase(op.batch) == 0)
-    return invalid("drop_batch: no batch " + std::to_string(op.batch) + "; nothing to drop");
+  auto it = batches_.find(op.batch);
+  if (it == batches_.end()) return invalid("drop_batch: no batch " + std::to_string(op.batch) + "; nothing to drop");
+  give_back(std::move(it->second.loc));
+  give_back(std::move(it->second.encoder_loc));
+  batches_.erase(it);
   return ok_status();
 }
 

@@ -66,9 +66,18 @@ class Batches {
   };
   Result<const Batch*> find(std::uint32_t id, std::string_view what) const;
   Result<Batch*> find(std::uint32_t id, std::string_view what);
+  // A device buffer of at least `lanes` ids (none for 0), a spare one when one is large enough.
+  Result<DeviceBuffer<std::int64_t>> take(std::size_t lanes);
+  Result<DeviceBuffer<std::int64_t>> take_copy(const std::vector<std::int64_t>& values, cudaStream_t stream);
+  void give_back(DeviceBuffer<std::int64_t>&& buffer);
 
   std::map<std::uint32_t, Batch> batches_;
   DeviceBuffer<std::int64_t> rebind_tokens_;  // rebind: the batch's virtual tokens, the translate's input
+  // Locs of dropped batches and locs a rebind replaced, kept for the next batch: freeing device
+  // memory (cudaFree) waits for the whole device, which a drop or a rebind otherwise need not do.
+  // Stream order makes the reuse safe: the next user's work runs after the last reader's.
+  static constexpr std::size_t kMaxSpareBuffers = 64;
+  std::vector<DeviceBuffer<std::int64_t>> spare_;
 };
 
 }  // namespace kvtwin::gpu

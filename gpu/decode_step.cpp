@@ -150,8 +150,7 @@ Result<std::unique_ptr<DecodeStep>> DecodeStep::create(const Capture& op, const 
   a.q = step->q_.get();
   a.scores = step->scores_.get();
   a.out = step->out_.get();
-  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
-  KVTWIN_TRY_STATUS(step->record(faults, stream));
+  KVTWIN_TRY_STATUS(step->record(faults, stream));  // after the fills on the same stream, no synchronization
   return step;
 }
 
@@ -296,7 +295,7 @@ Result<Decode> DecodeStep::replay(const Replay& op, const Faults& faults, cudaSt
                                             stream));
     KVTWIN_CUDA_TRY(cudaMemcpyAsync(flags.data(), flags_.get(), checked * sizeof(std::uint32_t),
                                     cudaMemcpyDeviceToHost, stream));
-    KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
+    KVTWIN_CUDA_SYNC(stream);
     for (std::size_t b = 0; b < checked; ++b)
       if (flags[b] != 0)
         return invalid("replay: request " + std::to_string(b) +
@@ -374,7 +373,7 @@ Result<Decode> DecodeStep::replay(const Replay& op, const Faults& faults, cudaSt
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(table.data(), table_.get(), table_.bytes(), cudaMemcpyDeviceToHost, stream));
   if (!attention.empty())
     KVTWIN_CUDA_TRY(cudaMemcpyAsync(attention.data(), out_.get(), attention.size(), cudaMemcpyDeviceToHost, stream));
-  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
+  KVTWIN_CUDA_SYNC(stream);
   for (std::int64_t b = 0; b < max_batch_; ++b)
     out.table.emplace_back(table.begin() + b * max_pages_, table.begin() + (b + 1) * max_pages_);
   out.attention = Bytes::of(std::move(attention));

@@ -333,8 +333,7 @@ Result<Compaction> DeviceAllocator::commit(const FreePlan& plan, const DevicePoo
       }
       break;
   }
-  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
-  return out;
+  return out;  // no synchronization: the answer is known on the host (docs/gpu.md "Synchronization")
 }
 
 // ---------------------------------------------------------------- raw moves (SPEC 7)
@@ -416,7 +415,7 @@ Result<std::uint64_t> DeviceAllocator::tables_digest(cudaStream_t stream) const 
   }
   unsigned long long device_terms = 0;
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(&device_terms, digest_sum_.get(), sizeof device_terms, cudaMemcpyDeviceToHost, stream));
-  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
+  KVTWIN_CUDA_SYNC(stream);
   return static_cast<std::uint64_t>(device_terms) + host_terms;
 }
 

@@ -30,7 +30,7 @@ Result<std::vector<std::int64_t>> download_ids(const std::int64_t* device, std::
   if (n > 0)
     KVTWIN_CUDA_TRY(cudaMemcpyAsync(out.data(), device, out.size() * sizeof(std::int64_t), cudaMemcpyDeviceToHost,
                                     stream));
-  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
+  KVTWIN_CUDA_SYNC(stream);
   return out;
 }
 
@@ -42,7 +42,7 @@ Result<bool> RangeFlag::any_outside(const std::int64_t* values, std::int64_t n, 
   KVTWIN_TRY_STATUS(flag_outside(values, n, lower, upper, word_.get(), stream));
   std::uint32_t flag = 0;
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(&flag, word_.get(), sizeof flag, cudaMemcpyDeviceToHost, stream));
-  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
+  KVTWIN_CUDA_SYNC(stream);
   return flag != 0;
 }
 

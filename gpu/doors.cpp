@@ -17,8 +17,8 @@ Error out_of_range(std::string message) { return make_error(ErrorKind::out_of_ra
 Status Doors::init(const PoolConfig& config, const PoolDerived& derived) {
   config_ = &config;
   derived_ = &derived;
-  KVTWIN_TRY_STATUS(range_flag_.init());
-  return duplicate_flag_.reserve(1);
+  KVTWIN_TRY_STATUS(check_flags_.reserve(3));
+  return check_flags_host_.reserve(3);
 }
 
 Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocator& allocator,
@@ -61,15 +61,20 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
   // The loc is in the owner's physical id space; an SWA layer derives its own (SPEC 4.3).
   const bool swa_layer = placement.kind == LayerKind::swa;
   const std::size_t loc_side = swa_layer ? 0 : placement.sub_pool;
-  if (lanes > 0) {
-    KVTWIN_TRY(bool outside, range_flag_.any_outside(loc, lanes, 0, allocator.slot_count(loc_side), stream));
-    if (outside)
-      return out_of_range("write to layer " + std::to_string(op.layer) + ": a loc is negative or past sub-pool '" +
-                          derived_->layouts[loc_side].sub_pool + "''s " + std::to_string(allocator.slot_count(loc_side)) +
-                          " slots; give physical token ids of the pool (0 is the sink)");
-  }
+  const bool writes_rows = !config_->tables_only && lanes > 0;
+
+  // ---- the device checks, enqueued together and read back once (docs/gpu.md "Synchronization"):
+  // word 0: a loc outside its sub-pool; word 1: a negative SWA loc (fault 10); word 2: two lanes on
+  // one non-sink slot. They are judged in that order, as if each had been read on its own.
+  std::uint32_t* flags = check_flags_.get();
   const std::int64_t* final_loc = loc;
+  if (lanes > 0) {
+    KVTWIN_CUDA_TRY(cudaMemsetAsync(flags, 0, check_flags_.bytes(), stream));
+    KVTWIN_TRY_STATUS(flag_outside(loc, lanes, 0, allocator.slot_count(loc_side), flags + 0, stream));
+  }
   if (swa_layer && lanes > 0) {
+    // Out-of-range ids of the full loc read the -1 sentinel here (the kernel bounds every lookup);
+    // such a write is refused by word 0 before the SWA loc matters.
     KVTWIN_TRY_STATUS(swa_loc_.reserve(static_cast<std::size_t>(lanes)));
     SwaTranslateParams p;
     p.in = loc;
@@ -83,12 +88,9 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
     p.tombstone_live = faults.tombstone_live;
     KVTWIN_CUDA_TRY(launch_swa_translate(p, stream));
     final_loc = swa_loc_.get();
-    if (faults.tombstone_live) {
-      // With fault 10 a tombstone yields a negative id; the door refuses it instead of writing outside.
-      KVTWIN_TRY(bool negative,
-                 range_flag_.any_outside(final_loc, lanes, 0, allocator.slot_count(placement.sub_pool), stream));
-      if (negative) return out_of_range("write: an SWA loc is negative (a tombstone taken as live)");
-    }
+    // With fault 10 a tombstone yields a negative id; the door refuses it instead of writing outside.
+    if (faults.tombstone_live)
+      KVTWIN_TRY_STATUS(flag_outside(final_loc, lanes, 0, allocator.slot_count(placement.sub_pool), flags + 1, stream));
   }
   if (lanes > 1) {
     // SPEC 6: two lanes with one non-sink loc would race, and are refused. The door detects them
@@ -100,41 +102,60 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
     KVTWIN_TRY_STATUS(duplicate_sorted_.reserve(static_cast<std::size_t>(lanes)));
     KVTWIN_TRY_STATUS(duplicate_keys_.reserve(static_cast<std::size_t>(lanes)));
     KVTWIN_TRY_STATUS(sink_to_zero(final_loc, lanes, sink, duplicate_keys_.get(), stream));
-    KVTWIN_TRY(bool duplicate, has_nonzero_duplicate(duplicate_keys_.get(), lanes, duplicate_sorted_.get(), sort_temp_,
-                                                     duplicate_flag_.get(), stream));
-    if (duplicate)
+    KVTWIN_TRY_STATUS(
+        flag_nonzero_duplicate(duplicate_keys_.get(), lanes, duplicate_sorted_.get(), sort_temp_, flags + 2, stream));
+  }
+  if (lanes > 0)
+    KVTWIN_CUDA_TRY(cudaMemcpyAsync(check_flags_host_.get(), flags, check_flags_.bytes(), cudaMemcpyDeviceToHost, stream));
+
+  // ---- while the device checks, the host makes the rows: the oracle row of each part for each
+  // lane's token (docs/decisions.md).
+  std::uint64_t lane_bytes = 0;
+  for (const DensePart& part : layout.parts) lane_bytes += part.row_bytes();
+  std::vector<std::uint8_t> rows;
+  std::vector<RowSegment> segments;
+  if (writes_rows) {
+    rows.resize(static_cast<std::size_t>(lane_bytes * static_cast<std::uint64_t>(lanes)));
+    std::uint64_t part_offset = 0;
+    for (std::size_t pi = 0; pi < layout.parts.size(); ++pi) {
+      const DensePart& part = layout.parts[pi];
+      for (std::int64_t lane = 0; lane < lanes; ++lane) {
+        const std::size_t at = static_cast<std::size_t>(lane);
+        const RowIdentity id{at < tokens->size() ? (*tokens)[at] : -1, static_cast<std::uint32_t>(placement.sub_pool),
+                             placement.local_layer, static_cast<std::uint32_t>(pi), op.write_number};
+        fill_oracle_row(config_->seed, id, part.dtype,
+                        std::span<std::uint8_t>(rows.data() + at * lane_bytes + part_offset, part.row_bytes()));
+      }
+      RowSegment seg;
+      seg.pool_offset_bytes = part.offset_bytes + std::uint64_t{placement.local_layer} * part.layer_stride_bytes;
+      seg.entry_bytes = layout.entry_bytes;
+      seg.staging_offset_bytes = part_offset;
+      seg.row_bytes = static_cast<std::uint32_t>(part.row_bytes());
+      seg.loc_set = 0;
+      seg.first_slot = allocator.sink_end(placement.sub_pool);  // SPEC 6: a lane at the sink is discarded
+      segments.push_back(seg);
+      part_offset += part.row_bytes();
+    }
+  }
+
+  // ---- the answer: the one synchronization a write needs.
+  if (lanes > 0) {
+    KVTWIN_CUDA_SYNC(stream);
+    const std::uint32_t* verdict = check_flags_host_.get();
+    if (verdict[0] != 0)
+      return out_of_range("write to layer " + std::to_string(op.layer) + ": a loc is negative or past sub-pool '" +
+                          derived_->layouts[loc_side].sub_pool + "''s " + std::to_string(allocator.slot_count(loc_side)) +
+                          " slots; give physical token ids of the pool (0 is the sink)");
+    if (verdict[1] != 0) return out_of_range("write: an SWA loc is negative (a tombstone taken as live)");
+    if (verdict[2] != 0)
       return make_error(ErrorKind::duplicate_loc, "write to layer " + std::to_string(op.layer) +
                                                       ": two lanes write the same token of sub-pool '" + layout.sub_pool +
                                                       "' (last writer wins would race on a GPU); give each lane its "
                                                       "own loc or route padding lanes to the sink (0)");
   }
-  if (config_->tables_only || lanes == 0) return ok_status();
+  if (!writes_rows) return ok_status();
 
-  // The rows: the oracle row of each part for each lane's token (docs/decisions.md).
-  std::uint64_t lane_bytes = 0;
-  for (const DensePart& part : layout.parts) lane_bytes += part.row_bytes();
-  std::vector<std::uint8_t> rows(static_cast<std::size_t>(lane_bytes * static_cast<std::uint64_t>(lanes)));
-  std::vector<RowSegment> segments;
-  std::uint64_t part_offset = 0;
-  for (std::size_t pi = 0; pi < layout.parts.size(); ++pi) {
-    const DensePart& part = layout.parts[pi];
-    for (std::int64_t lane = 0; lane < lanes; ++lane) {
-      const std::size_t at = static_cast<std::size_t>(lane);
-      const RowIdentity id{at < tokens->size() ? (*tokens)[at] : -1, static_cast<std::uint32_t>(placement.sub_pool),
-                           placement.local_layer, static_cast<std::uint32_t>(pi), op.write_number};
-      fill_oracle_row(config_->seed, id, part.dtype,
-                      std::span<std::uint8_t>(rows.data() + at * lane_bytes + part_offset, part.row_bytes()));
-    }
-    RowSegment seg;
-    seg.pool_offset_bytes = part.offset_bytes + std::uint64_t{placement.local_layer} * part.layer_stride_bytes;
-    seg.entry_bytes = layout.entry_bytes;
-    seg.staging_offset_bytes = part_offset;
-    seg.row_bytes = static_cast<std::uint32_t>(part.row_bytes());
-    seg.loc_set = 0;
-    seg.first_slot = allocator.sink_end(placement.sub_pool);  // SPEC 6: a lane at the sink is discarded
-    segments.push_back(seg);
-    part_offset += part.row_bytes();
-  }
+  // ---- the scatter, left running: nothing the host returns depends on it.
   KVTWIN_TRY_STATUS(rows_staging_.reserve(rows.size()));
   KVTWIN_TRY_STATUS(row_segments_.reserve(segments.size()));
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(rows_staging_.get(), rows.data(), rows.size(), cudaMemcpyHostToDevice, stream));
@@ -153,7 +174,6 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
   p.vector16 = rows_vector16(p.pool, p.staging, lane_bytes, segments.data(), p.num_segments);
   p.int32_offsets = faults.int32_offsets;
   KVTWIN_CUDA_TRY(launch_scatter_rows(p, stream));
-  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
   return ok_status();
 }
 
@@ -200,7 +220,7 @@ Result<std::vector<std::uint8_t>> Doors::read(const Read& op, const DeviceAlloca
     p.int32_offsets = faults.int32_offsets;
     KVTWIN_CUDA_TRY(launch_gather_rows(p, stream));
     KVTWIN_CUDA_TRY(cudaMemcpyAsync(out.data(), rows_staging_.get(), out.size(), cudaMemcpyDeviceToHost, stream));
-    KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
+    KVTWIN_CUDA_SYNC(stream);
   }
   return out;
 }

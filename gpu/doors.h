@@ -6,6 +6,8 @@
 // on the device that every id lies inside the loc's sub-pool, derives an SWA layer's own loc
 // (SPEC 4.3), refuses two lanes on one non-sink slot (sort, compare neighbours: always, whatever
 // Write.checked says, docs/gpu.md), and scatters the content oracle's rows of each lane's token.
+// The device checks are read back once (the write's one synchronization, overlapped with the host
+// filling the rows); the scatter is left running on the stream.
 // The read door gathers one part's rows; a sink lane reads as zeros. Fault switches that live
 // here: no_mark_check (2), tombstone_live (10, the SWA loc), int32_offsets (18, both doors).
 //
@@ -25,6 +27,7 @@
 #include "gpu/device_io.h"
 #include "gpu/faults.h"
 #include "gpu/kernels.cuh"
+#include "gpu/pinned_buffer.h"
 #include "gpu/pool_bytes.h"
 
 namespace kvtwin::gpu {
@@ -43,8 +46,8 @@ class Doors {
  private:
   const PoolConfig* config_ = nullptr;
   const PoolDerived* derived_ = nullptr;
-  RangeFlag range_flag_;                           // write: a loc outside its sub-pool's slots
-  DeviceBuffer<std::uint32_t> duplicate_flag_;     // write: two lanes on one non-sink slot
+  DeviceBuffer<std::uint32_t> check_flags_;       // write: [loc outside its sub-pool, negative SWA loc, duplicate lanes]
+  PinnedBuffer<std::uint32_t> check_flags_host_;  // write: the same three words, read back asynchronously
   DeviceBuffer<std::uint8_t> sort_temp_;           // write: CUB's sort scratch of the duplicate check
   DeviceBuffer<std::int64_t> explicit_loc_;        // write, explicit form: the loc as given
   DeviceBuffer<std::int64_t> swa_loc_;             // write to an SWA layer: the SWA loc derived from the full loc

@@ -5,6 +5,8 @@
 // SPEC.md rule (or docs/decisions.md entry) each branch implements.
 #include "gpu/gpu_pool.h"
 
+#include <cstdlib>
+#include <string_view>
 #include <variant>
 
 #include "core/checked.h"
@@ -31,12 +33,18 @@ Error out_of_range(std::string message) { return make_error(ErrorKind::out_of_ra
 
 }  // namespace
 
-GpuPool::GpuPool(Faults faults) : faults_(faults) {}
+GpuPool::GpuPool(Faults faults) : faults_(faults) {
+  const char* env = std::getenv("KVTWIN_GPU_SYNC_EACH_OP");
+  sync_each_op_ = env != nullptr && std::string_view(env) == "1";
+}
 
 GpuPool::~GpuPool() {
   graphs_.clear();
   batches_.clear();
-  if (stream_ != nullptr) KVTWIN_CUDA_WARN(cudaStreamDestroy(stream_));
+  if (stream_ != nullptr) {
+    KVTWIN_CUDA_WARN(cudaStreamDestroy(stream_));
+    forget_stream(stream_);
+  }
 }
 
 Status GpuPool::require_pool() const {
@@ -56,14 +64,55 @@ Result<std::size_t> GpuPool::side_named(std::string_view sub_pool, std::string_v
 }
 
 OpResult GpuPool::apply(const Op& op) {
+  const std::uint64_t index = ops_applied_++;
   if (!std::holds_alternative<BuildPool>(op) || !poisoned_.empty()) {
     if (Status s = require_pool(); !s.ok()) return s.error();
   }
+  const std::uint64_t syncs_before = stream_syncs(stream_);
   OpResult result = dispatch(op);
-  // A CUDA call failed (ErrorKind::environment), perhaps halfway through: what the device holds is
-  // no longer known, so the backend is poisoned and refuses everything after, with this reason.
-  if (!result.ok() && result.error().kind == ErrorKind::environment) poisoned_ = result.error().message;
+  const bool failed_on_device = !result.ok() && result.error().kind == ErrorKind::environment;
+  if (sync_each_op_ && !failed_on_device && stream_ != nullptr) {
+    const Status synced = [&]() -> Status {
+      KVTWIN_CUDA_SYNC(stream_);
+      return ok_status();
+    }();
+    if (!synced.ok()) result = synced.error();
+  }
+  // Did a synchronization of the stream succeed during this operation? Then every earlier
+  // operation's device work completed without error.
+  const bool synchronized = stream_syncs(stream_) != syncs_before;
+  if (!result.ok() && result.error().kind == ErrorKind::environment) {
+    // A CUDA call failed, perhaps halfway through, perhaps reporting earlier work: what the device
+    // holds is no longer known, so the backend is poisoned and refuses everything after, with
+    // this reason.
+    const Error error = attributed(result.error(), index, op, synchronized);
+    poisoned_ = error.message;
+    return error;
+  }
+  if (synchronized) unsynchronized_.clear();
+  // This operation may have left work running after its last synchronization (unless it ended
+  // with one on purpose).
+  if (!(sync_each_op_ && synchronized)) {
+    if (unsynchronized_.size() == kMaxUnsynchronized) unsynchronized_.erase(unsynchronized_.begin());
+    unsynchronized_.push_back("#" + std::to_string(index) + " " + std::string(op_name(op)));
+  }
   return result;
+}
+
+Error GpuPool::attributed(const Error& error, std::uint64_t index, const Op& op, bool synchronized) const {
+  // Work of earlier operations was left running; a failure it causes surfaces at a later call.
+  std::vector<std::string> candidates;
+  if (!synchronized) candidates = unsynchronized_;
+  if (candidates.empty()) return error;  // only this operation's own work was outstanding
+  candidates.push_back("#" + std::to_string(index) + " " + std::string(op_name(op)));
+  std::string list;
+  for (const std::string& c : candidates) list += (list.empty() ? "" : ", ") + c;
+  return Error{error.kind,
+               error.message + " [surfaced in operation #" + std::to_string(index) +
+                   "; the device work of operations " + list +
+                   " had not been synchronized yet, so it may come from any of them; KVTWIN_GPU_SYNC_EACH_OP=1 "
+                   "synchronizes after every operation and names the one]",
+               error.reason};
 }
 
 OpResult GpuPool::dispatch(const Op& op) {
@@ -154,7 +203,6 @@ OpResult GpuPool::build(const BuildPool& op) {
   KVTWIN_TRY_STATUS(allocator_.init(config_, derived_, stream_));
   KVTWIN_TRY_STATUS(doors_.init(config_, derived_));
   translation_.init(config_);
-  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream_));
   built_ = true;
   return ok(Done{});
 }
@@ -250,7 +298,6 @@ OpResult GpuPool::move_pages(const MovePages& op) {
   KVTWIN_TRY_STATUS(readers_.check_moves(index, allocator_.side_name(index), op.src, op.dst, faults_));
   // Raw copies, no table change.
   KVTWIN_TRY_STATUS(bytes_.move_pages(index, move.sources, move.destinations, move.pages, faults_, stream_));
-  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream_));
   return ok(Done{});
 }
 

@@ -14,8 +14,13 @@
 // pool as it was. Rows written come from the content oracle (core/oracle.h).
 //
 // This is an independent implementation of the policy SPEC.md and docs/decisions.md describe; it
-// shares nothing with sim/ but core/. Every operation is synchronous at this interface: apply()
-// returns once the device work it started is done (results have to be read back anyway).
+// shares nothing with sim/ but core/. All device work runs in order on one stream. An operation
+// synchronizes the host with it only where its answer needs the device (ids, bytes, a check of
+// the tables); the rest (a write's scatter, a free's commit, a batch's copies) is left running,
+// and the next synchronization, or any later CUDA call, reports its failure. Such a failure names
+// the operations whose work had not been synchronized yet (docs/gpu.md "Synchronization");
+// set_sync_each_op(true), or KVTWIN_GPU_SYNC_EACH_OP=1 in the environment, synchronizes after
+// every operation so that a failure surfaces in the operation that caused it.
 //
 // A CUDA call that fails (ErrorKind::environment: out of memory, a launch failure, an error the
 // failure injector of cuda_check.h planted) poisons the pool: that operation and every later one
@@ -68,6 +73,10 @@ class GpuPool final : public Backend {
   const Faults& faults() const { return faults_; }
   void set_faults(const Faults& faults) { faults_ = faults; }
 
+  // Synchronize after every operation (see above); off unless KVTWIN_GPU_SYNC_EACH_OP=1.
+  void set_sync_each_op(bool on) { sync_each_op_ = on; }
+  bool sync_each_op() const { return sync_each_op_; }
+
   // For tests and benchmarks: the device buffer and its derived description (valid once built).
   std::uint8_t* device_pool() const { return bytes_.data(); }
   const PoolDerived* derived() const { return built_ ? &derived_ : nullptr; }
@@ -89,9 +98,17 @@ class GpuPool final : public Backend {
   Result<std::size_t> side_named(std::string_view sub_pool, std::string_view what) const;
   // A free plan past the readers' gate, then committed.
   OpResult commit_checked(const DeviceAllocator::FreePlan& plan);
+  // An environment error of operation `index`, with the operations it may have come from.
+  Error attributed(const Error& error, std::uint64_t index, const Op& op, bool synchronized) const;
 
   Faults faults_;
   std::string poisoned_;  // why every operation is refused (a CUDA failure); empty: healthy
+  bool sync_each_op_ = false;
+  std::uint64_t ops_applied_ = 0;  // operations applied so far (#n names the n-th, from 0)
+  // "#n name" of the operations whose device work may still be running (since the stream's last
+  // synchronization), oldest first, at most kMaxUnsynchronized of them.
+  static constexpr std::size_t kMaxUnsynchronized = 16;
+  std::vector<std::string> unsynchronized_;
   cudaStream_t stream_ = nullptr;
   bool built_ = false;
   PoolConfig config_;

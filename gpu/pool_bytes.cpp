@@ -46,7 +46,7 @@ Result<std::vector<std::uint8_t>> DevicePoolBytes::download(std::uint64_t offset
   std::vector<std::uint8_t> out(static_cast<std::size_t>(length));
   if (length > 0) {
     KVTWIN_CUDA_TRY(cudaMemcpyAsync(out.data(), buffer_.get() + offset, out.size(), cudaMemcpyDeviceToHost, stream));
-    KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
+    KVTWIN_CUDA_SYNC(stream);
   }
   return out;
 }
