@@ -840,4 +840,16 @@ std::optional<std::vector<std::uint8_t>> PoolShadow::predict_attention(const Sha
 
 Expectation PoolShadow::on(const Checkpoint&) { return expect(Done{}); }
 
+// ---------------------------------------------------------------- host arena and transfers (SPEC 8)
+
+// Not predicted yet: the model answers them unsupported until its host arena is wired in.
+Expectation PoolShadow::on(const HostAlloc&) { return refuse(ErrorKind::unsupported); }
+Expectation PoolShadow::on(const HostFree&) { return refuse(ErrorKind::unsupported); }
+Expectation PoolShadow::on(const LeaseAcquire&) { return refuse(ErrorKind::unsupported); }
+Expectation PoolShadow::on(const LeaseRelease&) { return refuse(ErrorKind::unsupported); }
+Expectation PoolShadow::on(const RecordEvent&) { return refuse(ErrorKind::unsupported); }
+Expectation PoolShadow::on(const Offload&) { return refuse(ErrorKind::unsupported); }
+Expectation PoolShadow::on(const LoadBack&) { return refuse(ErrorKind::unsupported); }
+Expectation PoolShadow::on(const TransferWait&) { return refuse(ErrorKind::unsupported); }
+
 }  // namespace kvtwin::props

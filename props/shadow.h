@@ -144,6 +144,14 @@ class PoolShadow {
   Expectation on(const Capture& op);
   Expectation on(const Replay& op);
   Expectation on(const Checkpoint& op);
+  Expectation on(const HostAlloc& op);
+  Expectation on(const HostFree& op);
+  Expectation on(const LeaseAcquire& op);
+  Expectation on(const LeaseRelease& op);
+  Expectation on(const RecordEvent& op);
+  Expectation on(const Offload& op);
+  Expectation on(const LoadBack& op);
+  Expectation on(const TransferWait& op);
 
   struct SideMoves {
     std::size_t side = 0;

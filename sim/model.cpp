@@ -766,6 +766,24 @@ OpResult Model::on(const Replay& op) {
 
 OpResult Model::on(const Checkpoint&) { return Outcome(Done{}); }
 
+// ---------------------------------------------------------------- host arena and transfers (SPEC 8)
+
+namespace {
+OpResult host_not_wired(const Op& op) {
+  return make_error(ErrorKind::unsupported, "'" + std::string(op_name(op)) +
+                                                "': the model's host arena is not wired into its operations yet");
+}
+}  // namespace
+
+OpResult Model::on(const HostAlloc& op) { return host_not_wired(Op(op)); }
+OpResult Model::on(const HostFree& op) { return host_not_wired(Op(op)); }
+OpResult Model::on(const LeaseAcquire& op) { return host_not_wired(Op(op)); }
+OpResult Model::on(const LeaseRelease& op) { return host_not_wired(Op(op)); }
+OpResult Model::on(const RecordEvent& op) { return host_not_wired(Op(op)); }
+OpResult Model::on(const Offload& op) { return host_not_wired(Op(op)); }
+OpResult Model::on(const LoadBack& op) { return host_not_wired(Op(op)); }
+OpResult Model::on(const TransferWait& op) { return host_not_wired(Op(op)); }
+
 // ---------------------------------------------------------------- what a checker reads
 
 Result<PoolTables> Model::tables() const {

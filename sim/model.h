@@ -188,6 +188,14 @@ class Model : public Backend {
   OpResult on(const Capture& op);
   OpResult on(const Replay& op);
   OpResult on(const Checkpoint& op);
+  OpResult on(const HostAlloc& op);
+  OpResult on(const HostFree& op);
+  OpResult on(const LeaseAcquire& op);
+  OpResult on(const LeaseRelease& op);
+  OpResult on(const RecordEvent& op);
+  OpResult on(const Offload& op);
+  OpResult on(const LoadBack& op);
+  OpResult on(const TransferWait& op);
 
   // Shared steps.
   PairingRule pairing() const;
