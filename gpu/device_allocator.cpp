@@ -201,6 +201,7 @@ Result<DeviceAllocator::FreePlan> DeviceAllocator::plan_free(const std::vector<s
   plan.kind = FreePlan::Kind::free;
   const std::int64_t n = static_cast<std::int64_t>(vpages.size());
   plan.pages = n;
+  plan.virtual_pages = vpages;
   if (n == 0) return plan;
   DeviceSide& full = *sides_[0];
   KVTWIN_TRY(std::int64_t * dv, upload_ids(freed_virtual_, vpages, stream));
@@ -243,6 +244,7 @@ Result<DeviceAllocator::FreePlan> DeviceAllocator::plan_free_swa(const std::vect
   plan.kind = FreePlan::Kind::free_swa;
   const std::int64_t n = static_cast<std::int64_t>(vpages.size());
   plan.pages = n;
+  plan.virtual_pages = vpages;
   if (n == 0) return plan;
   DeviceSide& swa = *sides_[1];
   KVTWIN_TRY(std::int64_t * dv, upload_ids(freed_virtual_, vpages, stream));

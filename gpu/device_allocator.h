@@ -49,6 +49,7 @@ class DeviceAllocator {
     enum class Kind { free, free_swa, flush };
     Kind kind = Kind::free;
     std::int64_t pages = 0;      // free, free_swa: the virtual pages freed
+    std::vector<std::int64_t> virtual_pages;  // free, free_swa: those pages, ascending
     std::int64_t swa_freed = 0;  // free on a composite: the SWA pages it frees (swa_v2p[v] > 0)
     std::vector<SideCompaction> compactions;  // eager mode (and flush): in commit order, SWA side first
   };

@@ -6,6 +6,7 @@
 #include <span>
 
 #include "core/oracle.h"
+#include "core/reasons.h"
 #include "gpu/device_side.h"
 
 namespace kvtwin::gpu {
@@ -22,7 +23,8 @@ Status Doors::init(const PoolConfig& config, const PoolDerived& derived) {
 }
 
 Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocator& allocator,
-                    const DevicePoolBytes& bytes, const Faults& faults, cudaStream_t stream) {
+                    const DevicePoolBytes& bytes, const HostTransfers& transfers, const Faults& faults,
+                    cudaStream_t stream) {
   const std::size_t layers = derived_->plan.layer_map.size();
   if (op.layer >= layers)
     return out_of_range("write: layer " + std::to_string(op.layer) + " is outside the model's " +
@@ -153,6 +155,20 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
                                                       "' (last writer wins would race on a GPU); give each lane its "
                                                       "own loc or route padding lanes to the sink (0)");
   }
+  if (lanes > 0 && transfers.any_in_flight()) {
+    // SPEC 8: no lane writes a page an in-flight transfer holds (its final loc, read back only
+    // while transfers are in flight).
+    KVTWIN_TRY(std::vector<std::int64_t> slots, download_ids(final_loc, lanes, stream));
+    const std::int64_t ps = static_cast<std::int64_t>(config_->page_size);
+    for (std::int64_t slot : slots) {
+      if (slot < allocator.sink_end(placement.sub_pool)) continue;  // a sink lane writes nothing
+      if (const auto t = transfers.holding_physical(placement.sub_pool, slot / ps))
+        return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
+                            "write to layer " + std::to_string(op.layer) + ": slot " + std::to_string(slot) +
+                                " lies on a page transfer " + std::to_string(*t) +
+                                " holds in flight; wait for it (transfer_wait) first");
+    }
+  }
   if (!writes_rows) return ok_status();
 
   // ---- the scatter, left running: nothing the host returns depends on it.
@@ -178,7 +194,8 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
 }
 
 Result<std::vector<std::uint8_t>> Doors::read(const Read& op, const DeviceAllocator& allocator,
-                                              const DevicePoolBytes& bytes, const Faults& faults, cudaStream_t stream) {
+                                              const DevicePoolBytes& bytes, const HostTransfers& transfers,
+                                              const Faults& faults, cudaStream_t stream) {
   if (config_->tables_only)
     return make_error(ErrorKind::unsupported, "read: a tables-only pool has no bytes; build with tables_only: false to read rows");
   const std::size_t layers = derived_->plan.layer_map.size();
@@ -193,6 +210,18 @@ Result<std::vector<std::uint8_t>> Doors::read(const Read& op, const DeviceAlloca
     if (op.ids[i] < 0 || op.ids[i] >= slots)
       return out_of_range("read: id " + std::to_string(op.ids[i]) + " at position " + std::to_string(i) +
                           " is outside sub-pool '" + layout.sub_pool + "''s slots [0, " + std::to_string(slots) + ")");
+  if (transfers.any_in_flight()) {
+    const std::int64_t ps = static_cast<std::int64_t>(config_->page_size);
+    for (std::int64_t id : op.ids) {
+      if (id < allocator.sink_end(placement.sub_pool)) continue;
+      const std::int64_t page = id / ps;
+      // Only a load-back's pages are unreadable while it is in flight (an offload's read fine).
+      if (const auto t = transfers.holding_physical(placement.sub_pool, page); t && transfers.is_load_back(*t))
+        return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
+                            "read: id " + std::to_string(id) + " lies on a page transfer " + std::to_string(*t) +
+                                " is still loading back; wait for it (transfer_wait) first");
+    }
+  }
   const std::int64_t lanes = static_cast<std::int64_t>(op.ids.size());
   const std::uint64_t row = part->row_bytes();
   std::vector<std::uint8_t> out(static_cast<std::size_t>(row * static_cast<std::uint64_t>(lanes)));

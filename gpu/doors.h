@@ -29,6 +29,7 @@
 #include "gpu/kernels.cuh"
 #include "gpu/pinned_buffer.h"
 #include "gpu/pool_bytes.h"
+#include "gpu/transfers.h"
 
 namespace kvtwin::gpu {
 
@@ -37,11 +38,14 @@ class Doors {
   // `config` and `derived` must outlive the doors (the pool owns them).
   Status init(const PoolConfig& config, const PoolDerived& derived);
 
+  // `transfers`: a lane may not write a page a transfer in flight holds (SPEC 8).
   Status write(const Write& op, const Batches& batches, const DeviceAllocator& allocator,
-               const DevicePoolBytes& bytes, const Faults& faults, cudaStream_t stream);
-  // The rows, lane after lane (synchronizes: the bytes are the host's answer).
+               const DevicePoolBytes& bytes, const HostTransfers& transfers, const Faults& faults, cudaStream_t stream);
+  // The rows, lane after lane (synchronizes: the bytes are the host's answer). A page a load-back
+  // in flight is filling is not read.
   Result<std::vector<std::uint8_t>> read(const Read& op, const DeviceAllocator& allocator,
-                                         const DevicePoolBytes& bytes, const Faults& faults, cudaStream_t stream);
+                                         const DevicePoolBytes& bytes, const HostTransfers& transfers,
+                                         const Faults& faults, cudaStream_t stream);
 
  private:
   const PoolConfig* config_ = nullptr;

@@ -14,7 +14,7 @@ struct Entry {
   Member member;
 };
 
-constexpr std::size_t kSwitches = 22;
+constexpr std::size_t kSwitches = 26;
 // Every member of Faults is one switch of the table (a member added without a row fails here;
 // faults_test checks that the rows set distinct members).
 static_assert(sizeof(Faults) == kSwitches * sizeof(bool), "every fault switch needs a row in table()");
@@ -82,6 +82,12 @@ const std::array<Entry, kSwitches>& table() {
       {{"move_under_reader", 12, "a move runs while a reader holds the physical address of a page it moves",
         "Readers::check_moves (readers.cpp); seen by free, free_swa, flush and move_pages"},
        &Faults::move_under_reader},
+      {{"transfer_before_producer_event", 13,
+        "a host transfer resolves its ids and copies on its copy stream before it waits for its producers (the "
+        "compute work, its wait_event, its stream's last transfer): the seed's index preparation ahead of the "
+        "producer-event wait, so the copy reads what the producer has not written yet",
+        "HostTransfers::submit (transfers.cpp); seen by offload and load_back, in the bytes a later read returns"},
+       &Faults::transfer_before_producer_event},
       {{"alloc_many_partial", 14, "alloc_many is not all-or-nothing: earlier grants stay behind on \"no room\"",
         "GpuPool::alloc_many (gpu_pool.cpp)"},
        &Faults::alloc_many_partial},
@@ -99,6 +105,21 @@ const std::array<Entry, kSwitches>& table() {
         "of bf16)",
         "decode attention kernel; seen by replay on pools past 2^31 elements"},
        &Faults::int32_offsets_attention},
+      {{"transfer_logical_as_physical", 19,
+        "a host transfer hands the host pool its logical (cache) ids as physical pages, without resolving them "
+        "through the arena's map: once the arena has holes or has compacted, the copy lands on another page",
+        "resolve_transfer kernel (transfer_kernels.cu); seen by offload and load_back, in the bytes read back"},
+       &Faults::transfer_logical_as_physical},
+      {{"compaction_ignores_transfers", 20,
+        "host compaction is not gated on asynchronous copies in flight: it neither refuses nor synchronizes their "
+        "events, and moves pinned pages under a copy",
+        "PinnedHostArena::gate_compaction (host_arena.cpp); seen by host_alloc while a transfer is in flight"},
+       &Faults::compaction_ignores_transfers},
+      {{"swa_offload_token_filter", 21,
+        "a sliding-window offload filters single bound tokens instead of whole pages, so a partly listed page is "
+        "taken and the length need not be a multiple of the page size (refused then, as the seed's assert)",
+        "HostTransfers::offload (transfers.cpp) on the SWA side with token ids; seen by offload"},
+       &Faults::swa_offload_token_filter},
   }};
   return kTable;
 }

@@ -10,6 +10,7 @@
 #include <variant>
 
 #include "core/checked.h"
+#include "core/reasons.h"
 #include "gpu/fault_layout.h"
 
 namespace kvtwin::gpu {
@@ -115,14 +116,6 @@ Error GpuPool::attributed(const Error& error, std::uint64_t index, const Op& op,
                error.reason};
 }
 
-namespace {
-OpResult host_op_unsupported(const Op& op) {
-  return make_error(ErrorKind::unsupported, "'" + std::string(op_name(op)) +
-                                                "': the GPU backend has no host arena or transfers yet (SPEC 8); "
-                                                "replay host operations with --backend model");
-}
-}  // namespace
-
 OpResult GpuPool::dispatch(const Op& op) {
   const Faults& f = faults_;
   return std::visit(
@@ -157,11 +150,11 @@ OpResult GpuPool::dispatch(const Op& op) {
             return ok(Done{});
           },
           [&](const Write& o) -> OpResult {
-            KVTWIN_TRY_STATUS(doors_.write(o, batches_, allocator_, bytes_, f, stream_));
+            KVTWIN_TRY_STATUS(doors_.write(o, batches_, allocator_, bytes_, transfers_, f, stream_));
             return ok(Done{});
           },
           [&](const Read& o) -> OpResult {
-            KVTWIN_TRY(std::vector<std::uint8_t> rows, doors_.read(o, allocator_, bytes_, f, stream_));
+            KVTWIN_TRY(std::vector<std::uint8_t> rows, doors_.read(o, allocator_, bytes_, transfers_, f, stream_));
             return ok(Bytes::of(std::move(rows)));
           },
           [&](const Translate& o) -> OpResult {
@@ -182,19 +175,24 @@ OpResult GpuPool::dispatch(const Op& op) {
           },
           [&](const Capture& o) { return capture(o); },
           [&](const Replay& o) -> OpResult {
+            KVTWIN_TRY_STATUS(check_replay(o));
             KVTWIN_TRY(Decode decode, graphs_.replay(o, f, stream_));
             return ok(std::move(decode));
           },
-          [&](const Checkpoint&) { return ok(Done{}); },
-          // SPEC 8's host arena and transfers are the model's so far (docs/host_arena.md).
-          [&](const HostAlloc&) { return host_op_unsupported(op); },
-          [&](const HostFree&) { return host_op_unsupported(op); },
-          [&](const LeaseAcquire&) { return host_op_unsupported(op); },
-          [&](const LeaseRelease&) { return host_op_unsupported(op); },
-          [&](const RecordEvent&) { return host_op_unsupported(op); },
-          [&](const Offload&) { return host_op_unsupported(op); },
-          [&](const LoadBack&) { return host_op_unsupported(op); },
-          [&](const TransferWait&) { return host_op_unsupported(op); },
+          [&](const Checkpoint&) -> OpResult {
+            // Every copy lands (the copy streams synchronized); the transfers stay in flight.
+            KVTWIN_TRY_STATUS(transfers_.land_all());
+            return ok(Done{});
+          },
+          // SPEC 8's host arena and transfers (host_op below).
+          [&](const HostAlloc&) { return host_op(op); },
+          [&](const HostFree&) { return host_op(op); },
+          [&](const LeaseAcquire&) { return host_op(op); },
+          [&](const LeaseRelease&) { return host_op(op); },
+          [&](const RecordEvent&) { return host_op(op); },
+          [&](const Offload&) { return host_op(op); },
+          [&](const LoadBack&) { return host_op(op); },
+          [&](const TransferWait&) { return host_op(op); },
       },
       op);
 }
@@ -206,7 +204,9 @@ OpResult GpuPool::build(const BuildPool& op) {
   Result<PoolDerived> derived =
       faults_.row_misaligned_accepted ? derive_pool_unchecked_rows(op.config) : derive_pool(op.config);
   if (!derived.ok()) return derived.error();
-  // Building (or rebuilding) replaces the whole state: tables, bytes, batches, readers, graphs.
+  // Building (or rebuilding) replaces the whole state: tables, bytes, batches, readers, graphs,
+  // the host arena and its transfers (every copy in flight lands first).
+  transfers_.reset();
   graphs_.clear();
   batches_.clear();
   readers_.clear();
@@ -220,6 +220,15 @@ OpResult GpuPool::build(const BuildPool& op) {
   KVTWIN_TRY_STATUS(allocator_.init(config_, derived_, stream_));
   KVTWIN_TRY_STATUS(doors_.init(config_, derived_));
   translation_.init(config_);
+  KVTWIN_TRY_STATUS(transfers_.init(config_, derived_));
+  if (config_.host_bytes > 0) {
+    // SPEC 8: one host page of a side is that side's device page envelope.
+    std::vector<HostArenaSide> sides;
+    for (const SubPoolGeometry& g : derived_.geometry.sub_pools) sides.push_back(HostArenaSide{g.name, g.page_bytes});
+    KVTWIN_TRY_STATUS(host_arena_.init(config_.host_bytes, std::move(sides), !config_.tables_only));
+  } else {
+    host_arena_.reset();
+  }
   built_ = true;
   return ok(Done{});
 }
@@ -280,10 +289,56 @@ OpResult GpuPool::alloc_many(const AllocMany& op) {
   return ok(std::move(out));
 }
 
+Status GpuPool::check_moves(std::size_t side, const std::vector<std::int64_t>& src,
+                            const std::vector<std::int64_t>& dst) const {
+  // Move by move: the readers first (SPEC 7), then the transfers in flight (SPEC 8).
+  for (std::size_t i = 0; i < src.size(); ++i) {
+    KVTWIN_TRY_STATUS(readers_.check_moves(side, allocator_.side_name(side), {src[i]}, {dst[i]}, faults_));
+    for (std::int64_t page : {src[i], dst[i]})
+      if (const auto t = transfers_.holding_physical(side, page))
+        return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
+                            "moving page " + std::to_string(src[i]) + " -> " + std::to_string(dst[i]) + " of sub-pool '" +
+                                allocator_.side_name(side) + "' while transfer " + std::to_string(*t) +
+                                " still copies page " + std::to_string(page) + "; wait for it (transfer_wait) first");
+  }
+  return ok_status();
+}
+
+Status GpuPool::check_not_in_transfer(const std::vector<std::int64_t>& vpages, std::string_view what) const {
+  for (std::int64_t v : vpages)
+    if (const auto t = transfers_.holding_virtual(v))
+      return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
+                          std::string(what) + ": virtual page " + std::to_string(v) + " is held by transfer " +
+                              std::to_string(*t) + " in flight; wait for it (transfer_wait) first");
+  return ok_status();
+}
+
+Status GpuPool::check_replay(const Replay& op) const {
+  if (!transfers_.any_in_flight()) return ok_status();
+  const std::int64_t ps = static_cast<std::int64_t>(config_.page_size);
+  for (const auto& tokens : op.requests) {
+    if (tokens.empty()) continue;  // the replay refuses it itself
+    // The new token is written; every token is read (a load-back's pages are not readable yet).
+    if (tokens.back() >= 0) KVTWIN_TRY_STATUS(check_not_in_transfer({tokens.back() / ps}, "replay"));
+    for (std::int64_t t : tokens)
+      if (t >= 0)
+        if (const auto id = transfers_.loading_virtual(t / ps))
+          return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
+                              "replay: token " + std::to_string(t) + " lies on a page transfer " + std::to_string(*id) +
+                                  " is still loading back; wait for it (transfer_wait) first");
+  }
+  return ok_status();
+}
+
 OpResult GpuPool::commit_checked(const DeviceAllocator::FreePlan& plan) {
-  // SPEC 7: no compaction moves a page a reader holds; checked before anything changes.
+  // SPEC 7, 8: no compaction moves a page a reader or a transfer holds; checked before anything
+  // changes. A freed page no transfer may hold either.
+  if (plan.kind != DeviceAllocator::FreePlan::Kind::flush)
+    KVTWIN_TRY_STATUS(check_not_in_transfer(plan.virtual_pages, plan.kind == DeviceAllocator::FreePlan::Kind::free
+                                                                    ? "free"
+                                                                    : "free_swa"));
   for (const DeviceAllocator::SideCompaction& c : plan.compactions)
-    KVTWIN_TRY_STATUS(readers_.check_moves(c.side, allocator_.side_name(c.side), c.sources, c.destinations, faults_));
+    KVTWIN_TRY_STATUS(check_moves(c.side, c.sources, c.destinations));
   KVTWIN_TRY(Compaction out, allocator_.commit(plan, bytes_, faults_, stream_));
   return ok(std::move(out));
 }
@@ -312,7 +367,7 @@ OpResult GpuPool::move_pages(const MovePages& op) {
   KVTWIN_TRY(std::size_t index, side_named(op.sub_pool, "move_pages"));
   KVTWIN_TRY(DeviceAllocator::RawMove move, allocator_.plan_raw_move(index, op, stream_));
   if (move.pages == 0) return ok(Done{});
-  KVTWIN_TRY_STATUS(readers_.check_moves(index, allocator_.side_name(index), op.src, op.dst, faults_));
+  KVTWIN_TRY_STATUS(check_moves(index, op.src, op.dst));
   // Raw copies, no table change.
   KVTWIN_TRY_STATUS(bytes_.move_pages(index, move.sources, move.destinations, move.pages, faults_, stream_));
   return ok(Done{});
@@ -337,6 +392,48 @@ OpResult GpuPool::capture(const Capture& op) {
   view.config = &config_;
   KVTWIN_TRY_STATUS(graphs_.capture(op, view, faults_, stream_));
   return ok(Done{});
+}
+
+// ---------------------------------------------------------------- the host arena and transfers (SPEC 8)
+
+OpResult GpuPool::host_op(const Op& op) {
+  if (config_.host_bytes == 0)
+    return invalid("'" + std::string(op_name(op)) +
+                   "': this pool has no host arena (host_bytes is 0); build it with host_bytes to use host operations");
+  if (const auto* o = std::get_if<HostAlloc>(&op)) {
+    return host_arena_.alloc_many(o->thread, o->pages, HostWait::refuse, faults_);
+  }
+  if (const auto* o = std::get_if<HostFree>(&op)) {
+    KVTWIN_TRY(std::size_t side, side_named(o->side, "host_free"));
+    // A host page an in-flight transfer uses is not freed (reader_conflict first).
+    for (std::int64_t page : o->pages)
+      if (const auto t = transfers_.holding_host(side, page))
+        return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
+                            "host_free: host page " + std::to_string(page) + " of side '" + o->side +
+                                "' is used by transfer " + std::to_string(*t) + " in flight; wait for it first");
+    KVTWIN_TRY_STATUS(host_arena_.free(side, o->pages));
+    return ok(Done{});
+  }
+  if (const auto* o = std::get_if<LeaseAcquire>(&op)) {
+    host_arena_.acquire(o->thread);
+    return ok(Done{});
+  }
+  if (const auto* o = std::get_if<LeaseRelease>(&op)) {
+    KVTWIN_TRY_STATUS(host_arena_.release(o->thread));
+    return ok(Done{});
+  }
+  if (const auto* o = std::get_if<RecordEvent>(&op)) {
+    KVTWIN_TRY_STATUS(transfers_.record_event(*o, stream_));
+    return ok(Done{});
+  }
+  if (const auto* o = std::get_if<Offload>(&op)) return transfers_.offload(*o, allocator_, bytes_, host_arena_, faults_, stream_);
+  if (const auto* o = std::get_if<LoadBack>(&op))
+    return transfers_.load_back(*o, allocator_, bytes_, host_arena_, faults_, stream_);
+  if (const auto* o = std::get_if<TransferWait>(&op)) {
+    KVTWIN_TRY_STATUS(transfers_.wait(*o, host_arena_));
+    return ok(Done{});
+  }
+  return make_error(ErrorKind::internal, "host_op: not a host operation");
 }
 
 // ---------------------------------------------------------------- what a checker compares

@@ -9,6 +9,8 @@
 //   doors.h             the write and read doors (SPEC 2, 6)
 //   translation.h       translate, swa_translate, page_table, remap_indices (SPEC 5)
 //   decode_step.h       the captured decode steps (SPEC 7)
+//   host_arena.h        the host arena in pinned memory, its leases and recorded events (SPEC 8)
+//   transfers.h         offload and load-back on copy streams, their events, what they hold (SPEC 8)
 // Each operation validates first (host checks on the operation's own numbers, device checks on the
 // tables), plans what it will change, and only then commits, so that a failed operation leaves the
 // pool as it was. Rows written come from the content oracle (core/oracle.h).
@@ -27,7 +29,7 @@
 // are refused with the failure as the reason, tables() and raw_bytes() included; no answer that
 // could be wrong is ever given.
 //
-// Not covered: the host arena (SPEC 8) and stored pages, which are host-side.
+// Not covered: stored pages and format tags (SPEC 8's storage tier).
 #pragma once
 
 #include <cstdint>
@@ -43,8 +45,10 @@
 #include "gpu/device_allocator.h"
 #include "gpu/doors.h"
 #include "gpu/faults.h"
+#include "gpu/host_arena.h"
 #include "gpu/pool_bytes.h"
 #include "gpu/readers.h"
+#include "gpu/transfers.h"
 #include "gpu/translation.h"
 
 namespace kvtwin::gpu {
@@ -73,6 +77,9 @@ class GpuPool final : public Backend {
   const Faults& faults() const { return faults_; }
   void set_faults(const Faults& faults) { faults_ = faults; }
 
+  // How host transfers copy (transfers.h); KVTWIN_GPU_COPY=batch picks memcpy_batch at start.
+  void set_copy_mechanism(CopyMechanism mechanism) { transfers_.set_mechanism(mechanism); }
+
   // Synchronize after every operation (see above); off unless KVTWIN_GPU_SYNC_EACH_OP=1.
   void set_sync_each_op(bool on) { sync_each_op_ = on; }
   bool sync_each_op() const { return sync_each_op_; }
@@ -98,6 +105,11 @@ class GpuPool final : public Backend {
   Result<std::size_t> side_named(std::string_view sub_pool, std::string_view what) const;
   // A free plan past the readers' gate, then committed.
   OpResult commit_checked(const DeviceAllocator::FreePlan& plan);
+  OpResult host_op(const Op& op);
+  // Rule 8 of the host vocabulary: no move takes a page an in-flight transfer holds.
+  Status check_moves(std::size_t side, const std::vector<std::int64_t>& src, const std::vector<std::int64_t>& dst) const;
+  Status check_not_in_transfer(const std::vector<std::int64_t>& vpages, std::string_view what) const;
+  Status check_replay(const Replay& op) const;
   // An environment error of operation `index`, with the operations it may have come from.
   Error attributed(const Error& error, std::uint64_t index, const Op& op, bool synchronized) const;
 
@@ -121,6 +133,8 @@ class GpuPool final : public Backend {
   Doors doors_;
   Translation translation_;
   DecodeGraphs graphs_;
+  PinnedHostArena host_arena_;  // built when host_bytes > 0
+  HostTransfers transfers_;
 };
 
 }  // namespace kvtwin::gpu
