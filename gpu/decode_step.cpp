@@ -250,7 +250,8 @@ Result<bool> DecodeStep::duplicate_lanes(std::int64_t bs, cudaStream_t stream) {
   return false;
 }
 
-Result<Decode> DecodeStep::replay(const Replay& op, const Faults& faults, cudaStream_t stream) {
+Result<Decode> DecodeStep::replay(const Replay& op, const Faults& faults, cudaStream_t stream,
+                                  const ReplayChecks& checks) {
   const std::int64_t bs = static_cast<std::int64_t>(op.requests.size());
   const std::int64_t ps = static_cast<std::int64_t>(pool_.config->page_size);
   if (bs > max_batch_)
@@ -303,11 +304,13 @@ Result<Decode> DecodeStep::replay(const Replay& op, const Faults& faults, cudaSt
                        "tokens only");
   }
   if (host_bad < bs) return host_error;
+  if (checks.after_allocated) KVTWIN_TRY_STATUS(checks.after_allocated());
   KVTWIN_TRY_STATUS(upload(new_tokens_, new_tokens, stream));
   KVTWIN_TRY(bool duplicate, duplicate_lanes(bs, stream));
   if (duplicate)
     return make_error(ErrorKind::duplicate_loc,
                       "replay: two requests write one slot (a shared new token); give each request its own new token");
+  if (checks.after_duplicates) KVTWIN_TRY_STATUS(checks.after_duplicates());
   const std::size_t ubs = static_cast<std::size_t>(bs);
 
   // 1. The loc buffer: lane b < bs gets translate(new token of b), every lane past it the sink
@@ -388,11 +391,12 @@ Status DecodeGraphs::capture(const Capture& op, const PoolDeviceView& pool, cons
   return ok_status();
 }
 
-Result<Decode> DecodeGraphs::replay(const Replay& op, const Faults& faults, cudaStream_t stream) {
+Result<Decode> DecodeGraphs::replay(const Replay& op, const Faults& faults, cudaStream_t stream,
+                                    const ReplayChecks& checks) {
   auto it = steps_.find(op.graph);
   if (it == steps_.end())
     return invalid("replay: graph " + std::to_string(op.graph) + " was never captured; capture it first");
-  return it->second->replay(op, faults, stream);
+  return it->second->replay(op, faults, stream, checks);
 }
 
 }  // namespace kvtwin::gpu

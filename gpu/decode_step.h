@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -38,6 +39,12 @@ struct PoolDeviceView {
   const PoolConfig* config = nullptr;
 };
 
+// Refusals a replay asks of its pool (each may be empty).
+struct ReplayChecks {
+  std::function<Status()> after_allocated;   // after every request's tokens are known allocated
+  std::function<Status()> after_duplicates;  // after the duplicate-lane check
+};
+
 class DecodeStep {
  public:
   // Validates the capture and records the graph.
@@ -47,7 +54,9 @@ class DecodeStep {
   DecodeStep(const DecodeStep&) = delete;
   DecodeStep& operator=(const DecodeStep&) = delete;
 
-  Result<Decode> replay(const Replay& op, const Faults& faults, cudaStream_t stream);
+  // `checks`: the pool's own refusals, asked at their places in the replay's order (SPEC 8: a
+  // load-back's pages after the allocated-token check, pages transfers hold after the duplicates).
+  Result<Decode> replay(const Replay& op, const Faults& faults, cudaStream_t stream, const ReplayChecks& checks = {});
 
  private:
   DecodeStep() = default;
@@ -97,7 +106,7 @@ class DecodeStep {
 class DecodeGraphs {
  public:
   Status capture(const Capture& op, const PoolDeviceView& pool, const Faults& faults, cudaStream_t stream);
-  Result<Decode> replay(const Replay& op, const Faults& faults, cudaStream_t stream);
+  Result<Decode> replay(const Replay& op, const Faults& faults, cudaStream_t stream, const ReplayChecks& checks = {});
   void clear() { steps_.clear(); }
 
  private:

@@ -5,6 +5,7 @@
 // SPEC.md rule (or docs/decisions.md entry) each branch implements.
 #include "gpu/gpu_pool.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string_view>
 #include <variant>
@@ -175,8 +176,12 @@ OpResult GpuPool::dispatch(const Op& op) {
           },
           [&](const Capture& o) { return capture(o); },
           [&](const Replay& o) -> OpResult {
-            KVTWIN_TRY_STATUS(check_replay(o));
-            KVTWIN_TRY(Decode decode, graphs_.replay(o, f, stream_));
+            ReplayChecks checks;
+            if (transfers_.any_in_flight()) {
+              checks.after_allocated = [&] { return check_replay_reads(o); };
+              checks.after_duplicates = [&] { return check_replay_writes(o); };
+            }
+            KVTWIN_TRY(Decode decode, graphs_.replay(o, f, stream_, checks));
             return ok(std::move(decode));
           },
           [&](const Checkpoint&) -> OpResult {
@@ -204,6 +209,16 @@ OpResult GpuPool::build(const BuildPool& op) {
   Result<PoolDerived> derived =
       faults_.row_misaligned_accepted ? derive_pool_unchecked_rows(op.config) : derive_pool(op.config);
   if (!derived.ok()) return derived.error();
+  if (op.config.host_bytes != 0) {
+    // SPEC 8: page_num = host_bytes // max(page bytes) host pages; none is no arena (the
+    // configuration does not build, and an earlier pool stays).
+    std::uint64_t largest = 0;
+    for (const SubPoolGeometry& g : derived->geometry.sub_pools) largest = std::max(largest, g.page_bytes);
+    if (op.config.host_bytes / largest == 0)
+      return make_error(ErrorKind::sizing, "host_bytes: a host arena of " + std::to_string(op.config.host_bytes) +
+                                               " bytes holds no page of " + std::to_string(largest) +
+                                               " bytes (the largest side's page_size * E); give at least that");
+  }
   // Building (or rebuilding) replaces the whole state: tables, bytes, batches, readers, graphs,
   // the host arena and its transfers (every copy in flight lands first).
   transfers_.reset();
@@ -304,28 +319,45 @@ Status GpuPool::check_moves(std::size_t side, const std::vector<std::int64_t>& s
   return ok_status();
 }
 
-Status GpuPool::check_not_in_transfer(const std::vector<std::int64_t>& vpages, std::string_view what) const {
-  for (std::int64_t v : vpages)
-    if (const auto t = transfers_.holding_virtual(v))
+Status GpuPool::check_not_in_transfer(const std::vector<std::int64_t>& vpages, std::size_t side,
+                                      std::string_view what) const {
+  // A page being loaded back, or one whose page on `side` an offload copies, is not freed.
+  for (std::int64_t v : vpages) {
+    std::optional<std::uint32_t> t = transfers_.loading_virtual(v);
+    if (!t) t = transfers_.offloading_virtual_on(side, v);
+    if (t)
       return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
                           std::string(what) + ": virtual page " + std::to_string(v) + " is held by transfer " +
                               std::to_string(*t) + " in flight; wait for it (transfer_wait) first");
+  }
   return ok_status();
 }
 
-Status GpuPool::check_replay(const Replay& op) const {
-  if (!transfers_.any_in_flight()) return ok_status();
+Status GpuPool::check_replay_reads(const Replay& op) const {
+  // SPEC 8: a load-back's pages are not visible until its transfer_wait.
   const std::int64_t ps = static_cast<std::int64_t>(config_.page_size);
-  for (const auto& tokens : op.requests) {
-    if (tokens.empty()) continue;  // the replay refuses it itself
-    // The new token is written; every token is read (a load-back's pages are not readable yet).
-    if (tokens.back() >= 0) KVTWIN_TRY_STATUS(check_not_in_transfer({tokens.back() / ps}, "replay"));
-    for (std::int64_t t : tokens)
-      if (t >= 0)
-        if (const auto id = transfers_.loading_virtual(t / ps))
-          return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
-                              "replay: token " + std::to_string(t) + " lies on a page transfer " + std::to_string(*id) +
-                                  " is still loading back; wait for it (transfer_wait) first");
+  for (std::size_t b = 0; b < op.requests.size(); ++b)
+    for (std::int64_t t : op.requests[b])
+      if (const auto id = transfers_.loading_virtual(t / ps))
+        return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
+                            "replay: request " + std::to_string(b) + " reads virtual token " + std::to_string(t) +
+                                ", whose page transfer " + std::to_string(*id) +
+                                " is still loading back; wait for it first (transfer_wait)");
+  return ok_status();
+}
+
+Status GpuPool::check_replay_writes(const Replay& op) const {
+  // SPEC 8: no lane writes a page an in-flight transfer copies (every layer writes each request's
+  // new token, on the full side and, on a composite, the SWA side).
+  const std::int64_t ps = static_cast<std::int64_t>(config_.page_size);
+  for (std::size_t b = 0; b < op.requests.size(); ++b) {
+    const std::int64_t v = op.requests[b].back() / ps;
+    for (std::size_t side = 0; side < allocator_.side_count(); ++side)
+      if (const auto t = transfers_.holding_virtual_on(side, v))
+        return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
+                            "replay: request " + std::to_string(b) + " writes virtual page " + std::to_string(v) +
+                                ", which transfer " + std::to_string(*t) +
+                                " copies in flight; wait for it first (transfer_wait)");
   }
   return ok_status();
 }
@@ -333,10 +365,12 @@ Status GpuPool::check_replay(const Replay& op) const {
 OpResult GpuPool::commit_checked(const DeviceAllocator::FreePlan& plan) {
   // SPEC 7, 8: no compaction moves a page a reader or a transfer holds; checked before anything
   // changes. A freed page no transfer may hold either.
-  if (plan.kind != DeviceAllocator::FreePlan::Kind::flush)
-    KVTWIN_TRY_STATUS(check_not_in_transfer(plan.virtual_pages, plan.kind == DeviceAllocator::FreePlan::Kind::free
-                                                                    ? "free"
-                                                                    : "free_swa"));
+  if (plan.kind == DeviceAllocator::FreePlan::Kind::free) {
+    KVTWIN_TRY_STATUS(check_not_in_transfer(plan.virtual_pages, 0, "free"));
+    if (allocator_.is_composite()) KVTWIN_TRY_STATUS(check_not_in_transfer(plan.virtual_pages, 1, "free"));
+  } else if (plan.kind == DeviceAllocator::FreePlan::Kind::free_swa) {
+    KVTWIN_TRY_STATUS(check_not_in_transfer(plan.virtual_pages, 1, "free_swa"));
+  }
   for (const DeviceAllocator::SideCompaction& c : plan.compactions)
     KVTWIN_TRY_STATUS(check_moves(c.side, c.sources, c.destinations));
   KVTWIN_TRY(Compaction out, allocator_.commit(plan, bytes_, faults_, stream_));
@@ -367,7 +401,14 @@ OpResult GpuPool::move_pages(const MovePages& op) {
   KVTWIN_TRY(std::size_t index, side_named(op.sub_pool, "move_pages"));
   KVTWIN_TRY(DeviceAllocator::RawMove move, allocator_.plan_raw_move(index, op, stream_));
   if (move.pages == 0) return ok(Done{});
-  KVTWIN_TRY_STATUS(check_moves(index, op.src, op.dst));
+  // Every move past the readers first, then past the transfers in flight (the model's order).
+  KVTWIN_TRY_STATUS(readers_.check_moves(index, allocator_.side_name(index), op.src, op.dst, faults_));
+  for (std::size_t i = 0; i < op.src.size(); ++i)
+    for (std::int64_t page : {op.src[i], op.dst[i]})
+      if (const auto t = transfers_.holding_physical(index, page))
+        return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
+                            "move_pages: page " + std::to_string(page) + " of sub-pool '" + op.sub_pool +
+                                "' is copied by transfer " + std::to_string(*t) + " in flight; wait for it first");
   // Raw copies, no table change.
   KVTWIN_TRY_STATUS(bytes_.move_pages(index, move.sources, move.destinations, move.pages, faults_, stream_));
   return ok(Done{});

@@ -108,8 +108,9 @@ class GpuPool final : public Backend {
   OpResult host_op(const Op& op);
   // Rule 8 of the host vocabulary: no move takes a page an in-flight transfer holds.
   Status check_moves(std::size_t side, const std::vector<std::int64_t>& src, const std::vector<std::int64_t>& dst) const;
-  Status check_not_in_transfer(const std::vector<std::int64_t>& vpages, std::string_view what) const;
-  Status check_replay(const Replay& op) const;
+  Status check_not_in_transfer(const std::vector<std::int64_t>& vpages, std::size_t side, std::string_view what) const;
+  Status check_replay_reads(const Replay& op) const;
+  Status check_replay_writes(const Replay& op) const;
   // An environment error of operation `index`, with the operations it may have come from.
   Error attributed(const Error& error, std::uint64_t index, const Op& op, bool synchronized) const;
 

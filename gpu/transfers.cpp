@@ -26,6 +26,8 @@ std::string name_of(std::uint32_t transfer) { return "transfer " + std::to_strin
 // (invalid_argument); -1 allowed where `allow_absent` (a load-back's SWA half not loaded).
 Status check_host_ids(const PinnedHostArena& arena, std::size_t side, const std::vector<std::int64_t>& ids,
                       bool allow_absent, std::string_view what) {
+  // Id by id: inside the arena (out_of_range), named once (invalid_argument); then every one
+  // allocated (invalid_argument).
   std::set<std::int64_t> seen;
   for (std::int64_t id : ids) {
     if (allow_absent && id == -1) continue;
@@ -33,16 +35,14 @@ Status check_host_ids(const PinnedHostArena& arena, std::size_t side, const std:
       return make_error(ErrorKind::out_of_range, std::string(what) + ": host page " + std::to_string(id) + " of side '" +
                                                      arena.side_name(side) + "' is outside the arena's " +
                                                      std::to_string(arena.page_num()) + " pages");
-  }
-  for (std::int64_t id : ids) {
-    if (allow_absent && id == -1) continue;
     if (!seen.insert(id).second)
       return invalid(std::string(what) + ": host page " + std::to_string(id) + " of side '" + arena.side_name(side) +
                      "' is named twice; give one host page per device page");
+  }
+  for (std::int64_t id : seen)
     if (!arena.allocated(side, id))
       return invalid(std::string(what) + ": host page " + std::to_string(id) + " of side '" + arena.side_name(side) +
                      "' is not allocated; allocate it with host_alloc first");
-  }
   return ok_status();
 }
 
@@ -302,59 +302,80 @@ Result<Outcome> HostTransfers::offload(const Offload& op, const DeviceAllocator&
     return invalid("offload: this pool has no sub-pool '" + op.side + "'");
   const std::size_t side = *side_index;
   const std::int64_t ps = static_cast<std::int64_t>(config_->page_size);
-  // The selection (rule 6): whole pages the ids cover; with tokens, a page counts only when every
-  // one of its tokens is listed. Fault 21 filters single tokens on the SWA side instead.
-  const bool token_filter = faults.swa_offload_token_filter && side == 1 && op.unit == IdUnit::tokens;
-  std::map<std::int64_t, std::int64_t> listed;  // virtual page -> tokens listed
-  for (std::int64_t id : op.ids) {
-    if (id < 0) return invalid("offload: id " + std::to_string(id) + " is negative; give virtual ids");
-    if (op.unit == IdUnit::pages) {
-      listed[id] = ps;
-    } else {
-      ++listed[id / ps];
+  // The selection (rule 6): the pages the ids touch, range-checked as free's (docs/decisions.md);
+  // the whole ones (with tokens, a page counts only when every one of its tokens is listed);
+  // allocated; not being loaded back; bound on the side (an SWA tombstone is skipped whole).
+  KVTWIN_TRY(std::vector<std::int64_t> touched, allocator.virtual_pages_of(op.unit, op.ids, "offload"));
+  std::vector<std::int64_t> whole;
+  if (op.unit == IdUnit::pages) {
+    whole = touched;
+  } else {
+    const std::set<std::int64_t> tokens(op.ids.begin(), op.ids.end());
+    for (std::int64_t v : touched) {
+      std::int64_t listed = 0;
+      for (std::int64_t t = v * ps; t < (v + 1) * ps; ++t) listed += static_cast<std::int64_t>(tokens.count(t));
+      if (listed == ps) whole.push_back(v);
     }
   }
-  if (op.unit == IdUnit::tokens) {
-    // Tokens listed twice count once.
-    std::map<std::int64_t, std::set<std::int64_t>> tokens;
-    for (std::int64_t id : op.ids) tokens[id / ps].insert(id);
-    for (auto& [page, count] : listed) count = static_cast<std::int64_t>(tokens[page].size());
-  }
-  std::vector<std::int64_t> candidates;
-  for (const auto& [page, count] : listed)
-    if (count == ps || token_filter) candidates.push_back(page);
-  // Allocated (the owner binds it), not being loaded back, bound on the side.
   const DeviceSide& owner = allocator.owner();
-  for (std::int64_t v : candidates)
-    if (v < owner.min_page() || v >= owner.num_pages())
-      return invalid("offload: virtual page " + std::to_string(v) + " is not allocated");
   std::vector<std::int64_t> owner_rows, side_rows;
-  if (!candidates.empty()) {
-    KVTWIN_TRY(std::int64_t * dv, upload_ids(selection_pages_, candidates, compute));
-    KVTWIN_TRY_STATUS(selection_rows_.reserve(2 * candidates.size()));
+  if (!whole.empty()) {
+    KVTWIN_TRY(std::int64_t * dv, upload_ids(selection_pages_, whole, compute));
+    KVTWIN_TRY_STATUS(selection_rows_.reserve(2 * whole.size()));
     std::int64_t* rows = selection_rows_.get();
-    const std::int64_t n = static_cast<std::int64_t>(candidates.size());
+    const std::int64_t n = static_cast<std::int64_t>(whole.size());
     KVTWIN_TRY_STATUS(gather_values(owner.v2p(), dv, n, rows, compute));
     KVTWIN_TRY_STATUS(gather_values(allocator.side(side).v2p(), dv, n, rows + n, compute));
     KVTWIN_TRY(std::vector<std::int64_t> both, download_ids(rows, 2 * n, compute));
     owner_rows.assign(both.begin(), both.begin() + n);
     side_rows.assign(both.begin() + n, both.end());
   }
+  std::vector<std::int64_t> unallocated;
+  for (std::size_t i = 0; i < whole.size(); ++i)
+    if (owner_rows[i] < 0) unallocated.push_back(whole[i]);
+  if (!unallocated.empty())
+    return invalid("offload: virtual pages " + std::to_string(unallocated.front()) +
+                   (unallocated.size() > 1 ? " and others" : "") + " are not allocated; offload only pages of live allocations");
+  for (std::int64_t v : whole)
+    if (const auto t = loading_virtual(v))
+      return in_flight("offload: virtual page " + std::to_string(v) + " is being loaded back by " + name_of(*t) +
+                       "; it is not visible until its transfer_wait");
+  const std::int64_t min_page = allocator.side(side).min_page();
   std::vector<std::int64_t> selected, physical;
-  std::int64_t filtered_tokens = 0;
-  for (std::size_t i = 0; i < candidates.size(); ++i) {
-    if (owner_rows[i] < 0) return invalid("offload: virtual page " + std::to_string(candidates[i]) + " is not allocated");
-    if (const auto t = loading_virtual(candidates[i]))
-      return in_flight("offload: virtual page " + std::to_string(candidates[i]) + " is being loaded back by " +
-                       name_of(*t) + "; wait for it first");
-    if (side_rows[i] <= 0) continue;  // an SWA tombstone is skipped as a whole page
-    selected.push_back(candidates[i]);
+  for (std::size_t i = 0; i < whole.size(); ++i) {
+    if (side_rows[i] < min_page) continue;  // an SWA tombstone is skipped as a whole page
+    selected.push_back(whole[i]);
     physical.push_back(side_rows[i]);
-    filtered_tokens += listed[candidates[i]];
   }
-  if (token_filter && filtered_tokens % ps != 0)
-    return invalid("offload: " + std::to_string(filtered_tokens) + " sliding-window tokens is not a multiple of the page size " +
-                   std::to_string(ps) + " (the host pool takes whole pages)");  // fault 21, as the seed's assert
+  if (faults.swa_offload_token_filter && side == 1 && op.unit == IdUnit::tokens) {
+    // Fault 21: single bound tokens filtered (swa_indices[swa_indices > 0]) instead of whole
+    // pages: a page partly listed is kept, and a length that is no multiple of the page size is
+    // refused, as the seed's host allocation refused it.
+    std::set<std::int64_t> tokens(op.ids.begin(), op.ids.end());
+    std::vector<std::int64_t> pages(tokens.size());
+    std::transform(tokens.begin(), tokens.end(), pages.begin(), [&](std::int64_t t) { return t / ps; });
+    std::vector<std::int64_t> unique_pages = pages;
+    unique_pages.erase(std::unique(unique_pages.begin(), unique_pages.end()), unique_pages.end());
+    KVTWIN_TRY(std::int64_t * dv, upload_ids(selection_pages_, unique_pages, compute));
+    KVTWIN_TRY_STATUS(selection_rows_.reserve(unique_pages.size()));
+    KVTWIN_TRY_STATUS(gather_values(allocator.side(side).v2p(), dv, static_cast<std::int64_t>(unique_pages.size()),
+                                    selection_rows_.get(), compute));
+    KVTWIN_TRY(std::vector<std::int64_t> rows,
+               download_ids(selection_rows_.get(), static_cast<std::int64_t>(unique_pages.size()), compute));
+    std::uint64_t kept = 0;
+    selected.clear();
+    physical.clear();
+    for (std::size_t i = 0; i < unique_pages.size(); ++i) {
+      if (rows[i] <= 0) continue;  // the seed's > 0 test
+      kept += static_cast<std::uint64_t>(std::count(pages.begin(), pages.end(), unique_pages[i]));
+      selected.push_back(unique_pages[i]);
+      physical.push_back(rows[i]);
+    }
+    if (kept % static_cast<std::uint64_t>(ps) != 0)
+      return invalid("offload: " + std::to_string(kept) +
+                     " window tokens mapped; the requested size should be a multiple of the page size " +
+                     std::to_string(ps));
+  }
   if (op.host.size() != selected.size())
     return invalid("offload selects " + std::to_string(selected.size()) + " page(s) but names " +
                    std::to_string(op.host.size()) + " host page(s); give one host page per selected page");
@@ -470,6 +491,26 @@ Status HostTransfers::land_all() {
 std::optional<std::uint32_t> HostTransfers::holding_virtual(std::int64_t vpage) const {
   for (const auto& [id, t] : in_flight_)
     if (std::find(t.virtual_pages.begin(), t.virtual_pages.end(), vpage) != t.virtual_pages.end()) return id;
+  return std::nullopt;
+}
+
+std::optional<std::uint32_t> HostTransfers::holding_virtual_on(std::size_t side, std::int64_t vpage) const {
+  for (const auto& [id, t] : in_flight_)
+    for (std::size_t i = 0; i < t.virtual_pages.size(); ++i)
+      if (t.virtual_pages[i] == vpage && side < t.physical.size() && i < t.physical[side].size() &&
+          t.physical[side][i] >= 0)
+        return id;
+  return std::nullopt;
+}
+
+std::optional<std::uint32_t> HostTransfers::offloading_virtual_on(std::size_t side, std::int64_t vpage) const {
+  for (const auto& [id, t] : in_flight_)
+    if (t.offload) {
+      const auto at = std::find(t.virtual_pages.begin(), t.virtual_pages.end(), vpage);
+      if (at != t.virtual_pages.end() && side < t.physical.size() &&
+          static_cast<std::size_t>(at - t.virtual_pages.begin()) < t.physical[side].size())
+        return id;
+    }
   return std::nullopt;
 }
 

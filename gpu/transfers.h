@@ -86,6 +86,10 @@ class HostTransfers {
   // What the pool's operations ask (rule 8): the first in-flight transfer holding it, if any.
   bool any_in_flight() const { return !in_flight_.empty(); }
   std::optional<std::uint32_t> holding_virtual(std::int64_t vpage) const;
+  // The transfer copying virtual page `vpage`'s page on device side `side` (any direction), or an
+  // offload of it.
+  std::optional<std::uint32_t> holding_virtual_on(std::size_t side, std::int64_t vpage) const;
+  std::optional<std::uint32_t> offloading_virtual_on(std::size_t side, std::int64_t vpage) const;
   std::optional<std::uint32_t> loading_virtual(std::int64_t vpage) const;  // a load-back's: not readable yet
   std::optional<std::uint32_t> holding_physical(std::size_t side, std::int64_t ppage) const;
   std::optional<std::uint32_t> holding_host(std::size_t side, std::int64_t logical) const;
