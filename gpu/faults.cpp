@@ -111,9 +111,11 @@ const std::array<Entry, kSwitches>& table() {
         "resolve_transfer kernel (transfer_kernels.cu); seen by offload and load_back, in the bytes read back"},
        &Faults::transfer_logical_as_physical},
       {{"compaction_ignores_transfers", 20,
-        "host compaction is not gated on asynchronous copies in flight: it neither refuses nor synchronizes their "
-        "events, and moves pinned pages under a copy",
-        "PinnedHostArena::gate_compaction (host_arena.cpp); seen by host_alloc while a transfer is in flight"},
+        "device and host compaction are not gated on asynchronous copies in flight: eager free's compaction, "
+        "flush and move_pages move pages a transfer copies, and host compaction neither refuses nor synchronizes "
+        "the transfers' events and moves pinned pages under a copy",
+        "GpuPool::check_moves and move_pages (gpu_pool.cpp), PinnedHostArena::gate_compaction (host_arena.cpp); "
+        "seen by free, flush, move_pages and host_alloc while a transfer is in flight"},
        &Faults::compaction_ignores_transfers},
       {{"swa_offload_token_filter", 21,
         "a sliding-window offload filters single bound tokens instead of whole pages, so a partly listed page is "

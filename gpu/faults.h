@@ -43,7 +43,7 @@ struct Faults {
   bool int32_offsets_move = false;         // 18: the page-move kernel computes page offsets in int32
   bool int32_offsets_attention = false;    // 18: the decode attention computes K/V element offsets in int32
   bool transfer_logical_as_physical = false;   // 19: a host transfer takes host logical ids as physical pages
-  bool compaction_ignores_transfers = false;   // 20: host compaction runs with transfers in flight
+  bool compaction_ignores_transfers = false;   // 20: device and host compaction run with transfers in flight
   bool swa_offload_token_filter = false;       // 21: an SWA offload filters single tokens, not whole pages
 
   bool any() const;

@@ -309,6 +309,7 @@ Status GpuPool::check_moves(std::size_t side, const std::vector<std::int64_t>& s
   // Move by move: the readers first (SPEC 7), then the transfers in flight (SPEC 8).
   for (std::size_t i = 0; i < src.size(); ++i) {
     KVTWIN_TRY_STATUS(readers_.check_moves(side, allocator_.side_name(side), {src[i]}, {dst[i]}, faults_));
+    if (faults_.compaction_ignores_transfers) continue;  // fault 20: device moves not gated either
     for (std::int64_t page : {src[i], dst[i]})
       if (const auto t = transfers_.holding_physical(side, page))
         return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
@@ -403,7 +404,7 @@ OpResult GpuPool::move_pages(const MovePages& op) {
   if (move.pages == 0) return ok(Done{});
   // Every move past the readers first, then past the transfers in flight (the model's order).
   KVTWIN_TRY_STATUS(readers_.check_moves(index, allocator_.side_name(index), op.src, op.dst, faults_));
-  for (std::size_t i = 0; i < op.src.size(); ++i)
+  for (std::size_t i = 0; i < op.src.size() && !faults_.compaction_ignores_transfers; ++i)
     for (std::int64_t page : {op.src[i], op.dst[i]})
       if (const auto t = transfers_.holding_physical(index, page))
         return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,

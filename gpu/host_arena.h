@@ -18,8 +18,9 @@
 // every recorded event, which lets go of the leases they hold, and waits for the threads' own
 // leases to be released.
 //
-// Fault switch compaction_ignores_transfers (20, faults.h) lives here: compaction runs without
-// synchronizing the recorded events and without refusing for transfers still in flight.
+// Fault switch compaction_ignores_transfers (20, faults.h) lives here (and in the pool's device
+// moves): compaction runs without synchronizing the recorded events and without refusing for
+// transfers still in flight.
 //
 // What it does not cover: the copies (transfers.h), which device pages a transfer takes (the
 // pool's operations), stored pages and format tags.
