@@ -74,19 +74,29 @@ void HostTransfers::reset() {
   for (auto& [id, r] : recorded_)
     for (cudaEvent_t e : r.events) KVTWIN_CUDA_WARN(cudaEventDestroy(e));
   recorded_.clear();
-  for (auto& [id, lane] : lanes_) {
-    if (lane.to_host != nullptr) KVTWIN_CUDA_WARN(cudaStreamSynchronize(lane.to_host));
-    if (lane.to_device != nullptr) KVTWIN_CUDA_WARN(cudaStreamSynchronize(lane.to_device));
-    if (lane.to_host != nullptr) KVTWIN_CUDA_WARN(cudaStreamDestroy(lane.to_host));
-    if (lane.to_device != nullptr) KVTWIN_CUDA_WARN(cudaStreamDestroy(lane.to_device));
+  for (auto& [to_host, to_device] : copy_streams_) {
+    for (cudaStream_t st : {to_host, to_device}) {
+      if (st == nullptr) continue;
+      KVTWIN_CUDA_WARN(cudaStreamSynchronize(st));
+      KVTWIN_CUDA_WARN(cudaStreamDestroy(st));
+    }
   }
+  copy_streams_.clear();
   lanes_.clear();
 }
 
 Result<HostTransfers::Lane*> HostTransfers::lane(std::uint32_t stream) {
+  if (auto it = lanes_.find(stream); it != lanes_.end()) return &it->second;
+  if (copy_streams_.size() < kCopyStreamPairs) {
+    copy_streams_.emplace_back(nullptr, nullptr);  // reset() destroys what was made, if this fails halfway
+    KVTWIN_CUDA_TRY(cudaStreamCreateWithFlags(&copy_streams_.back().first, cudaStreamNonBlocking));
+    KVTWIN_CUDA_TRY(cudaStreamCreateWithFlags(&copy_streams_.back().second, cudaStreamNonBlocking));
+  }
+  // The trace streams in order of first use take the pairs in turn.
+  const auto& [to_host, to_device] = copy_streams_[lanes_.size() % kCopyStreamPairs];
   Lane& l = lanes_[stream];
-  if (l.to_host == nullptr) KVTWIN_CUDA_TRY(cudaStreamCreateWithFlags(&l.to_host, cudaStreamNonBlocking));
-  if (l.to_device == nullptr) KVTWIN_CUDA_TRY(cudaStreamCreateWithFlags(&l.to_device, cudaStreamNonBlocking));
+  l.to_host = to_host;
+  l.to_device = to_device;
   return &l;
 }
 
@@ -479,9 +489,9 @@ Result<DeviceBuffer<std::int64_t>> HostTransfers::take_lists(std::size_t count) 
 }
 
 Status HostTransfers::land_all() {
-  for (auto& [id, lane] : lanes_) {
-    KVTWIN_CUDA_SYNC(lane.to_host);
-    KVTWIN_CUDA_SYNC(lane.to_device);
+  for (const auto& [to_host, to_device] : copy_streams_) {
+    KVTWIN_CUDA_SYNC(to_host);
+    KVTWIN_CUDA_SYNC(to_device);
   }
   return ok_status();
 }

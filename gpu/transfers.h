@@ -13,7 +13,7 @@
 //
 // Every trace stream >= 1 has two CUDA copy streams, one per direction (a D2H and an H2D copy
 // run on different copy engines), chained by the stream's last finish event so that its
-// transfers stay in submission order.
+// transfers stay in submission order; past eight trace streams they share the pairs.
 //
 // The copy: CopyMechanism::copy_kernel (default) runs one kernel over the resolved lists that
 // reads and writes the pinned arena through its device pointer (mapped memory), so nothing waits
@@ -96,7 +96,7 @@ class HostTransfers {
   bool is_load_back(std::uint32_t transfer) const;
 
  private:
-  struct Lane {  // one trace stream
+  struct Lane {  // one trace stream; its CUDA streams are one of copy_streams_' pairs (not owned)
     cudaStream_t to_host = nullptr;
     cudaStream_t to_device = nullptr;
     cudaEvent_t last = nullptr;  // the finish event of its last transfer (not owned)
@@ -133,6 +133,10 @@ class HostTransfers {
   const PoolDerived* derived_ = nullptr;
   CopyMechanism mechanism_ = copy_mechanism_from_environment();
   std::map<std::uint32_t, Lane> lanes_;
+  // The CUDA copy streams, one pair per trace stream up to kCopyStreamPairs; trace streams past
+  // that share a pair (more order than a trace asks for, which changes no result).
+  static constexpr std::size_t kCopyStreamPairs = 8;
+  std::vector<std::pair<cudaStream_t, cudaStream_t>> copy_streams_;
   std::map<std::uint32_t, Transfer> in_flight_;
   std::map<std::uint32_t, Recorded> recorded_;
   PinnedBuffer<std::int64_t> batch_lists_;  // memcpy_batch: the resolved lists, read back on the host
