@@ -496,7 +496,10 @@ Status GpuPool::verify() const {
     return make_error(ErrorKind::internal, "gpu invariant broken: the pool buffer holds " +
                                                std::to_string(bytes_.size_bytes()) + " bytes, not total_bytes " +
                                                std::to_string(config_.total_bytes));
-  return allocator_.verify(stream_);
+  KVTWIN_TRY_STATUS(allocator_.verify(stream_));
+  // The host arena's tables against each other and against their device mirror (SPEC 8).
+  if (host_arena_.built()) KVTWIN_TRY_STATUS(host_arena_.verify());
+  return ok_status();
 }
 
 Result<std::vector<std::uint8_t>> GpuPool::raw_bytes(std::uint64_t offset, std::uint64_t length) const {

@@ -70,7 +70,8 @@ class GpuPool final : public Backend {
 
   // The backend's own invariant check (gpu/device_invariants.h): downloads every side's device
   // tables and holds the host counters (watermarks, allocated and hole counts, the free queue's
-  // head and length) against them, with the tables' own invariants; also the pool buffer's size.
+  // head and length) against them, with the tables' own invariants; also the pool buffer's size
+  // and, with a host arena, its tables (host_arena.h).
   // An ErrorKind::internal Error says what broke; ok before any pool is built.
   Status verify() const;
 
