@@ -2,6 +2,7 @@
 #include "gpu/cuda_check.h"
 
 #include <cstdio>
+#include <map>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -27,6 +28,10 @@ std::uint64_t g_counted = 0;
 std::vector<CudaFaultSite> g_injected;
 // The count of the failure just injected on this thread, for cuda_error() to name it.
 thread_local std::uint64_t t_injected_count = 0;
+
+// Successful synchronizations per stream (stream_syncs); looked up by key only.
+std::mutex g_syncs_mutex;
+std::map<cudaStream_t, std::uint64_t> g_syncs;
 
 }  // namespace
 
@@ -121,6 +126,22 @@ std::uint64_t cuda_calls_counted() {
 std::vector<CudaFaultSite> cuda_faults_injected() {
   std::lock_guard<std::mutex> lock(g_injector_mutex);
   return g_injected;
+}
+
+std::uint64_t stream_syncs(cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(g_syncs_mutex);
+  const auto it = g_syncs.find(stream);
+  return it == g_syncs.end() ? 0 : it->second;
+}
+
+void note_stream_synchronized(cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(g_syncs_mutex);
+  ++g_syncs[stream];
+}
+
+void forget_stream(cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(g_syncs_mutex);
+  g_syncs.erase(stream);
 }
 
 bool cuda_warn(cudaError_t code, const char* call, const char* file, int line) {

@@ -6,6 +6,8 @@
 //   KVTWIN_CUDA_CHECK(call)  where no error can be returned (destructors, tests' setup): a failure
 //                            stops the run loudly, like any broken invariant (core/check.h)
 //   KVTWIN_CUDA_WARN(call)   in destructors that may run after a sticky error: reports, goes on
+//   KVTWIN_CUDA_SYNC(stream) cudaStreamSynchronize(stream), checked as KVTWIN_CUDA_TRY, and counted
+//                            per stream (stream_syncs): every host synchronization of gpu/ is one
 //
 // A failed CUDA call is an ErrorKind::environment Error: the device, not the input, failed. The
 // GPU backend then poisons itself (gpu_pool.h): it refuses every later operation with the reason.
@@ -75,6 +77,17 @@ inline cudaError_t cuda_fault_point(const char* call, const char* file, int line
   return detail::cuda_fault_point_slow(call, file, line);
 }
 
+// ---------------------------------------------------------------- synchronization points
+
+// Successful KVTWIN_CUDA_SYNCs of `stream` so far. The pool compares the count before and after
+// an operation to know whether the device work of earlier operations is known to have completed
+// (docs/gpu.md "Synchronization"): a failure of earlier, unsynchronized work surfaces at the next
+// synchronization, and the pool names the operations it may have come from.
+std::uint64_t stream_syncs(cudaStream_t stream);
+void note_stream_synchronized(cudaStream_t stream);
+// Drops a destroyed stream's count.
+void forget_stream(cudaStream_t stream);
+
 // Prints the same message to stderr and returns false (for KVTWIN_CUDA_WARN).
 bool cuda_warn(cudaError_t code, const char* call, const char* file, int line);
 
@@ -92,6 +105,12 @@ std::string cuda_error_text(cudaError_t code, const char* call);
   } while (false)
 
 #define KVTWIN_CUDA_LAUNCHED() KVTWIN_CUDA_TRY(cudaGetLastError())
+
+#define KVTWIN_CUDA_SYNC(stream)                                   \
+  do {                                                             \
+    KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));                \
+    ::kvtwin::gpu::note_stream_synchronized(stream);               \
+  } while (false)
 
 #define KVTWIN_CUDA_CHECK(call)                                                                          \
   do {                                                                                                   \

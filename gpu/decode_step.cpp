@@ -150,8 +150,7 @@ Result<std::unique_ptr<DecodeStep>> DecodeStep::create(const Capture& op, const 
   a.q = step->q_.get();
   a.scores = step->scores_.get();
   a.out = step->out_.get();
-  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
-  KVTWIN_TRY_STATUS(step->record(faults, stream));
+  KVTWIN_TRY_STATUS(step->record(faults, stream));  // after the fills on the same stream, no synchronization
   return step;
 }
 
@@ -251,7 +250,8 @@ Result<bool> DecodeStep::duplicate_lanes(std::int64_t bs, cudaStream_t stream) {
   return false;
 }
 
-Result<Decode> DecodeStep::replay(const Replay& op, const Faults& faults, cudaStream_t stream) {
+Result<Decode> DecodeStep::replay(const Replay& op, const Faults& faults, cudaStream_t stream,
+                                  const ReplayChecks& checks) {
   const std::int64_t bs = static_cast<std::int64_t>(op.requests.size());
   const std::int64_t ps = static_cast<std::int64_t>(pool_.config->page_size);
   if (bs > max_batch_)
@@ -296,7 +296,7 @@ Result<Decode> DecodeStep::replay(const Replay& op, const Faults& faults, cudaSt
                                             stream));
     KVTWIN_CUDA_TRY(cudaMemcpyAsync(flags.data(), flags_.get(), checked * sizeof(std::uint32_t),
                                     cudaMemcpyDeviceToHost, stream));
-    KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
+    KVTWIN_CUDA_SYNC(stream);
     for (std::size_t b = 0; b < checked; ++b)
       if (flags[b] != 0)
         return invalid("replay: request " + std::to_string(b) +
@@ -304,11 +304,13 @@ Result<Decode> DecodeStep::replay(const Replay& op, const Faults& faults, cudaSt
                        "tokens only");
   }
   if (host_bad < bs) return host_error;
+  if (checks.after_allocated) KVTWIN_TRY_STATUS(checks.after_allocated());
   KVTWIN_TRY_STATUS(upload(new_tokens_, new_tokens, stream));
   KVTWIN_TRY(bool duplicate, duplicate_lanes(bs, stream));
   if (duplicate)
     return make_error(ErrorKind::duplicate_loc,
                       "replay: two requests write one slot (a shared new token); give each request its own new token");
+  if (checks.after_duplicates) KVTWIN_TRY_STATUS(checks.after_duplicates());
   const std::size_t ubs = static_cast<std::size_t>(bs);
 
   // 1. The loc buffer: lane b < bs gets translate(new token of b), every lane past it the sink
@@ -374,11 +376,27 @@ Result<Decode> DecodeStep::replay(const Replay& op, const Faults& faults, cudaSt
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(table.data(), table_.get(), table_.bytes(), cudaMemcpyDeviceToHost, stream));
   if (!attention.empty())
     KVTWIN_CUDA_TRY(cudaMemcpyAsync(attention.data(), out_.get(), attention.size(), cudaMemcpyDeviceToHost, stream));
-  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
+  KVTWIN_CUDA_SYNC(stream);
   for (std::int64_t b = 0; b < max_batch_; ++b)
     out.table.emplace_back(table.begin() + b * max_pages_, table.begin() + (b + 1) * max_pages_);
   out.attention = Bytes::of(std::move(attention));
   return out;
+}
+
+Status DecodeGraphs::capture(const Capture& op, const PoolDeviceView& pool, const Faults& faults, cudaStream_t stream) {
+  if (steps_.count(op.graph) != 0)
+    return invalid("capture: graph " + std::to_string(op.graph) + " is already captured; use another id");
+  KVTWIN_TRY(std::unique_ptr<DecodeStep> step, DecodeStep::create(op, pool, faults, stream));
+  steps_[op.graph] = std::move(step);
+  return ok_status();
+}
+
+Result<Decode> DecodeGraphs::replay(const Replay& op, const Faults& faults, cudaStream_t stream,
+                                    const ReplayChecks& checks) {
+  auto it = steps_.find(op.graph);
+  if (it == steps_.end())
+    return invalid("replay: graph " + std::to_string(op.graph) + " was never captured; capture it first");
+  return it->second->replay(op, faults, stream, checks);
 }
 
 }  // namespace kvtwin::gpu

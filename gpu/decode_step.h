@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -37,6 +39,12 @@ struct PoolDeviceView {
   const PoolConfig* config = nullptr;
 };
 
+// Refusals a replay asks of its pool (each may be empty).
+struct ReplayChecks {
+  std::function<Status()> after_allocated;   // after every request's tokens are known allocated
+  std::function<Status()> after_duplicates;  // after the duplicate-lane check
+};
+
 class DecodeStep {
  public:
   // Validates the capture and records the graph.
@@ -46,7 +54,9 @@ class DecodeStep {
   DecodeStep(const DecodeStep&) = delete;
   DecodeStep& operator=(const DecodeStep&) = delete;
 
-  Result<Decode> replay(const Replay& op, const Faults& faults, cudaStream_t stream);
+  // `checks`: the pool's own refusals, asked at their places in the replay's order (SPEC 8: a
+  // load-back's pages after the allocated-token check, pages transfers hold after the duplicates).
+  Result<Decode> replay(const Replay& op, const Faults& faults, cudaStream_t stream, const ReplayChecks& checks = {});
 
  private:
   DecodeStep() = default;
@@ -90,6 +100,17 @@ class DecodeStep {
   Result<bool> duplicate_lanes(std::int64_t bs, cudaStream_t stream);
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
+};
+
+// The pool's captured decode steps, by graph id (capture and replay ops).
+class DecodeGraphs {
+ public:
+  Status capture(const Capture& op, const PoolDeviceView& pool, const Faults& faults, cudaStream_t stream);
+  Result<Decode> replay(const Replay& op, const Faults& faults, cudaStream_t stream, const ReplayChecks& checks = {});
+  void clear() { steps_.clear(); }
+
+ private:
+  std::map<std::uint32_t, std::unique_ptr<DecodeStep>> steps_;
 };
 
 }  // namespace kvtwin::gpu

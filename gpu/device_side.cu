@@ -175,7 +175,7 @@ __global__ void flag_unallocated_kernel(const std::int64_t* tokens, std::int64_t
 Result<std::int64_t> read_count(const SelectScratch& scratch, cudaStream_t stream) {
   std::int64_t count = 0;
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(&count, scratch.count.get(), sizeof count, cudaMemcpyDeviceToHost, stream));
-  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
+  KVTWIN_CUDA_SYNC(stream);
   return count;
 }
 
@@ -210,20 +210,27 @@ Result<std::int64_t> select_positive(const std::int64_t* values, std::int64_t n,
   return read_count(scratch, stream);
 }
 
-Result<bool> has_nonzero_duplicate(const std::int64_t* values, std::int64_t n, std::int64_t* sorted,
-                                   DeviceBuffer<std::uint8_t>& temp, std::uint32_t* status, cudaStream_t stream) {
-  if (n < 2) return false;
+Status flag_nonzero_duplicate(const std::int64_t* values, std::int64_t n, std::int64_t* sorted,
+                              DeviceBuffer<std::uint8_t>& temp, std::uint32_t* status, cudaStream_t stream) {
+  if (n < 2) return ok_status();
   std::size_t bytes = 0;
   KVTWIN_CUDA_TRY(cub::DeviceRadixSort::SortKeys(nullptr, bytes, values, sorted, static_cast<int>(n), 0, 64, stream));
   KVTWIN_TRY_STATUS(temp.reserve(bytes));
   bytes = temp.bytes();
   KVTWIN_CUDA_TRY(cub::DeviceRadixSort::SortKeys(temp.get(), bytes, values, sorted, static_cast<int>(n), 0, 64, stream));
-  KVTWIN_CUDA_TRY(cudaMemsetAsync(status, 0, sizeof(std::uint32_t), stream));
   adjacent_duplicate_kernel<<<blocks_for(n), kThreads, 0, stream>>>(sorted, n, status);
   KVTWIN_CUDA_LAUNCHED();
+  return ok_status();
+}
+
+Result<bool> has_nonzero_duplicate(const std::int64_t* values, std::int64_t n, std::int64_t* sorted,
+                                   DeviceBuffer<std::uint8_t>& temp, std::uint32_t* status, cudaStream_t stream) {
+  if (n < 2) return false;
+  KVTWIN_CUDA_TRY(cudaMemsetAsync(status, 0, sizeof(std::uint32_t), stream));
+  KVTWIN_TRY_STATUS(flag_nonzero_duplicate(values, n, sorted, temp, status, stream));
   std::uint32_t host = 0;
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(&host, status, sizeof host, cudaMemcpyDeviceToHost, stream));
-  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
+  KVTWIN_CUDA_SYNC(stream);
   return host != 0;
 }
 
@@ -259,7 +266,6 @@ Status DeviceSide::init(const SubPoolGeometry& geometry, std::int64_t num_virtua
       KVTWIN_CUDA_LAUNCHED();
     }
   }
-  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
   return ok_status();
 }
 
@@ -344,7 +350,7 @@ Result<std::vector<std::int64_t>> DeviceSide::queue_contents(cudaStream_t stream
   if (!owner_ || queue_count_ == 0) return out;
   std::vector<std::int64_t> ring(queue_.size());
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(ring.data(), queue_.get(), queue_.bytes(), cudaMemcpyDeviceToHost, stream));
-  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
+  KVTWIN_CUDA_SYNC(stream);
   out.reserve(static_cast<std::size_t>(queue_count_));
   for (std::int64_t i = 0; i < queue_count_; ++i)
     out.push_back(ring[static_cast<std::size_t>((queue_head_ + i) % static_cast<std::int64_t>(ring.size()))]);
@@ -400,7 +406,7 @@ Result<SideSnapshot> DeviceSide::snapshot(std::int64_t first_virtual, cudaStream
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(s.marks.data(), marks_.get(), marks_.bytes(), cudaMemcpyDeviceToHost, stream));
   if (owner_)
     KVTWIN_CUDA_TRY(cudaMemcpyAsync(s.queue.data(), queue_.get(), queue_.bytes(), cudaMemcpyDeviceToHost, stream));
-  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
+  KVTWIN_CUDA_SYNC(stream);
   return s;
 }
 
@@ -412,7 +418,7 @@ Result<std::vector<std::int64_t>> DeviceSide::hole_list(SelectScratch& scratch, 
   list.resize(static_cast<std::size_t>(found));
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(list.data(), out, static_cast<std::size_t>(found) * sizeof(std::int64_t),
                                   cudaMemcpyDeviceToHost, stream));
-  KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));
+  KVTWIN_CUDA_SYNC(stream);
   return list;
 }
 

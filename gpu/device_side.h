@@ -8,8 +8,8 @@
 // The device work here: binding pages (alloc), unbinding them (free), planning a compaction
 // (the survivors and the holes, each selected in ascending order with CUB and paired by
 // position) and applying the planned moves to the tables. The page bytes themselves move with
-// launch_move_pages (kernels.cuh). GpuPool (gpu_pool.cu) orders these steps so that a failed
-// operation changes nothing: plan and check first, commit after.
+// launch_move_pages (kernels.cuh). DeviceAllocator (device_allocator.h) orders these steps so that a
+// failed operation changes nothing: plan and check first, commit after.
 #pragma once
 
 #include <cstdint>
@@ -46,6 +46,10 @@ Result<std::int64_t> select_positive(const std::int64_t* values, std::int64_t n,
 // True when two of the n values are equal and non-zero (sorts a copy in `sorted`, n long).
 Result<bool> has_nonzero_duplicate(const std::int64_t* values, std::int64_t n, std::int64_t* sorted,
                                    DeviceBuffer<std::uint8_t>& temp, std::uint32_t* status, cudaStream_t stream);
+// The same without reading the answer back: *status |= 1 when two of the n values are equal and
+// non-zero (the caller zeroes the word and reads it; nothing is enqueued when n < 2).
+Status flag_nonzero_duplicate(const std::int64_t* values, std::int64_t n, std::int64_t* sorted,
+                              DeviceBuffer<std::uint8_t>& temp, std::uint32_t* status, cudaStream_t stream);
 
 class DeviceSide {
  public:

@@ -14,7 +14,7 @@ struct Entry {
   Member member;
 };
 
-constexpr std::size_t kSwitches = 22;
+constexpr std::size_t kSwitches = 26;
 // Every member of Faults is one switch of the table (a member added without a row fails here;
 // faults_test checks that the rows set distinct members).
 static_assert(sizeof(Faults) == kSwitches * sizeof(bool), "every fault switch needs a row in table()");
@@ -22,16 +22,16 @@ static_assert(sizeof(Faults) == kSwitches * sizeof(bool), "every fault switch ne
 const std::array<Entry, kSwitches>& table() {
   static const std::array<Entry, kSwitches> kTable{{
       {{"skip_rebind", 1, "rebind marks the batch loc physical but leaves the virtual ids in it",
-        "GpuPool::rebind; seen by write"},
+        "Batches::rebind (batches.cpp); seen by write"},
        &Faults::skip_rebind},
       {{"no_mark_check", 2, "the unified pool's write door accepts an unmarked (possibly virtual) loc",
-        "GpuPool::write"},
+        "Doors::write (doors.cpp)"},
        &Faults::no_mark_check},
       {{"split_drops_mark", 3, "a split's children fall back to \"virtual\" instead of the parent's mark",
-        "GpuPool::split; seen by split's answer and write"},
+        "Batches::split (batches.cpp); seen by split's answer and write"},
        &Faults::split_drops_mark},
       {{"cross_gets_batch_loc", 4, "a cross-attention layer writes through the batch's marked loc, not its encoder loc",
-        "GpuPool::write on a cross layer"},
+        "Batches::for_layer (batches.cpp); seen by write on a cross layer"},
        &Faults::cross_gets_batch_loc},
       {{"stale_loc_tail", 5, "the decode loc refill leaves lanes past the live batch as an earlier replay left them",
         "DecodeStep::replay (translate kernel's out_width)"},
@@ -45,7 +45,7 @@ const std::array<Entry, kSwitches>& table() {
         "remap_indices kernel; seen by remap_indices"},
        &Faults::remap_stale_bound},
       {{"remap_fresh_buffer", 7, "the index remap writes a fresh buffer; the capture-stable one keeps virtual ids",
-        "GpuPool::remap_indices"},
+        "Translation::remap_indices (translation.cpp)"},
        &Faults::remap_fresh_buffer},
       {{"stride_from_shape", 8, "the decode attention's in-page token stride is heads * head_dim, not the entry",
         "DecodeStep (attention views); seen by replay"},
@@ -53,7 +53,7 @@ const std::array<Entry, kSwitches>& table() {
       {{"move_stride_from_shape", 8,
         "the page-move kernel sees a page as page_size rows of the first part's shape, not page_size entries: it "
         "copies the wrong bytes from and to the wrong places",
-        "GpuPool::move_bytes (page-move kernel); seen by free, free_swa, flush and move_pages"},
+        "DevicePoolBytes::move_pages (pool_bytes.cpp, page-move kernel); seen by free, free_swa, flush and move_pages"},
        &Faults::move_stride_from_shape},
       {{"negative_wraps", 9, "a negative id indexes v2p from its end (Python style) instead of going to the sink",
         "translate kernel; seen by translate, rebind and replay"},
@@ -77,13 +77,19 @@ const std::array<Entry, kSwitches>& table() {
         "DecodeStep::replay's validation; seen by replay"},
        &Faults::sink_counts_as_allocated},
       {{"pairing_out_of_order", 11, "compaction pairs survivors with holes in reverse order",
-        "GpuPool::plan_compaction; seen by free, free_swa and flush"},
+        "DeviceAllocator::plan_compaction (device_allocator.cpp); seen by free, free_swa and flush"},
        &Faults::pairing_out_of_order},
       {{"move_under_reader", 12, "a move runs while a reader holds the physical address of a page it moves",
-        "GpuPool::check_readers; seen by free, free_swa, flush and move_pages"},
+        "Readers::check_moves (readers.cpp); seen by free, free_swa, flush and move_pages"},
        &Faults::move_under_reader},
+      {{"transfer_before_producer_event", 13,
+        "a host transfer resolves its ids and copies on its copy stream before it waits for its producers (the "
+        "compute work, its wait_event, its stream's last transfer): the seed's index preparation ahead of the "
+        "producer-event wait, so the copy reads what the producer has not written yet",
+        "HostTransfers::submit (transfers.cpp); seen by offload and load_back, in the bytes a later read returns"},
+       &Faults::transfer_before_producer_event},
       {{"alloc_many_partial", 14, "alloc_many is not all-or-nothing: earlier grants stay behind on \"no room\"",
-        "GpuPool::alloc_many"},
+        "GpuPool::alloc_many (gpu_pool.cpp)"},
        &Faults::alloc_many_partial},
       {{"row_misaligned_accepted", 17, "a row that is not a multiple of 16 bytes is accepted and stored misaligned",
         "GpuPool::build (fault_layout.cpp)"},
@@ -99,6 +105,23 @@ const std::array<Entry, kSwitches>& table() {
         "of bf16)",
         "decode attention kernel; seen by replay on pools past 2^31 elements"},
        &Faults::int32_offsets_attention},
+      {{"transfer_logical_as_physical", 19,
+        "a host transfer hands the host pool its logical (cache) ids as physical pages, without resolving them "
+        "through the arena's map: once the arena has holes or has compacted, the copy lands on another page",
+        "resolve_transfer kernel (transfer_kernels.cu); seen by offload and load_back, in the bytes read back"},
+       &Faults::transfer_logical_as_physical},
+      {{"compaction_ignores_transfers", 20,
+        "device and host compaction are not gated on asynchronous copies in flight: eager free's compaction, "
+        "flush and move_pages move pages a transfer copies, and host compaction neither refuses nor synchronizes "
+        "the transfers' events and moves pinned pages under a copy",
+        "GpuPool::check_moves and move_pages (gpu_pool.cpp), PinnedHostArena::gate_compaction (host_arena.cpp); "
+        "seen by free, flush, move_pages and host_alloc while a transfer is in flight"},
+       &Faults::compaction_ignores_transfers},
+      {{"swa_offload_token_filter", 21,
+        "a sliding-window offload filters single bound tokens instead of whole pages, so a partly listed page is "
+        "taken and the length need not be a multiple of the page size (refused then, as the seed's assert)",
+        "HostTransfers::offload (transfers.cpp) on the SWA side with token ids; seen by offload"},
+       &Faults::swa_offload_token_filter},
   }};
   return kTable;
 }

@@ -1,7 +1,7 @@
 // Fault switches: real bugs from the seeds and peer projects (SPEC.md section 10), planted in the
 // CUDA implementation behind named, off-by-default switches, so the harness can show that its
 // default check catches each one. A switch changes exactly one decision in gpu/; everything else
-// runs as usual. Bugs 13, 15 and 16 (host arena leases and stored-page keys) live outside gpu/.
+// runs as usual. Bugs 15 and 16 (stored-page keys) live outside gpu/.
 //
 // Every switch has an entry in fault_catalogue(): its name, the SPEC 10 class it reproduces, what
 // it does and where in gpu/ it lives, so the harness can list the GPU's faults without knowing
@@ -36,11 +36,15 @@ struct Faults {
   bool sink_counts_as_allocated = false;   // 10: the decode step takes page v >= 0 as allocatable (> 0 is meant)
   bool pairing_out_of_order = false;       // 11: compaction pairs survivors with holes in reverse order
   bool move_under_reader = false;          // 12: a move ignores the readers holding its pages
+  bool transfer_before_producer_event = false;  // 13: a host transfer resolves ids and copies before waiting for its producers
   bool alloc_many_partial = false;         // 14: alloc_many leaves earlier grants behind on "no room"
   bool row_misaligned_accepted = false;    // 17: a row that is not a multiple of 16 bytes is accepted
   bool int32_offsets = false;              // 18: the write and read doors compute byte offsets in int32
   bool int32_offsets_move = false;         // 18: the page-move kernel computes page offsets in int32
   bool int32_offsets_attention = false;    // 18: the decode attention computes K/V element offsets in int32
+  bool transfer_logical_as_physical = false;   // 19: a host transfer takes host logical ids as physical pages
+  bool compaction_ignores_transfers = false;   // 20: device and host compaction run with transfers in flight
+  bool swa_offload_token_filter = false;       // 21: an SWA offload filters single tokens, not whole pages
 
   bool any() const;
   bool operator==(const Faults&) const = default;

@@ -1,28 +1,38 @@
 // GpuPool: the CUDA implementation of the pool behind kvtwin::Backend.
 //
-// The pool's bytes are one cudaMalloc buffer of total_bytes (SPEC.md section 3). Each sub-pool's
-// allocator tables live on the device (device_side.h); binding, unbinding and compaction
-// planning run there, and page bytes move with the page-move kernel. Batches' write locs live
-// on the device too; their marks are host flags, so the write door's mark check is a flag read.
-// Rows written come from the content oracle (core/oracle.h), filled on the host and scattered by
-// the write door kernel. The decode step is a CUDA graph (decode_step.h).
+// A thin dispatcher over units that own their state, as sim/ is split:
+//   pool_bytes.h        the pool's bytes: one cudaMalloc buffer of total_bytes (SPEC 3), page moves
+//   device_allocator.h  the sides' allocator tables on the device (device_side.h), the free queue,
+//                       the joint capacity, free / free_swa / flush as plan then commit
+//   readers.h           the open readers, the gate every move passes (SPEC 7)
+//   batches.h           forward batches: out_cache_loc on the device, the mark on the host (SPEC 6)
+//   doors.h             the write and read doors (SPEC 2, 6)
+//   translation.h       translate, swa_translate, page_table, remap_indices (SPEC 5)
+//   decode_step.h       the captured decode steps (SPEC 7)
+//   host_arena.h        the host arena in pinned memory, its leases and recorded events (SPEC 8)
+//   transfers.h         offload and load-back on copy streams, their events, what they hold (SPEC 8)
+// Each operation validates first (host checks on the operation's own numbers, device checks on the
+// tables), plans what it will change, and only then commits, so that a failed operation leaves the
+// pool as it was. Rows written come from the content oracle (core/oracle.h).
 //
 // This is an independent implementation of the policy SPEC.md and docs/decisions.md describe; it
-// shares nothing with sim/ but core/. Every operation is synchronous at this interface: apply()
-// returns once the device work it started is done (results have to be read back anyway).
+// shares nothing with sim/ but core/. All device work runs in order on one stream. An operation
+// synchronizes the host with it only where its answer needs the device (ids, bytes, a check of
+// the tables); the rest (a write's scatter, a free's commit, a batch's copies) is left running,
+// and the next synchronization, or any later CUDA call, reports its failure. Such a failure names
+// the operations whose work had not been synchronized yet (docs/gpu.md "Synchronization");
+// set_sync_each_op(true), or KVTWIN_GPU_SYNC_EACH_OP=1 in the environment, synchronizes after
+// every operation so that a failure surfaces in the operation that caused it.
 //
 // A CUDA call that fails (ErrorKind::environment: out of memory, a launch failure, an error the
 // failure injector of cuda_check.h planted) poisons the pool: that operation and every later one
 // are refused with the failure as the reason, tables() and raw_bytes() included; no answer that
 // could be wrong is ever given.
 //
-// Not covered: the host arena (SPEC 8) and stored pages, which are host-side.
+// Not covered: stored pages and format tags (SPEC 8's storage tier).
 #pragma once
 
 #include <cstdint>
-#include <map>
-#include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -30,14 +40,18 @@
 
 #include "core/backend.h"
 #include "core/pool_config.h"
-#include "gpu/device_buffer.h"
-#include "gpu/device_side.h"
+#include "gpu/batches.h"
+#include "gpu/decode_step.h"
+#include "gpu/device_allocator.h"
+#include "gpu/doors.h"
 #include "gpu/faults.h"
-#include "gpu/kernels.cuh"
+#include "gpu/host_arena.h"
+#include "gpu/pool_bytes.h"
+#include "gpu/readers.h"
+#include "gpu/transfers.h"
+#include "gpu/translation.h"
 
 namespace kvtwin::gpu {
-
-class DecodeStep;
 
 class GpuPool final : public Backend {
  public:
@@ -56,41 +70,27 @@ class GpuPool final : public Backend {
 
   // The backend's own invariant check (gpu/device_invariants.h): downloads every side's device
   // tables and holds the host counters (watermarks, allocated and hole counts, the free queue's
-  // head and length) against them, with the tables' own invariants; also the pool buffer's size.
+  // head and length) against them, with the tables' own invariants; also the pool buffer's size
+  // and, with a host arena, its tables (host_arena.h).
   // An ErrorKind::internal Error says what broke; ok before any pool is built.
   Status verify() const;
 
   const Faults& faults() const { return faults_; }
   void set_faults(const Faults& faults) { faults_ = faults; }
 
+  // How host transfers copy (transfers.h); KVTWIN_GPU_COPY=batch picks memcpy_batch at start.
+  void set_copy_mechanism(CopyMechanism mechanism) { transfers_.set_mechanism(mechanism); }
+
+  // Synchronize after every operation (see above); off unless KVTWIN_GPU_SYNC_EACH_OP=1.
+  void set_sync_each_op(bool on) { sync_each_op_ = on; }
+  bool sync_each_op() const { return sync_each_op_; }
+
   // For tests and benchmarks: the device buffer and its derived description (valid once built).
-  std::uint8_t* device_pool() const { return pool_.get(); }
+  std::uint8_t* device_pool() const { return bytes_.data(); }
   const PoolDerived* derived() const { return built_ ? &derived_ : nullptr; }
   cudaStream_t stream() const { return stream_; }
 
  private:
-  // A forward batch (docs/decisions.md "Write locs"): its out_cache_loc lives on the device, its
-  // mark on the host; per lane the virtual token whose rows it writes.
-  struct Batch {
-    DeviceBuffer<std::int64_t> loc;          // out_cache_loc, `width` lanes
-    std::int64_t width = 0;
-    std::vector<std::int64_t> tokens;        // width lanes (-1: padding)
-    DeviceBuffer<std::int64_t> encoder_loc;  // encoder_out_cache_loc: empty or width lanes, never translated
-    std::vector<std::int64_t> encoder_host;  // the same ids (the rows a cross layer writes are theirs)
-    bool physical = false;                   // the mark (SPEC 6)
-  };
-  struct Reader {
-    std::size_t side = 0;
-    std::set<std::int64_t> pages;
-  };
-  // A side's planned compaction: moves src[i] -> dst[i] (device lists in the side's plan buffers).
-  struct SidePlan {
-    std::size_t side = 0;
-    std::int64_t freed = 0;
-    std::int64_t new_watermark = 0;
-    std::vector<std::int64_t> src, dst;
-  };
-
   OpResult dispatch(const Op& op);
   OpResult build(const BuildPool& op);
   OpResult alloc(const Alloc& op);
@@ -100,71 +100,43 @@ class GpuPool final : public Backend {
   OpResult flush(const Flush& op);
   OpResult move_pages(const MovePages& op);
   OpResult begin_read(const BeginRead& op);
-  OpResult end_read(const EndRead& op);
-  OpResult make_batch(const MakeBatch& op);
-  OpResult rebind(const Rebind& op);
-  OpResult split(const Split& op);
-  OpResult drop_batch(const DropBatch& op);
-  OpResult write(const Write& op);
-  OpResult read(const Read& op);
-  OpResult translate(const Translate& op);
-  OpResult swa_translate(const SwaTranslate& op);
-  OpResult page_table(const PageTable& op);
-  OpResult remap_indices(const RemapIndices& op);
   OpResult capture(const Capture& op);
-  OpResult replay(const Replay& op);
-
-  // Allocation helpers.
-  bool fits(std::int64_t pages) const;
-  Result<std::vector<std::int64_t>> bind_pages(std::int64_t pages);
-  // Virtual page ids from an op's ids (tokens -> sorted unique pages), range-checked.
-  Result<std::vector<std::int64_t>> virtual_pages(IdUnit unit, const std::vector<std::int64_t>& ids,
-                                                  std::string_view what) const;
-  // Compaction planning and commit for one side; `freed` device list of physical pages (eager),
-  // or nullptr to compact the side's holes (flush).
-  Result<SidePlan> plan_compaction(std::size_t side, const std::int64_t* freed, std::int64_t count);
-  Status check_readers(const std::vector<SidePlan>& plans) const;
-  Status commit_compaction(const SidePlan& plan, bool clears_holes);
-  Status move_bytes(std::size_t side, const std::int64_t* src, const std::int64_t* dst, std::int64_t n);
-
-  // Uploads host values into the pool's id scratch (returns the device pointer).
-  Result<std::int64_t*> upload_ids(const std::vector<std::int64_t>& values, int slot);
-  Result<std::vector<std::int64_t>> download_ids(const std::int64_t* device, std::int64_t n) const;
-  Result<bool> any_outside(const std::int64_t* values, std::int64_t n, std::int64_t lower, std::int64_t upper);
-  Status sync() const;
 
   Status require_pool() const;
-  Result<Batch*> find_batch(std::uint32_t id, std::string_view what);
   Result<std::size_t> side_named(std::string_view sub_pool, std::string_view what) const;
-  // Ids below this are sink lanes of a side: its pages below min_page_index (docs/decisions.md).
-  std::int64_t sink_end(std::size_t side) const;
-  std::int64_t slot_count(std::size_t side) const;
-  // The band's bytes of a side: up [min_page, wm) pages, down (wm, num_pages).
-  std::uint64_t band_begin_byte(std::size_t side) const;
-  std::uint64_t band_end_byte(std::size_t side) const;
-  // Uploads `values` into a fresh device buffer.
-  static Result<DeviceBuffer<std::int64_t>> device_copy(const std::vector<std::int64_t>& values, cudaStream_t stream);
+  // A free plan past the readers' gate, then committed.
+  OpResult commit_checked(const DeviceAllocator::FreePlan& plan);
+  OpResult host_op(const Op& op);
+  // Rule 8 of the host vocabulary: no move takes a page an in-flight transfer holds.
+  Status check_moves(std::size_t side, const std::vector<std::int64_t>& src, const std::vector<std::int64_t>& dst) const;
+  Status check_not_in_transfer(const std::vector<std::int64_t>& vpages, std::size_t side, std::string_view what) const;
+  Status check_replay_reads(const Replay& op) const;
+  Status check_replay_writes(const Replay& op) const;
+  // An environment error of operation `index`, with the operations it may have come from.
+  Error attributed(const Error& error, std::uint64_t index, const Op& op, bool synchronized) const;
 
   Faults faults_;
   std::string poisoned_;  // why every operation is refused (a CUDA failure); empty: healthy
+  bool sync_each_op_ = false;
+  std::uint64_t ops_applied_ = 0;  // operations applied so far (#n names the n-th, from 0)
+  // "#n name" of the operations whose device work may still be running (since the stream's last
+  // synchronization), oldest first, at most kMaxUnsynchronized of them.
+  static constexpr std::size_t kMaxUnsynchronized = 16;
+  std::vector<std::string> unsynchronized_;
   cudaStream_t stream_ = nullptr;
   bool built_ = false;
   PoolConfig config_;
   PoolDerived derived_;
-  DeviceBuffer<std::uint8_t> pool_;
-  std::vector<std::unique_ptr<DeviceSide>> sides_;  // chain order: full/mla (up), swa (down)
-  mutable SelectScratch select_;
-  DeviceBuffer<std::uint8_t> sort_temp_;
-  DeviceBuffer<std::uint32_t> status_;
-  mutable DeviceBuffer<unsigned long long> digest_sum_;  // tables_digest()'s device accumulator
-  mutable std::vector<DeviceBuffer<std::int64_t>> ids_;  // id scratch slots
-  std::vector<DeviceBuffer<std::int64_t>> plan_src_;  // per side
-  std::vector<DeviceBuffer<std::int64_t>> plan_dst_;
-  DeviceBuffer<std::uint8_t> staging_;                // rows for the doors
-  DeviceBuffer<RowSegment> segments_;
-  std::map<std::uint32_t, Batch> batches_;
-  std::map<std::uint32_t, Reader> readers_;
-  std::map<std::uint32_t, std::unique_ptr<DecodeStep>> graphs_;
+  // The units (declared in the order they are built; each refers to config_ and derived_).
+  DevicePoolBytes bytes_;
+  DeviceAllocator allocator_;
+  Readers readers_;
+  Batches batches_;
+  Doors doors_;
+  Translation translation_;
+  DecodeGraphs graphs_;
+  PinnedHostArena host_arena_;  // built when host_bytes > 0
+  HostTransfers transfers_;
 };
 
 }  // namespace kvtwin::gpu

@@ -2,6 +2,7 @@
 #include "traces/backends.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <optional>
 
@@ -426,7 +427,10 @@ Result<BackendSet> make_backend_set(BackendChoice choice, const std::string& fau
     set.owned.push_back(std::move(model));
   }
   if (choice != BackendChoice::model) {
-    set.host_ops = false;  // the GPU backend has no host arena yet (docs/host_arena.md)
+    // The GPU has its host arena and transfers (docs/gpu.md); KVTWIN_GPU_HOST_OPS=0 leaves host
+    // operations out of runs with the GPU (generators emit none, kvtwin check skips such traces).
+    const char* host_ops = std::getenv("KVTWIN_GPU_HOST_OPS");
+    set.host_ops = host_ops == nullptr || std::string_view(host_ops) != "0";
     if (!gpu_backend_built() || !gpu_device_available())
       return make_error(ErrorKind::unsupported, gpu_unavailable_reason());
 #if KVTWIN_HAVE_GPU

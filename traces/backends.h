@@ -83,8 +83,9 @@ Result<std::unique_ptr<sim::Model>> make_planted_model(std::string_view fault);
 struct BackendSet {
   std::vector<std::unique_ptr<Backend>> owned;
   std::vector<Player> players;
-  // Whether every backend of the set has SPEC 8's host arena and transfers (the model's does;
-  // the GPU's answers them unsupported so far): generators emit host operations only then.
+  // Whether every backend of the set plays SPEC 8's host arena and transfers: generators emit
+  // host operations only then. The model and the GPU both do; KVTWIN_GPU_HOST_OPS=0 turns them
+  // off in runs with the GPU.
   bool host_ops = true;
 
   std::string names() const;  // "model", "model+gpu"

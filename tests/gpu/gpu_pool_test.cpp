@@ -11,11 +11,13 @@
 #include <stdexcept>
 #include <span>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "core/det_math.h"
 #include "core/oracle.h"
 #include "core/tables_digest.h"
+#include "gpu/cuda_check.h"
 #include "gpu/gpu_pool.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -412,6 +414,91 @@ TEST_F(GpuPoolTest, DecodeGraphReplaysAtChangingBatchSizes) {
   EXPECT_EQ(error_of(pool.apply(bad)), ErrorKind::invalid_argument);
   bad.requests = {{all[0][0]}, {all[0][0]}};
   EXPECT_EQ(error_of(pool.apply(bad)), ErrorKind::duplicate_loc);
+}
+
+
+// Synchronizations (stream syncs) the operation makes, counted by the failure injector armed to
+// count synchronization calls only and to fail none.
+std::uint64_t syncs_of(GpuPool& pool, const Op& op) {
+  CudaFaultPlan plan;
+  plan.kinds = 1u << static_cast<unsigned>(CudaCallKind::synchronization);
+  arm_cuda_faults(plan);
+  const OpResult r = pool.apply(op);
+  const std::uint64_t n = cuda_calls_counted();
+  disarm_cuda_faults();
+  EXPECT_TRUE(r.ok()) << to_string(op) << ": " << (r.ok() ? "" : r.error().message);
+  return n;
+}
+
+// docs/gpu.md "Synchronization": an operation waits for the device only where its answer needs
+// it; the rest is left running on the stream, and what later operations read back is the same.
+TEST_F(GpuPoolTest, OperationsSynchronizeOnlyWhereTheirAnswerNeedsTheDevice) {
+  pool.set_sync_each_op(false);
+  const std::int64_t ps = 2;
+  const PoolConfig c = tiny_config({LayerKind::full, LayerKind::full}, ps, 24);
+  EXPECT_EQ(syncs_of(pool, BuildPool{c}), 0u);
+  const std::int64_t m = static_cast<std::int64_t>(derive_pool(c).value().geometry.sub_pools[0].min_page_index);
+  EXPECT_EQ(syncs_of(pool, Alloc{4 * ps}), 1u) << "the virtual pages come back";
+  const std::vector<std::int64_t> tokens = tokens_of({m, m + 1, m + 2, m + 3}, ps);
+  EXPECT_EQ(syncs_of(pool, MakeBatch{1, tokens, {}}), 0u);
+  EXPECT_EQ(syncs_of(pool, Rebind{1, 0}), 1u) << "the loc comes back";
+  EXPECT_EQ(syncs_of(pool, Split{1, 4, 2, 3}), 0u);
+  EXPECT_EQ(syncs_of(pool, Write{0, 9, 1u, {}, false, {}, false}), 1u) << "one read-back of the door's checks";
+  EXPECT_EQ(syncs_of(pool, Write{1, 9, 2u, {}, false, {}, false}), 1u);
+  EXPECT_EQ(syncs_of(pool, DropBatch{3}), 0u);
+  EXPECT_EQ(syncs_of(pool, BeginRead{4, "full", {m + 3}}), 0u);
+  EXPECT_EQ(syncs_of(pool, EndRead{4}), 0u);
+  EXPECT_EQ(syncs_of(pool, MovePages{"full", {m + 6}, {m + 3}}), 1u) << "the destination's owner comes back";
+  // The scatters left running landed: the rows read back are the oracle's.
+  const std::vector<std::int64_t> loc = tokens_of({m, m + 1, m + 2, m + 3}, ps);  // bound in order from m
+  for (std::uint32_t layer = 0; layer < 2; ++layer) {
+    // Layer 1 was written through batch 2, the first four lanes.
+    const std::vector<std::int64_t> lanes = layer == 0 ? loc : std::vector<std::int64_t>(loc.begin(), loc.begin() + 4);
+    const std::vector<std::int64_t> rows_of = layer == 0 ? tokens : std::vector<std::int64_t>(tokens.begin(), tokens.begin() + 4);
+    std::vector<std::uint8_t> want;
+    for (std::int64_t t : rows_of) {
+      const std::vector<std::uint8_t> row = oracle_row(c.seed, t, 0, layer, 0, 9, 32);
+      want.insert(want.end(), row.begin(), row.end());
+    }
+    EXPECT_EQ(as<Bytes>(pool.apply(Read{layer, "k", lanes})).bytes, want) << "layer " << layer;
+  }
+  EXPECT_TRUE(pool.verify().ok());
+}
+
+// A failure of work left running surfaces at a later synchronization; the error names every
+// operation whose work had not been synchronized, and KVTWIN_GPU_SYNC_EACH_OP's mode names one.
+TEST_F(GpuPoolTest, AFailureThatSurfacesLaterNamesTheOperationsLeftRunning) {
+  for (const bool each_op : {false, true}) {
+    SCOPED_TRACE(each_op ? "synchronizing after every operation" : "synchronizing where needed");
+    GpuPool gpu;
+    gpu.set_sync_each_op(each_op);
+    const PoolConfig c = tiny_config({LayerKind::full}, 2, 16);
+    ASSERT_TRUE(gpu.apply(BuildPool{c}).ok());                                // #0
+    const std::vector<std::int64_t> pages = as<Allocated>(gpu.apply(Alloc{4})).pages;  // #1
+    ASSERT_TRUE(gpu.apply(MakeBatch{1, tokens_of(pages, 2), {}}).ok());      // #2
+    ASSERT_TRUE(gpu.apply(Rebind{1, 0}).ok());                               // #3
+    ASSERT_TRUE(gpu.apply(Write{0, 1, 1u, {}, false, {}, false}).ok());      // #4: its scatter left running
+    ASSERT_TRUE(gpu.apply(DropBatch{1}).ok());                               // #5
+    CudaFaultPlan plan;
+    plan.kinds = 1u << static_cast<unsigned>(CudaCallKind::synchronization);
+    plan.fail_at = 1;  // the next synchronization fails, as one reporting an earlier kernel's fault would
+    arm_cuda_faults(plan);
+    Translate tr;
+    tr.ids = {pages[0] * 2};
+    tr.shape = {1};
+    const OpResult r = gpu.apply(tr);  // #6
+    disarm_cuda_faults();
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().kind, ErrorKind::environment);
+    EXPECT_THAT(r.error().message, ::testing::HasSubstr("injected"));
+    if (each_op) {
+      EXPECT_THAT(r.error().message, ::testing::Not(::testing::HasSubstr("had not been synchronized")));
+    } else {
+      EXPECT_THAT(r.error().message, ::testing::HasSubstr("operations #4 write, #5 drop_batch, #6 translate had not "
+                                                          "been synchronized"));
+    }
+    EXPECT_FALSE(gpu.apply(Alloc{2}).ok()) << "poisoned";
+  }
 }
 
 }  // namespace

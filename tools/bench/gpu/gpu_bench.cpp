@@ -22,6 +22,15 @@
 //   @cold   the doors and the move at 64 and 128 MiB and their memcpy reference, replayed from a
 //           graph rotating over four disjoint buffer sets, so that no call finds its bytes in L2
 //           (the doors' rows are random bytes, checked byte for byte once first)
+//   offload_*, load_back_*  host transfers (SPEC 8, gpu/transfers.h) of M pages of P bytes
+//           (2 MiB and 64 KiB pages) between scattered device pages and scattered pages of one
+//           pinned, mapped host arena, on a copy stream: _kernel resolves the ids on the device
+//           and copies with one kernel over the mapped memory, _batch coalesces contiguous runs
+//           into one cudaMemcpyBatchAsync, _pages is one cudaMemcpyAsync per page (today's
+//           engines); @contiguous rows take consecutive pages on both sides. host_memcpy_* is the
+//           reference: one pinned cudaMemcpyAsync of a contiguous buffer of the same bytes, same
+//           direction, same kind of stream. These rows count the bytes once (one direction); the
+//           summary after the table gives each as a fraction of host_memcpy of its size and way
 //
 // Usage: gpu_bench OUT.json [--quick]. Prints a table; writes one JSON object per measurement.
 // tools/bench/gpu/torch_peer.py measures the PyTorch formulation of the same operations; report.py
@@ -43,6 +52,8 @@
 #include "gpu/device_buffer.h"
 #include "gpu/gpu_backend.h"
 #include "gpu/kernels.cuh"
+#include "gpu/pinned_buffer.h"
+#include "gpu/transfer_kernels.cuh"
 
 namespace {
 
@@ -113,6 +124,30 @@ double time_graph_us(const std::function<void(cudaStream_t, int)>& call, int rep
 }
 double time_graph_us(const std::function<void(cudaStream_t)>& call, int reps) {
   return time_graph_us([&](cudaStream_t st, int) { call(st); }, reps);
+}
+
+// Median microseconds per call over 7 trials of `reps` back-to-back calls on `stream`.
+double time_on_stream_us(const std::function<void()>& call, int reps, cudaStream_t stream) {
+  cudaEvent_t start, stop;
+  KVTWIN_CUDA_CHECK(cudaEventCreate(&start));
+  KVTWIN_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < 2; ++i) call();
+  KVTWIN_CUDA_CHECK(cudaStreamSynchronize(stream));
+  std::vector<double> trials;
+  for (int t = 0; t < 7; ++t) {
+    KVTWIN_CUDA_CHECK(cudaEventRecord(start, stream));
+    for (int r = 0; r < reps; ++r) call();
+    KVTWIN_CUDA_CHECK(cudaEventRecord(stop, stream));
+    KVTWIN_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    KVTWIN_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    trials.push_back(1000.0 * ms / reps);
+  }
+  KVTWIN_CUDA_CHECK(cudaGetLastError());
+  KVTWIN_CUDA_CHECK(cudaEventDestroy(start));
+  KVTWIN_CUDA_CHECK(cudaEventDestroy(stop));
+  std::sort(trials.begin(), trials.end());
+  return trials[trials.size() / 2];
 }
 
 int reps_for(std::uint64_t bytes) { return bytes < (64u << 20) ? 200 : bytes < (1u << 30) ? 20 : 5; }
@@ -545,6 +580,121 @@ int main(int argc, char** argv) {
     }
   }
 
+
+  // ---- host transfers (SPEC 8): M pages of P bytes between the device and one pinned, mapped
+  // host arena, on a copy stream, against one pinned cudaMemcpyAsync of the same bytes.
+  std::vector<Row> host_rows;
+  {
+    cudaStream_t st;
+    KVTWIN_CUDA_CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    struct Size {
+      std::uint64_t page_bytes;
+      std::vector<std::uint64_t> counts;
+    };
+    const std::vector<Size> sizes = {{kPageBytes, quick ? std::vector<std::uint64_t>{64} : std::vector<std::uint64_t>{64, 128}},
+                                     {std::uint64_t{64} << 10, quick ? std::vector<std::uint64_t>{64} : std::vector<std::uint64_t>{64, 256, 1024}}};
+    for (const Size& size : sizes) {
+      const std::uint64_t pb = size.page_bytes;
+      const std::uint64_t most = *std::max_element(size.counts.begin(), size.counts.end());
+      const std::uint64_t span = 2 * most;  // pages on each side to scatter over
+      DeviceBuffer<std::uint8_t> dev = device<std::uint8_t>(span * pb);
+      KVTWIN_CUDA_CHECK(cudaMemset(dev.get(), 0x3c, dev.bytes()));
+      kvtwin::gpu::PinnedBuffer<std::uint8_t> host;
+      KVTWIN_CHECK(host.allocate(span * pb, cudaHostAllocMapped).ok(), "pinned host arena");
+      std::memset(host.get(), 0x5a, host.bytes());
+      void* host_device = nullptr;
+      KVTWIN_CUDA_CHECK(cudaHostGetDevicePointer(&host_device, host.get(), 0));
+      // Identity tables: v2p[v] = v, the host map[l] = l (the resolve kernel still reads them).
+      std::vector<std::int64_t> identity(span);
+      std::iota(identity.begin(), identity.end(), 0);
+      DeviceBuffer<std::int64_t> v2p = device<std::int64_t>(span), host_map = device<std::int64_t>(span);
+      upload(v2p, identity);
+      upload(host_map, identity);
+      for (std::uint64_t m : size.counts) {
+        for (const bool contiguous : {false, true}) {
+          std::vector<std::int64_t> dpages(m), hpages(m);
+          if (contiguous) {
+            std::iota(dpages.begin(), dpages.end(), 0);
+            std::iota(hpages.begin(), hpages.end(), 0);
+          } else {
+            dpages = distinct_random(rng, m, 0, span);
+            hpages = distinct_random(rng, m, 0, span);
+          }
+          DeviceBuffer<std::int64_t> lists = device<std::int64_t>(4 * m);
+          std::vector<std::int64_t> both(dpages);
+          both.insert(both.end(), hpages.begin(), hpages.end());
+          KVTWIN_CUDA_CHECK(cudaMemcpy(lists.get(), both.data(), both.size() * sizeof(std::int64_t), cudaMemcpyHostToDevice));
+          const std::uint64_t bytes = m * pb;
+          const std::string suffix = contiguous ? "@contiguous" : "";
+          for (const bool to_host : {true, false}) {
+            const std::string way = to_host ? "offload" : "load_back";
+            kvtwin::gpu::ResolveTransferParams r;
+            r.virtual_pages = lists.get();
+            r.host_logical = lists.get() + m;
+            r.pages = static_cast<std::int64_t>(m);
+            r.v2p = v2p.get();
+            r.v2p_len = static_cast<std::int64_t>(span);
+            r.host_map = host_map.get();
+            r.host_pages = static_cast<std::int64_t>(span);
+            r.device_physical = lists.get() + 2 * m;
+            r.host_physical = lists.get() + 3 * m;
+            kvtwin::gpu::CopyPagesParams c;
+            c.device_base = dev.get();
+            c.device_bytes = dev.bytes();
+            c.host_base = static_cast<std::uint8_t*>(host_device);
+            c.host_bytes = host.bytes();
+            c.page_bytes = pb;
+            c.device_physical = r.device_physical;
+            c.host_physical = r.host_physical;
+            c.pages = r.pages;
+            c.to_host = to_host;
+            const int reps = pb >= kPageBytes ? 5 : 20;
+            host_rows.push_back({way + "_kernel" + suffix, m, bytes, time_on_stream_us([&] {
+                                   KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_resolve_transfer(r, st));
+                                   KVTWIN_CUDA_CHECK(kvtwin::gpu::launch_copy_pages(c, st));
+                                 }, reps, st)});
+            // Coalesced runs (resolved on the host here: the ids are the identity).
+            std::vector<void*> dsts;
+            std::vector<const void*> srcs;
+            std::vector<std::size_t> lens;
+            for (std::uint64_t i = 0; i < m;) {
+              std::uint64_t j = i + 1;
+              while (j < m && dpages[j] == dpages[j - 1] + 1 && hpages[j] == hpages[j - 1] + 1) ++j;
+              std::uint8_t* d = dev.get() + static_cast<std::uint64_t>(dpages[i]) * pb;
+              std::uint8_t* h = host.get() + static_cast<std::uint64_t>(hpages[i]) * pb;
+              dsts.push_back(to_host ? static_cast<void*>(h) : static_cast<void*>(d));
+              srcs.push_back(to_host ? static_cast<const void*>(d) : static_cast<const void*>(h));
+              lens.push_back(static_cast<std::size_t>(j - i) * pb);
+              i = j;
+            }
+            cudaMemcpyAttributes attributes{};
+            attributes.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+            std::size_t attribute_index = 0;
+            host_rows.push_back({way + "_batch" + suffix, m, bytes, time_on_stream_us([&] {
+                                   KVTWIN_CUDA_CHECK(cudaMemcpyBatchAsync(dsts.data(), srcs.data(), lens.data(), dsts.size(),
+                                                                          &attributes, &attribute_index, 1, st));
+                                 }, reps, st)});
+            host_rows.push_back({way + "_pages" + suffix, m, bytes, time_on_stream_us([&] {
+                                   for (std::uint64_t i = 0; i < m; ++i)
+                                     KVTWIN_CUDA_CHECK(cudaMemcpyAsync(
+                                         to_host ? static_cast<void*>(host.get() + hpages[i] * pb) : static_cast<void*>(dev.get() + dpages[i] * pb),
+                                         to_host ? static_cast<const void*>(dev.get() + dpages[i] * pb) : static_cast<const void*>(host.get() + hpages[i] * pb),
+                                         pb, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, st));
+                                 }, reps, st)});
+            if (!contiguous)
+              host_rows.push_back({"host_memcpy_" + way, m, bytes, time_on_stream_us([&] {
+                                     KVTWIN_CUDA_CHECK(cudaMemcpyAsync(to_host ? static_cast<void*>(host.get()) : static_cast<void*>(dev.get()),
+                                                                       to_host ? static_cast<const void*>(dev.get()) : static_cast<const void*>(host.get()),
+                                                                       bytes, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, st));
+                                   }, reps, st)});
+          }
+        }
+      }
+    }
+    KVTWIN_CUDA_CHECK(cudaStreamDestroy(st));
+  }
+  rows.insert(rows.end(), host_rows.begin(), host_rows.end());
+
   std::FILE* f = std::fopen(argv[1], "w");
   if (f == nullptr) {
     std::fprintf(stderr, "gpu_bench: cannot write %s\n", argv[1]);
@@ -559,5 +709,17 @@ int main(int argc, char** argv) {
                  r.op.c_str(), static_cast<unsigned long long>(r.n), static_cast<unsigned long long>(r.bytes), r.us, ceiling);
   }
   std::fclose(f);
+  // Host transfers against one pinned cudaMemcpyAsync of the same bytes and direction.
+  std::printf("\n%-32s %9s %12s %10s %s\n", "host transfer", "pages", "bytes", "GB/s", "of host_memcpy");
+  for (const Row& r : host_rows) {
+    if (r.op.rfind("host_memcpy_", 0) == 0) continue;
+    const std::string way = r.op.rfind("offload", 0) == 0 ? "offload" : "load_back";
+    const auto ref = std::find_if(host_rows.begin(), host_rows.end(),
+                                  [&](const Row& x) { return x.op == "host_memcpy_" + way && x.bytes == r.bytes; });
+    const double gbps = static_cast<double>(r.bytes) / (r.us * 1e-6) / 1e9;
+    const double ratio = ref == host_rows.end() ? 0 : ref->us / r.us;
+    std::printf("%-32s %9llu %12llu %10.1f %6.1f%%\n", r.op.c_str(), static_cast<unsigned long long>(r.n),
+                static_cast<unsigned long long>(r.bytes), gbps, 100.0 * ratio);
+  }
   return 0;
 }

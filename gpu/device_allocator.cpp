@@ -1,0 +1,433 @@
+// The page allocator on the device (device_allocator.h). Comments cite the SPEC.md rule (or
+// docs/decisions.md entry) each branch implements.
+#include "gpu/device_allocator.h"
+
+#include <algorithm>
+#include <set>
+
+#include "core/reasons.h"
+#include "gpu/device_invariants.h"
+
+namespace kvtwin::gpu {
+namespace {
+
+Error invalid(std::string message) { return make_error(ErrorKind::invalid_argument, std::move(message)); }
+Error out_of_range(std::string message) { return make_error(ErrorKind::out_of_range, std::move(message)); }
+
+std::string list_ids(const std::vector<std::int64_t>& ids, std::size_t at_most = 8) {
+  std::string out;
+  for (std::size_t i = 0; i < ids.size() && i < at_most; ++i) out += (i ? ", " : "") + std::to_string(ids[i]);
+  if (ids.size() > at_most) out += ", ... (" + std::to_string(ids.size()) + " in all)";
+  return out;
+}
+
+}  // namespace
+
+Status DeviceAllocator::init(const PoolConfig& config, const PoolDerived& derived, cudaStream_t stream) {
+  reset();
+  config_ = &config;
+  derived_ = &derived;
+  // The full (or MLA) side owns the virtual ids; the SWA side's v2p has the same length.
+  const std::int64_t num_virtual = static_cast<std::int64_t>(derived.geometry.sub_pools[0].num_pages);
+  std::int64_t max_pages = 0;
+  for (std::size_t i = 0; i < derived.geometry.sub_pools.size(); ++i) {
+    auto side = std::make_unique<DeviceSide>();
+    KVTWIN_TRY_STATUS(side->init(derived.geometry.sub_pools[i], num_virtual, i == 0, stream));
+    max_pages = std::max(max_pages, side->num_pages() + 1);
+    sides_.push_back(std::move(side));
+  }
+  max_pages = std::max(max_pages, num_virtual + 1);
+  KVTWIN_TRY_STATUS(select_.reserve(max_pages, stream));
+  KVTWIN_TRY_STATUS(unbound_flag_.init());
+  compaction_sources_.resize(sides_.size());
+  compaction_destinations_.resize(sides_.size());
+  for (std::size_t i = 0; i < sides_.size(); ++i) {
+    KVTWIN_TRY_STATUS(compaction_sources_[i].reserve(static_cast<std::size_t>(sides_[i]->num_pages() + 1)));
+    KVTWIN_TRY_STATUS(compaction_destinations_[i].reserve(static_cast<std::size_t>(sides_[i]->num_pages() + 1)));
+  }
+  return ok_status();
+}
+
+void DeviceAllocator::reset() {
+  sides_.clear();
+  compaction_sources_.clear();
+  compaction_destinations_.clear();
+  config_ = nullptr;
+  derived_ = nullptr;
+}
+
+std::int64_t DeviceAllocator::sink_end(std::size_t side) const {
+  return sides_[side]->min_page() * static_cast<std::int64_t>(config_->page_size);
+}
+
+std::int64_t DeviceAllocator::slot_count(std::size_t side) const {
+  return static_cast<std::int64_t>(derived_->geometry.sub_pools[side].max_slots);
+}
+
+std::uint64_t DeviceAllocator::band_begin_byte(std::size_t side) const {
+  const DeviceSide& s = *sides_[side];
+  const std::int64_t page = s.grows_up() ? s.min_page() : s.watermark() + 1;
+  return static_cast<std::uint64_t>(page) * s.geometry().page_bytes;
+}
+
+std::uint64_t DeviceAllocator::band_end_byte(std::size_t side) const {
+  const DeviceSide& s = *sides_[side];
+  const std::int64_t page = s.grows_up() ? s.watermark() : s.num_pages();
+  return static_cast<std::uint64_t>(page) * s.geometry().page_bytes;
+}
+
+// ---------------------------------------------------------------- allocation (SPEC 4, 4.2, 4.3)
+
+bool DeviceAllocator::fits(std::int64_t k) const {
+  const DeviceSide& full = *sides_[0];
+  if (k > full.queue_count()) return false;  // free virtual ids
+  const std::int64_t need_full = std::max<std::int64_t>(k - full.holes(), 0);  // lazy: holes first
+  if (sides_.size() == 1) return need_full <= full.band_room_single();
+  // Composite: joint pre-check (SPEC 4.3; lazy mode per docs/decisions.md).
+  const DeviceSide& swa = *sides_[1];
+  if (k > swa.remaining()) return false;
+  const std::int64_t need_swa = std::max<std::int64_t>(k - swa.holes(), 0);
+  const std::int64_t epp_full = static_cast<std::int64_t>(full.geometry().page_bytes);
+  const std::int64_t epp_swa = static_cast<std::int64_t>(swa.geometry().page_bytes);
+  const std::int64_t gap = (swa.watermark() + 1) * epp_swa - full.watermark() * epp_full;
+  return need_full * epp_full + need_swa * epp_swa <= gap;
+}
+
+Result<std::vector<std::int64_t>> DeviceAllocator::alloc(std::int64_t k, cudaStream_t stream) {
+  KVTWIN_TRY(std::int64_t * vpages,
+             upload_ids(bound_virtual_, std::vector<std::int64_t>(static_cast<std::size_t>(k)), stream));
+  // The hole list of a side (selected whole, then its first k used) fits in num_pages + 1.
+  std::int64_t most_pages = k;
+  for (const auto& side : sides_) most_pages = std::max(most_pages, side->p2v_len());
+  KVTWIN_TRY_STATUS(bind_holes_.reserve(static_cast<std::size_t>(most_pages)));
+  // The k virtual pages from the queue front, bound in order to the side's pages (SPEC 4).
+  KVTWIN_TRY_STATUS(sides_[0]->take_virtual(k, vpages, stream));
+  KVTWIN_TRY_STATUS(sides_[0]->bind(vpages, k, select_, bind_holes_.get(), stream));
+  if (sides_.size() == 2) KVTWIN_TRY_STATUS(sides_[1]->bind(vpages, k, select_, bind_holes_.get(), stream));
+  return download_ids(vpages, k, stream);
+}
+
+Result<std::vector<std::int64_t>> DeviceAllocator::virtual_pages_of(IdUnit unit, const std::vector<std::int64_t>& ids,
+                                                                    std::string_view what) const {
+  const std::int64_t ps = static_cast<std::int64_t>(config_->page_size);
+  const DeviceSide& full = *sides_[0];
+  std::vector<std::int64_t> pages;
+  pages.reserve(ids.size());
+  for (std::int64_t id : ids) {
+    if (id < 0)
+      return make_refusal(ErrorKind::out_of_range, reason::negative_id,
+                          std::string(what) + ": id " + std::to_string(id) + " is negative; give virtual " +
+                              (unit == IdUnit::tokens ? "token" : "page") + " ids");
+    pages.push_back(unit == IdUnit::tokens ? id / ps : id);  // SPEC 4 free: v = t // page_size
+  }
+  // docs/decisions.md: duplicates are allowed (made sorted-unique); the sink and pages below the
+  // first usable page are out of range.
+  std::sort(pages.begin(), pages.end());
+  pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
+  std::vector<std::int64_t> outside;
+  for (std::int64_t v : pages)
+    if (v < full.min_page() || v >= full.num_pages()) outside.push_back(v);
+  // The smallest page outside names the reason (core/reasons.h).
+  if (!outside.empty())
+    return make_refusal(ErrorKind::out_of_range,
+                        outside.front() < full.min_page() ? reason::reserved_page : reason::past_last_page,
+                        std::string(what) + ": virtual pages " + list_ids(outside) + " are outside the usable range [" +
+                            std::to_string(full.min_page()) + ", " + std::to_string(full.num_pages()) +
+                            ") (page 0 is the sink and is never allocated); free only ids that alloc returned");
+  return pages;
+}
+
+// ---------------------------------------------------------------- compaction plans (SPEC 4.1, 4.2)
+
+Result<DeviceAllocator::SideCompaction> DeviceAllocator::plan_compaction(std::size_t index, const std::int64_t* freed,
+                                                                         std::int64_t count, const Faults& faults,
+                                                                         cudaStream_t stream) {
+  DeviceSide& side = *sides_[index];
+  SideCompaction plan;
+  plan.side = index;
+  plan.freed = freed != nullptr ? count : side.holes();
+  const std::int64_t k = plan.freed;
+  const std::uint8_t* flags = side.hole_flags();
+  if (freed != nullptr) {
+    KVTWIN_TRY_STATUS(set_flags(side.marks(), freed, count, 1, stream));
+    flags = side.marks();
+  }
+  // SPEC 4.1: grow-up new_wm = wm - K, survivors in [new_wm, wm), holes below new_wm; grow-down
+  // new_wm = wm + K, survivors in (wm, new_wm], holes above new_wm; both ascending, paired in order.
+  std::int64_t survivors_lo = 0, survivors_hi = 0, holes_lo = 0, holes_hi = 0;
+  if (side.grows_up()) {
+    plan.new_watermark = side.watermark() - k;
+    survivors_lo = plan.new_watermark, survivors_hi = side.watermark();
+    holes_lo = side.min_page(), holes_hi = plan.new_watermark;
+  } else {
+    plan.new_watermark = side.watermark() + k;
+    survivors_lo = side.watermark() + 1, survivors_hi = plan.new_watermark + 1;
+    holes_lo = plan.new_watermark + 1, holes_hi = side.num_pages();
+  }
+  std::int64_t* src = compaction_sources_[index].get();
+  std::int64_t* dst = compaction_destinations_[index].get();
+  KVTWIN_TRY(std::int64_t survivors,
+             select_pages({side.p2v(), flags, true}, survivors_lo, survivors_hi, src, select_, stream));
+  KVTWIN_TRY(std::int64_t holes, select_pages({nullptr, flags, false}, holes_lo, holes_hi, dst, select_, stream));
+  KVTWIN_CHECK(survivors == holes, "compaction: survivors and holes differ in number");
+  if (faults.pairing_out_of_order) KVTWIN_TRY_STATUS(reverse_in_place(dst, holes, stream));  // fault 11
+  if (freed != nullptr) KVTWIN_TRY_STATUS(set_flags(side.marks(), freed, count, 0, stream));
+  KVTWIN_TRY(plan.sources, download_ids(src, survivors, stream));
+  KVTWIN_TRY(plan.destinations, download_ids(dst, holes, stream));
+  return plan;
+}
+
+Status DeviceAllocator::commit_compaction(const SideCompaction& plan, bool clears_holes, const DevicePoolBytes& bytes,
+                                          const Faults& faults, cudaStream_t stream) {
+  DeviceSide& side = *sides_[plan.side];
+  const std::int64_t n = static_cast<std::int64_t>(plan.sources.size());
+  const std::int64_t* src = compaction_sources_[plan.side].get();
+  const std::int64_t* dst = compaction_destinations_[plan.side].get();
+  // Each move copies the whole page envelope, then v2p[p2v[src]] = dst, p2v[dst] = v, p2v[src] = -1.
+  KVTWIN_TRY_STATUS(bytes.move_pages(plan.side, src, dst, n, faults, stream));
+  return side.apply_compaction(src, dst, n, plan.new_watermark, clears_holes, stream);
+}
+
+void DeviceAllocator::append_moves(Compaction& out, const SideCompaction& plan) const {
+  for (std::size_t i = 0; i < plan.sources.size(); ++i)
+    out.moves.push_back(PageMove{side_name(plan.side), plan.sources[i], plan.destinations[i]});
+}
+
+// ---------------------------------------------------------------- free, free_swa, flush
+
+Result<DeviceAllocator::FreePlan> DeviceAllocator::plan_free(const std::vector<std::int64_t>& vpages,
+                                                            const Faults& faults, cudaStream_t stream) {
+  FreePlan plan;
+  plan.kind = FreePlan::Kind::free;
+  const std::int64_t n = static_cast<std::int64_t>(vpages.size());
+  plan.pages = n;
+  plan.virtual_pages = vpages;
+  if (n == 0) return plan;
+  DeviceSide& full = *sides_[0];
+  KVTWIN_TRY(std::int64_t * dv, upload_ids(freed_virtual_, vpages, stream));
+  KVTWIN_TRY_STATUS(freed_full_pages_.reserve(static_cast<std::size_t>(n)));
+  std::int64_t* full_pages = freed_full_pages_.get();
+  KVTWIN_TRY_STATUS(gather_values(full.v2p(), dv, n, full_pages, stream));
+  // SPEC 4: any v2p[v] < 0 is "double free or never allocated", and nothing changes.
+  KVTWIN_TRY(bool unbound, unbound_flag_.any_outside(full_pages, n, 0, INT64_MAX, stream));
+  if (unbound) {
+    KVTWIN_TRY(std::vector<std::int64_t> pages, download_ids(full_pages, n, stream));
+    std::vector<std::int64_t> bad;
+    for (std::size_t i = 0; i < pages.size(); ++i)
+      if (pages[i] < 0) bad.push_back(vpages[i]);
+    return make_refusal(ErrorKind::double_free, reason::not_allocated,
+                        "free: virtual pages " + list_ids(bad) +
+                            " are not allocated (double free or never allocated); nothing was freed");
+  }
+  const bool eager = config_->mode == CompactionMode::eager;
+  if (sides_.size() == 2) {
+    // SPEC 4.3: free SWA only where swa_v2p[v] > 0, first.
+    KVTWIN_TRY_STATUS(freed_swa_rows_.reserve(static_cast<std::size_t>(n)));
+    KVTWIN_TRY_STATUS(freed_swa_pages_.reserve(static_cast<std::size_t>(n)));
+    KVTWIN_TRY_STATUS(gather_values(sides_[1]->v2p(), dv, n, freed_swa_rows_.get(), stream));
+    KVTWIN_TRY(plan.swa_freed, select_positive(freed_swa_rows_.get(), n, freed_swa_pages_.get(), select_, stream));
+    if (eager) {
+      KVTWIN_TRY(SideCompaction c, plan_compaction(1, freed_swa_pages_.get(), plan.swa_freed, faults, stream));
+      plan.compactions.push_back(std::move(c));
+    }
+  }
+  if (eager) {
+    KVTWIN_TRY(SideCompaction c, plan_compaction(0, full_pages, n, faults, stream));
+    plan.compactions.push_back(std::move(c));
+  }
+  return plan;
+}
+
+Result<DeviceAllocator::FreePlan> DeviceAllocator::plan_free_swa(const std::vector<std::int64_t>& vpages,
+                                                                const Faults& faults, cudaStream_t stream) {
+  FreePlan plan;
+  plan.kind = FreePlan::Kind::free_swa;
+  const std::int64_t n = static_cast<std::int64_t>(vpages.size());
+  plan.pages = n;
+  plan.virtual_pages = vpages;
+  if (n == 0) return plan;
+  DeviceSide& swa = *sides_[1];
+  KVTWIN_TRY(std::int64_t * dv, upload_ids(freed_virtual_, vpages, stream));
+  KVTWIN_TRY_STATUS(freed_full_pages_.reserve(static_cast<std::size_t>(n)));
+  KVTWIN_TRY_STATUS(freed_swa_rows_.reserve(static_cast<std::size_t>(n)));
+  KVTWIN_TRY_STATUS(gather_values(sides_[0]->v2p(), dv, n, freed_full_pages_.get(), stream));
+  KVTWIN_TRY_STATUS(gather_values(swa.v2p(), dv, n, freed_swa_rows_.get(), stream));
+  // docs/decisions.md: a virtual page not allocated, or an SWA page already a tombstone, is a
+  // double free.
+  KVTWIN_TRY(bool full_unbound, unbound_flag_.any_outside(freed_full_pages_.get(), n, 0, INT64_MAX, stream));
+  KVTWIN_TRY(bool swa_unbound, unbound_flag_.any_outside(freed_swa_rows_.get(), n, 1, INT64_MAX, stream));
+  // A page not allocated at all comes first; then an SWA tombstone (core/reasons.h).
+  if (full_unbound)
+    return make_refusal(ErrorKind::double_free, reason::not_allocated,
+                        "free_swa: some of virtual pages " + list_ids(vpages) + " are not allocated; nothing was freed");
+  if (swa_unbound)
+    return make_refusal(ErrorKind::double_free, reason::left_window,
+                        "free_swa: some of virtual pages " + list_ids(vpages) +
+                            " already left the window (their SWA pages are tombstones); nothing was freed");
+  if (config_->mode == CompactionMode::eager) {
+    KVTWIN_TRY(SideCompaction c, plan_compaction(1, freed_swa_rows_.get(), n, faults, stream));
+    plan.compactions.push_back(std::move(c));
+  }
+  return plan;
+}
+
+Result<DeviceAllocator::FreePlan> DeviceAllocator::plan_flush(const Faults& faults, cudaStream_t stream) {
+  // SPEC 4.2: compacts every side exactly as 4.1, with the holes as the freed pages. SWA side
+  // first, as in free.
+  FreePlan plan;
+  plan.kind = FreePlan::Kind::flush;
+  for (std::size_t i = sides_.size(); i-- > 0;) {
+    if (sides_[i]->holes() == 0) continue;
+    KVTWIN_TRY(SideCompaction c, plan_compaction(i, nullptr, 0, faults, stream));
+    plan.compactions.push_back(std::move(c));
+  }
+  return plan;
+}
+
+Result<Compaction> DeviceAllocator::commit(const FreePlan& plan, const DevicePoolBytes& bytes, const Faults& faults,
+                                           cudaStream_t stream) {
+  Compaction out;
+  const bool eager = config_->mode == CompactionMode::eager;
+  const std::int64_t n = plan.pages;
+  switch (plan.kind) {
+    case FreePlan::Kind::free: {
+      if (n == 0) return out;
+      DeviceSide& full = *sides_[0];
+      const std::int64_t* dv = freed_virtual_.get();
+      // Commit: SWA side first, then the full side (docs/decisions.md).
+      if (sides_.size() == 2) {
+        DeviceSide& swa = *sides_[1];
+        KVTWIN_TRY_STATUS(swa.unbind(dv, n, true, plan.swa_freed, stream));
+        if (eager) {
+          KVTWIN_TRY_STATUS(commit_compaction(plan.compactions.front(), false, bytes, faults, stream));
+          append_moves(out, plan.compactions.front());
+        } else {
+          KVTWIN_TRY_STATUS(swa.add_holes(freed_swa_pages_.get(), plan.swa_freed, stream));  // SPEC 4.2
+        }
+      }
+      KVTWIN_TRY_STATUS(full.unbind(dv, n, false, n, stream));
+      if (eager) {
+        KVTWIN_TRY_STATUS(commit_compaction(plan.compactions.back(), false, bytes, faults, stream));
+        append_moves(out, plan.compactions.back());
+      } else {
+        KVTWIN_TRY_STATUS(full.add_holes(freed_full_pages_.get(), n, stream));
+      }
+      // Freed virtual ids go to the back of the queue, ascending.
+      KVTWIN_TRY_STATUS(full.put_virtual(dv, n, stream));
+      break;
+    }
+    case FreePlan::Kind::free_swa: {
+      if (n == 0) return out;
+      DeviceSide& swa = *sides_[1];
+      KVTWIN_TRY_STATUS(swa.unbind(freed_virtual_.get(), n, false, n, stream));  // swa_v2p[v] = -1: a tombstone
+      if (eager) {
+        KVTWIN_TRY_STATUS(commit_compaction(plan.compactions.front(), false, bytes, faults, stream));
+        append_moves(out, plan.compactions.front());
+      } else {
+        KVTWIN_TRY_STATUS(swa.add_holes(freed_swa_rows_.get(), n, stream));
+      }
+      break;
+    }
+    case FreePlan::Kind::flush:
+      for (const SideCompaction& c : plan.compactions) {
+        KVTWIN_TRY_STATUS(commit_compaction(c, true, bytes, faults, stream));  // a flushed side has no holes left
+        append_moves(out, c);
+      }
+      break;
+  }
+  return out;  // no synchronization: the answer is known on the host (docs/gpu.md "Synchronization")
+}
+
+// ---------------------------------------------------------------- raw moves (SPEC 7)
+
+Result<DeviceAllocator::RawMove> DeviceAllocator::plan_raw_move(std::size_t index, const MovePages& op,
+                                                                cudaStream_t stream) {
+  const DeviceSide& side = *sides_[index];
+  if (op.dst.size() != op.src.size())
+    return invalid("move_pages: " + std::to_string(op.dst.size()) + " destinations for " +
+                   std::to_string(op.src.size()) + " sources; give one destination per source");
+  for (const std::vector<std::int64_t>* list : {&op.src, &op.dst})
+    for (std::int64_t page : *list)
+      if (page < side.min_page() || page >= side.num_pages())
+        return out_of_range("move_pages: page " + std::to_string(page) + " is outside sub-pool '" + op.sub_pool +
+                            "''s usable pages [" + std::to_string(side.min_page()) + ", " +
+                            std::to_string(side.num_pages()) + "); the sink pages never move");
+  std::set<std::int64_t> seen;
+  for (const std::vector<std::int64_t>* list : {&op.src, &op.dst})
+    for (std::int64_t page : *list)
+      if (!seen.insert(page).second)
+        return invalid("move_pages: page " + std::to_string(page) +
+                       " appears twice; sources and destinations must be disjoint and without repeats");
+  RawMove move;
+  move.side = index;
+  move.pages = static_cast<std::int64_t>(op.dst.size());
+  if (move.pages == 0) return move;
+  const std::int64_t n = move.pages;
+  KVTWIN_TRY(move.destinations, upload_ids(raw_move_destinations_, op.dst, stream));
+  KVTWIN_TRY(move.sources, upload_ids(raw_move_sources_, op.src, stream));
+  KVTWIN_TRY_STATUS(raw_move_owners_.reserve(static_cast<std::size_t>(n)));
+  KVTWIN_TRY_STATUS(gather_values(side.p2v(), move.destinations, n, raw_move_owners_.get(), stream));
+  KVTWIN_TRY(std::vector<std::int64_t> owners, download_ids(raw_move_owners_.get(), n, stream));
+  const std::uint64_t page_bytes = side.geometry().page_bytes;
+  for (std::size_t i = 0; i < owners.size(); ++i) {
+    // docs/decisions.md: every dst is an unbound page, and its bytes lie outside the other side's band.
+    if (owners[i] >= 0)
+      return invalid("move_pages: destination page " + std::to_string(op.dst[i]) + " of sub-pool '" + op.sub_pool +
+                     "' is bound to virtual page " + std::to_string(owners[i]) +
+                     "; a raw move may only overwrite an unbound page");
+    if (sides_.size() == 2) {
+      const std::size_t other = 1 - index;
+      const std::uint64_t begin = static_cast<std::uint64_t>(op.dst[i]) * page_bytes, end = begin + page_bytes;
+      if (begin < band_end_byte(other) && band_begin_byte(other) < end)
+        return invalid("move_pages: destination page " + std::to_string(op.dst[i]) + " of sub-pool '" + op.sub_pool +
+                       "' overlaps the occupied band of sub-pool '" + side_name(other) +
+                       "'; choose a destination in the gap");
+    }
+  }
+  return move;
+}
+
+// ---------------------------------------------------------------- what a checker compares
+
+Result<PoolTables> DeviceAllocator::tables(cudaStream_t stream) const {
+  PoolTables out;
+  for (std::size_t i = 0; i < sides_.size(); ++i) {
+    const DeviceSide& side = *sides_[i];
+    SideTables t;
+    t.name = side_name(i);
+    KVTWIN_TRY(t.v2p, download_ids(side.v2p(), side.v2p_len(), stream));
+    KVTWIN_TRY(t.p2v, download_ids(side.p2v(), side.p2v_len(), stream));
+    KVTWIN_TRY(t.free_queue, side.queue_contents(stream));
+    t.watermark = side.watermark();
+    KVTWIN_TRY_STATUS(listed_holes_.reserve(static_cast<std::size_t>(side.p2v_len())));
+    KVTWIN_TRY(t.holes, side.hole_list(select_, listed_holes_.get(), stream));
+    t.allocated_pages = static_cast<std::uint64_t>(side.allocated());
+    out.sides.push_back(std::move(t));
+  }
+  return out;
+}
+
+Result<std::uint64_t> DeviceAllocator::tables_digest(cudaStream_t stream) const {
+  KVTWIN_TRY_STATUS(digest_sum_.reserve(1));
+  KVTWIN_CUDA_TRY(cudaMemsetAsync(digest_sum_.get(), 0, sizeof(unsigned long long), stream));
+  std::uint64_t host_terms = 0;
+  for (std::size_t i = 0; i < sides_.size(); ++i) {
+    KVTWIN_TRY_STATUS(sides_[i]->add_digest_terms(i, digest_sum_.get(), stream));
+    host_terms += sides_[i]->digest_counter_terms(i);
+  }
+  unsigned long long device_terms = 0;
+  KVTWIN_CUDA_TRY(cudaMemcpyAsync(&device_terms, digest_sum_.get(), sizeof device_terms, cudaMemcpyDeviceToHost, stream));
+  KVTWIN_CUDA_SYNC(stream);
+  return static_cast<std::uint64_t>(device_terms) + host_terms;
+}
+
+Status DeviceAllocator::verify(cudaStream_t stream) const {
+  std::vector<SideSnapshot> snapshots;
+  for (const auto& side : sides_) {
+    KVTWIN_TRY(SideSnapshot s, side->snapshot(sides_[0]->min_page(), stream));
+    snapshots.push_back(std::move(s));
+  }
+  return check_device_sides(snapshots, config_->mode == CompactionMode::lazy);
+}
+
+}  // namespace kvtwin::gpu

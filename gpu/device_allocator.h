@@ -1,0 +1,143 @@
+// The page allocator on the device (SPEC.md section 4): the chain of one or two DeviceSides (the
+// full or MLA side growing up and owning the virtual ids and their free queue, the SWA side
+// growing down), the joint capacity of a full + SWA composite, and free / free_swa / flush as a
+// *plan* and a *commit*, as sim/page_allocator.h splits them. A plan checks the operation against
+// the device tables (a double free is refused here) and selects the compaction's survivors and
+// holes on the device; nothing changes until the commit, so the pool can check the plan against
+// its readers (readers.h) first and a refused operation leaves the tables as they were.
+//
+// State: the sides (their tables on the device, their host counters private to DeviceSide and
+// checked against the tables by verify(), device_invariants.h), CUB's selection scratch, and named
+// scratch lists, each holding one thing between a plan and its commit (below). The page bytes of
+// a compaction move with DevicePoolBytes::move_pages (pool_bytes.h), called by the commit.
+//
+// Fault switches that live here: pairing_out_of_order (plan). alloc_many_partial is the pool's
+// (gpu_pool.cpp), move_under_reader the readers', the move faults the bytes'.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "core/backend.h"
+#include "core/op.h"
+#include "core/pool_config.h"
+#include "gpu/device_buffer.h"
+#include "gpu/device_io.h"
+#include "gpu/device_side.h"
+#include "gpu/faults.h"
+#include "gpu/pool_bytes.h"
+
+namespace kvtwin::gpu {
+
+class DeviceAllocator {
+ public:
+  // One side's planned compaction (SPEC 4.1): moves sources[i] -> destinations[i] (host copies;
+  // the device lists are in that side's compaction buffers until the commit).
+  struct SideCompaction {
+    std::size_t side = 0;
+    std::int64_t freed = 0;
+    std::int64_t new_watermark = 0;
+    std::vector<std::int64_t> sources, destinations;
+  };
+  // A free, free_swa or flush, checked and planned; the device lists it commits stay in the
+  // allocator's freed_* buffers.
+  struct FreePlan {
+    enum class Kind { free, free_swa, flush };
+    Kind kind = Kind::free;
+    std::int64_t pages = 0;      // free, free_swa: the virtual pages freed
+    std::vector<std::int64_t> virtual_pages;  // free, free_swa: those pages, ascending
+    std::int64_t swa_freed = 0;  // free on a composite: the SWA pages it frees (swa_v2p[v] > 0)
+    std::vector<SideCompaction> compactions;  // eager mode (and flush): in commit order, SWA side first
+  };
+  // A raw move_pages, checked: its device lists are in the raw_move_* buffers.
+  struct RawMove {
+    std::size_t side = 0;
+    std::int64_t pages = 0;
+    const std::int64_t* sources = nullptr;
+    const std::int64_t* destinations = nullptr;
+  };
+
+  // The sides of `derived` (tables initialized on `stream`) and their scratch. `config` and
+  // `derived` must outlive the allocator (the pool owns them).
+  Status init(const PoolConfig& config, const PoolDerived& derived, cudaStream_t stream);
+  void reset();
+
+  std::size_t side_count() const { return sides_.size(); }
+  bool is_composite() const { return sides_.size() == 2; }
+  const DeviceSide& side(std::size_t i) const { return *sides_[i]; }
+  const DeviceSide& owner() const { return *sides_.front(); }
+  const std::string& side_name(std::size_t i) const { return derived_->layouts[i].sub_pool; }
+  // Ids below this are sink lanes of a side: its pages below min_page_index (docs/decisions.md).
+  std::int64_t sink_end(std::size_t side) const;
+  // The side's slots (max_slots): its token ids are [0, slot_count).
+  std::int64_t slot_count(std::size_t side) const;
+  // The band's bytes of a side: up [min_page, wm) pages, down (wm, num_pages).
+  std::uint64_t band_begin_byte(std::size_t side) const;
+  std::uint64_t band_end_byte(std::size_t side) const;
+
+  // Whether k more pages fit (SPEC 4, 4.2, 4.3; docs/decisions.md for lazy composites).
+  bool fits(std::int64_t pages) const;
+  // Binds k pages that fit: the k virtual pages at the queue front, bound in order on every side
+  // (owner first). Returns the virtual pages (synchronizes: the host returns them).
+  Result<std::vector<std::int64_t>> alloc(std::int64_t pages, cudaStream_t stream);
+
+  // Virtual page ids from an operation's ids (tokens -> sorted unique pages), range-checked with
+  // the refusal reasons of core/reasons.h.
+  Result<std::vector<std::int64_t>> virtual_pages_of(IdUnit unit, const std::vector<std::int64_t>& ids,
+                                                     std::string_view what) const;
+
+  // Plans (nothing changes): free of `vpages` (sorted unique, in range), free_swa of them, flush.
+  Result<FreePlan> plan_free(const std::vector<std::int64_t>& vpages, const Faults& faults, cudaStream_t stream);
+  Result<FreePlan> plan_free_swa(const std::vector<std::int64_t>& vpages, const Faults& faults, cudaStream_t stream);
+  Result<FreePlan> plan_flush(const Faults& faults, cudaStream_t stream);
+  // Commits the plan made just before (no other allocator call in between): unbinds, compacts
+  // (moving the page bytes), returns the freed virtual ids to the queue; the moves as the answer.
+  Result<Compaction> commit(const FreePlan& plan, const DevicePoolBytes& bytes, const Faults& faults,
+                            cudaStream_t stream);
+
+  // move_pages of side `side` checked (docs/decisions.md: disjoint usable pages, every destination
+  // unbound and outside the other side's band) and uploaded; no table changes.
+  Result<RawMove> plan_raw_move(std::size_t side, const MovePages& op, cudaStream_t stream);
+
+  // What a checker compares (core/backend.h), the device digest of it, and the backend's own
+  // invariant check (device_invariants.h).
+  Result<PoolTables> tables(cudaStream_t stream) const;
+  Result<std::uint64_t> tables_digest(cudaStream_t stream) const;
+  Status verify(cudaStream_t stream) const;
+
+ private:
+  // Plans one side's compaction: `freed` a device list of its freed physical pages (eager), or
+  // nullptr to compact the side's holes (flush). Selects into the side's compaction buffers.
+  Result<SideCompaction> plan_compaction(std::size_t side, const std::int64_t* freed, std::int64_t count,
+                                         const Faults& faults, cudaStream_t stream);
+  Status commit_compaction(const SideCompaction& plan, bool clears_holes, const DevicePoolBytes& bytes,
+                           const Faults& faults, cudaStream_t stream);
+  void append_moves(Compaction& out, const SideCompaction& plan) const;
+
+  const PoolConfig* config_ = nullptr;
+  const PoolDerived* derived_ = nullptr;
+  std::vector<std::unique_ptr<DeviceSide>> sides_;  // chain order: full/mla (up), swa (down)
+  mutable SelectScratch select_;                    // CUB's scratch for every page selection
+  RangeFlag unbound_flag_;                          // a free's "some page is not bound" check
+  mutable DeviceBuffer<unsigned long long> digest_sum_;  // tables_digest()'s device accumulator
+
+  // Named scratch lists (device), each valid from the call that fills it to the commit that reads it.
+  DeviceBuffer<std::int64_t> bound_virtual_;      // alloc: the virtual pages taken from the queue front
+  DeviceBuffer<std::int64_t> bind_holes_;         // alloc: a side's holes, ascending, that the bind fills first
+  DeviceBuffer<std::int64_t> freed_virtual_;      // free, free_swa: the virtual pages freed
+  DeviceBuffer<std::int64_t> freed_full_pages_;   // free, free_swa: owner v2p of each (free: the pages released)
+  DeviceBuffer<std::int64_t> freed_swa_rows_;     // free, free_swa: SWA v2p of each (free_swa: the pages released)
+  DeviceBuffer<std::int64_t> freed_swa_pages_;    // free on a composite: the rows > 0, the SWA pages released
+  std::vector<DeviceBuffer<std::int64_t>> compaction_sources_;       // per side: the survivors that move
+  std::vector<DeviceBuffer<std::int64_t>> compaction_destinations_;  // per side: the holes they fill
+  DeviceBuffer<std::int64_t> raw_move_sources_;       // move_pages: src
+  DeviceBuffer<std::int64_t> raw_move_destinations_;  // move_pages: dst
+  DeviceBuffer<std::int64_t> raw_move_owners_;        // move_pages: p2v of each dst (must be unbound)
+  mutable DeviceBuffer<std::int64_t> listed_holes_;   // tables(): a side's holes, ascending
+};
+
+}  // namespace kvtwin::gpu

@@ -1,0 +1,49 @@
+// Device I/O helpers (device_io.h).
+#include "gpu/device_io.h"
+
+#include <algorithm>
+
+#include "gpu/device_side.h"
+
+namespace kvtwin::gpu {
+
+Result<std::int64_t*> upload_ids(DeviceBuffer<std::int64_t>& buffer, const std::vector<std::int64_t>& values,
+                                 cudaStream_t stream) {
+  KVTWIN_TRY_STATUS(buffer.reserve(std::max<std::size_t>(values.size(), 1)));
+  if (!values.empty())
+    KVTWIN_CUDA_TRY(cudaMemcpyAsync(buffer.get(), values.data(), values.size() * sizeof(std::int64_t),
+                                    cudaMemcpyHostToDevice, stream));
+  return buffer.get();
+}
+
+Result<DeviceBuffer<std::int64_t>> device_copy(const std::vector<std::int64_t>& values, cudaStream_t stream) {
+  DeviceBuffer<std::int64_t> out;
+  KVTWIN_TRY_STATUS(out.allocate(values.size()));
+  if (!values.empty())
+    KVTWIN_CUDA_TRY(cudaMemcpyAsync(out.get(), values.data(), values.size() * sizeof(std::int64_t),
+                                    cudaMemcpyHostToDevice, stream));
+  return out;
+}
+
+Result<std::vector<std::int64_t>> download_ids(const std::int64_t* device, std::int64_t n, cudaStream_t stream) {
+  std::vector<std::int64_t> out(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)));
+  if (n > 0)
+    KVTWIN_CUDA_TRY(cudaMemcpyAsync(out.data(), device, out.size() * sizeof(std::int64_t), cudaMemcpyDeviceToHost,
+                                    stream));
+  KVTWIN_CUDA_SYNC(stream);
+  return out;
+}
+
+Status RangeFlag::init() { return word_.reserve(1); }
+
+Result<bool> RangeFlag::any_outside(const std::int64_t* values, std::int64_t n, std::int64_t lower, std::int64_t upper,
+                                    cudaStream_t stream) {
+  KVTWIN_CUDA_TRY(cudaMemsetAsync(word_.get(), 0, sizeof(std::uint32_t), stream));
+  KVTWIN_TRY_STATUS(flag_outside(values, n, lower, upper, word_.get(), stream));
+  std::uint32_t flag = 0;
+  KVTWIN_CUDA_TRY(cudaMemcpyAsync(&flag, word_.get(), sizeof flag, cudaMemcpyDeviceToHost, stream));
+  KVTWIN_CUDA_SYNC(stream);
+  return flag != 0;
+}
+
+}  // namespace kvtwin::gpu

@@ -1,0 +1,46 @@
+// Small device I/O shared by the pool's units (gpu_pool.h): host ids up into a unit's named
+// scratch buffer, device ids back to the host, and a device flag that says whether any value of a
+// list lies outside a range. Every call is on the caller's stream and every CUDA return code is
+// checked (cuda_check.h).
+//
+// A download synchronizes the stream: the host needs the values it returns. An upload does not
+// (a cudaMemcpyAsync from pageable host memory has copied the source before it returns, so the
+// host vector may go away at once).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "core/result.h"
+#include "gpu/device_buffer.h"
+
+namespace kvtwin::gpu {
+
+// Copies `values` into `buffer` (grown to at least one element, kept when large enough) on
+// `stream` and returns the buffer's device pointer.
+Result<std::int64_t*> upload_ids(DeviceBuffer<std::int64_t>& buffer, const std::vector<std::int64_t>& values,
+                                 cudaStream_t stream);
+
+// A fresh device buffer of exactly `values.size()` elements holding them (for state a unit keeps,
+// such as a batch's loc).
+Result<DeviceBuffer<std::int64_t>> device_copy(const std::vector<std::int64_t>& values, cudaStream_t stream);
+
+// n ids from the device once the stream has reached them (synchronizes the stream).
+Result<std::vector<std::int64_t>> download_ids(const std::int64_t* device, std::int64_t n, cudaStream_t stream);
+
+// One device status word: whether any of n values lies outside [lower, upper).
+class RangeFlag {
+ public:
+  // Allocates the word (once).
+  Status init();
+  // True when a value is < lower or >= upper; synchronizes the stream (the answer is the host's).
+  Result<bool> any_outside(const std::int64_t* values, std::int64_t n, std::int64_t lower, std::int64_t upper,
+                           cudaStream_t stream);
+
+ private:
+  DeviceBuffer<std::uint32_t> word_;
+};
+
+}  // namespace kvtwin::gpu

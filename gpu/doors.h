@@ -1,0 +1,65 @@
+// The write door and the read door (SPEC.md sections 2 and 6): rows between the host and the
+// token-major pool bytes at physical token ids.
+//
+// The write door takes the loc a write goes through (for_layer of a batch, batches.h, or an
+// explicit loc with its own mark), checks the mark first (a host flag read, no device work), then
+// on the device that every id lies inside the loc's sub-pool, derives an SWA layer's own loc
+// (SPEC 4.3), refuses two lanes on one non-sink slot (sort, compare neighbours: always, whatever
+// Write.checked says, docs/gpu.md), and scatters the content oracle's rows of each lane's token.
+// The device checks are read back once (the write's one synchronization, overlapped with the host
+// filling the rows); the scatter is left running on the stream.
+// The read door gathers one part's rows; a sink lane reads as zeros. Fault switches that live
+// here: no_mark_check (2), tombstone_live (10, the SWA loc), int32_offsets (18, both doors).
+//
+// State: named device scratch only (below); nothing persists from one call to the next.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "core/op.h"
+#include "core/pool_config.h"
+#include "gpu/batches.h"
+#include "gpu/device_allocator.h"
+#include "gpu/device_buffer.h"
+#include "gpu/device_io.h"
+#include "gpu/faults.h"
+#include "gpu/kernels.cuh"
+#include "gpu/pinned_buffer.h"
+#include "gpu/pool_bytes.h"
+#include "gpu/transfers.h"
+
+namespace kvtwin::gpu {
+
+class Doors {
+ public:
+  // `config` and `derived` must outlive the doors (the pool owns them).
+  Status init(const PoolConfig& config, const PoolDerived& derived);
+
+  // `transfers`: a lane may not write a page a transfer in flight holds (SPEC 8).
+  Status write(const Write& op, const Batches& batches, const DeviceAllocator& allocator,
+               const DevicePoolBytes& bytes, const HostTransfers& transfers, const Faults& faults, cudaStream_t stream);
+  // The rows, lane after lane (synchronizes: the bytes are the host's answer). A page a load-back
+  // in flight is filling is not read.
+  Result<std::vector<std::uint8_t>> read(const Read& op, const DeviceAllocator& allocator,
+                                         const DevicePoolBytes& bytes, const HostTransfers& transfers,
+                                         const Faults& faults, cudaStream_t stream);
+
+ private:
+  const PoolConfig* config_ = nullptr;
+  const PoolDerived* derived_ = nullptr;
+  DeviceBuffer<std::uint32_t> check_flags_;       // write: [loc outside its sub-pool, negative SWA loc, duplicate lanes]
+  PinnedBuffer<std::uint32_t> check_flags_host_;  // write: the same three words, read back asynchronously
+  DeviceBuffer<std::uint8_t> sort_temp_;           // write: CUB's sort scratch of the duplicate check
+  DeviceBuffer<std::int64_t> explicit_loc_;        // write, explicit form: the loc as given
+  DeviceBuffer<std::int64_t> swa_loc_;             // write to an SWA layer: the SWA loc derived from the full loc
+  DeviceBuffer<std::int64_t> duplicate_keys_;      // write: the final loc with sink lanes made 0
+  DeviceBuffer<std::int64_t> duplicate_sorted_;    // write: those keys sorted
+  DeviceBuffer<std::int64_t> read_ids_;            // read: the physical ids read
+  DeviceBuffer<std::uint8_t> rows_staging_;        // both: the rows, lane-major (lane_bytes each)
+  DeviceBuffer<RowSegment> row_segments_;          // both: one (layer, part) segment each
+};
+
+}  // namespace kvtwin::gpu

@@ -1,0 +1,48 @@
+// The pool's bytes on the device (SPEC.md section 3): one cudaMalloc buffer of exactly
+// total_bytes, zero-filled when built, and the page move that copies whole page envelopes inside
+// it (SPEC 4.1, 7). A tables-only pool holds no bytes: moves do nothing and raw reads are refused
+// by the caller.
+//
+// Two fault switches live in the move (faults.h): move_stride_from_shape (the envelope taken from
+// the first part's row shape) and int32_offsets_move (page offsets computed in int32).
+//
+// What it does not cover: rows (doors.h writes and reads them), which pages move (the allocator's
+// compaction plans, device_allocator.h) and whether a reader holds them (readers.h).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "core/pool_config.h"
+#include "gpu/device_buffer.h"
+#include "gpu/faults.h"
+
+namespace kvtwin::gpu {
+
+class DevicePoolBytes {
+ public:
+  // The buffer for `config` (none when tables-only), zero-filled on `stream`.
+  Status init(const PoolConfig& config, const PoolDerived& derived, cudaStream_t stream);
+  void reset();
+
+  std::uint8_t* data() const { return buffer_.get(); }
+  std::uint64_t size_bytes() const { return buffer_.bytes(); }
+  bool holds_bytes() const { return buffer_.get() != nullptr; }
+
+  // Copies the page envelopes src[i] -> dst[i] of `side` (device lists of n physical pages,
+  // disjoint); nothing when the pool is tables-only or n is 0.
+  Status move_pages(std::size_t side, const std::int64_t* src, const std::int64_t* dst, std::int64_t n,
+                    const Faults& faults, cudaStream_t stream) const;
+
+  // `length` bytes from `offset` (the caller checked the range); synchronizes the stream.
+  Result<std::vector<std::uint8_t>> download(std::uint64_t offset, std::uint64_t length, cudaStream_t stream) const;
+
+ private:
+  DeviceBuffer<std::uint8_t> buffer_;
+  std::vector<std::uint64_t> page_bytes_;             // per side: its page envelope (page_size * E)
+  std::vector<std::uint64_t> shape_page_bytes_;       // per side: page_size * the first part's row (the fault's envelope)
+};
+
+}  // namespace kvtwin::gpu
