@@ -85,7 +85,8 @@ const std::array<Entry, kSwitches>& table() {
       {{"transfer_before_producer_event", 13,
         "a host transfer resolves its ids and copies on its copy stream before it waits for its producers (the "
         "compute work, its wait_event, its stream's last transfer): the seed's index preparation ahead of the "
-        "producer-event wait, so the copy reads what the producer has not written yet",
+        "producer-event wait, so the copy reads what the producer has not written yet (with the switch on, a "
+        "transfer that waits for no event is slowed by 20 ms on its copy stream, so the race shows every time)",
         "HostTransfers::submit (transfers.cpp); seen by offload and load_back, in the bytes a later read returns"},
        &Faults::transfer_before_producer_event},
       {{"alloc_many_partial", 14, "alloc_many is not all-or-nothing: earlier grants stay behind on \"no room\"",

@@ -76,7 +76,10 @@ class PinnedHostArena {
   std::uint8_t* host_bytes() const { return bytes_.get(); }
   std::uint8_t* device_bytes() const { return device_bytes_; }
   // Side s's logical -> physical map, as the device reads it (mapped pinned, page_num rows, -1 free).
-  const std::int64_t* device_logical_to_physical(std::size_t side) const { return device_maps_[side]; }
+  // Null for a tables-only arena (no bytes, so no mirrored maps) or a side it does not have.
+  const std::int64_t* device_logical_to_physical(std::size_t side) const {
+    return side < device_maps_.size() ? device_maps_[side] : nullptr;
+  }
 
   // SPEC 8 alloc_many; NoRoom as core's outcome. Errors as docs/host_arena.md's gates, with the
   // reason codes of the vocabulary (lease_held, transfer_in_flight).

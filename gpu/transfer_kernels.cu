@@ -69,4 +69,20 @@ cudaError_t launch_copy_pages(const CopyPagesParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+__device__ unsigned long long global_timer_ns() {
+  unsigned long long t = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+__global__ void spin_kernel(unsigned long long nanoseconds) {
+  const unsigned long long start = global_timer_ns();
+  while (global_timer_ns() - start < nanoseconds) __nanosleep(1000);
+}
+
+cudaError_t launch_spin(std::uint32_t microseconds, cudaStream_t stream) {
+  spin_kernel<<<1, 1, 0, stream>>>(static_cast<unsigned long long>(microseconds) * 1000);
+  return cudaGetLastError();
+}
+
 }  // namespace kvtwin::gpu

@@ -44,4 +44,8 @@ struct CopyPagesParams {
 };
 cudaError_t launch_copy_pages(const CopyPagesParams& p, cudaStream_t stream);
 
+// One thread that spins for about `microseconds` on the stream: the slow producer under which
+// fault 13's missing wait shows every time (transfers.cpp), never run otherwise.
+cudaError_t launch_spin(std::uint32_t microseconds, cudaStream_t stream);
+
 }  // namespace kvtwin::gpu

@@ -12,6 +12,9 @@
 #include "gpu/transfer_kernels.cuh"
 
 namespace kvtwin::gpu {
+
+// Fault 13's slow producer (submit): long against a host op's submission, short against a test.
+constexpr std::uint32_t kFault13ProducerDelayUs = 20000;
 namespace {
 
 Error invalid(std::string message) { return make_error(ErrorKind::invalid_argument, std::move(message)); }
@@ -290,6 +293,12 @@ Status HostTransfers::submit(Transfer& t, const std::optional<std::uint32_t>& wa
   // and copies before the waits (the seed's index preparation ahead of its producer-event wait).
   if (!faults.transfer_before_producer_event)
     for (cudaEvent_t e : producers) KVTWIN_CUDA_TRY(cudaStreamWaitEvent(copy, e, 0));
+  // Under fault 13 a transfer that names no event to wait for (a producer, as the offload a later
+  // load-back reads) is slowed by kFault13ProducerDelayUs on its own copy stream, so that a consumer
+  // that skips its wait (the fault) copies before its producer has, every time: a race the fault
+  // plants must show on a fast device, not once in a while. Without the fault nothing spins.
+  if (faults.transfer_before_producer_event && !wait_event.has_value())
+    KVTWIN_CUDA_TRY(launch_spin(kFault13ProducerDelayUs, copy));
   for (std::size_t side = 0; side < t.host.size(); ++side)
     KVTWIN_TRY_STATUS(copy_side(t, side, copy, allocator, bytes, arena, faults));
   if (faults.transfer_before_producer_event)
