@@ -129,9 +129,74 @@ std::string_view op_name(const Op& op) {
                         [](const Capture&) { return std::string_view("capture"); },
                         [](const Replay&) { return std::string_view("replay"); },
                         [](const Checkpoint&) { return std::string_view("checkpoint"); },
+                        // the state sub-pool (SPEC 11)
+                        [](const StateAlloc&) { return std::string_view("state_alloc"); },
+                        [](const StateFree&) { return std::string_view("state_free"); },
+                        [](const StateWrite&) { return std::string_view("state_write"); },
+                        [](const StateRead&) { return std::string_view("state_read"); },
+                        [](const StateSlots&) { return std::string_view("state_slots"); },
                     },
                     op);
 }
+
+namespace {
+
+// ---------------------------------------------------------------- the state sub-pool's ops (SPEC 11)
+
+void state_op_to_json(const Op& op, json& j) {
+  std::visit(Overloaded{
+                 [&](const StateAlloc& o) { j["request"] = o.request; },
+                 [&](const StateFree& o) { j["request"] = o.request; },
+                 [&](const StateWrite& o) {
+                   j["request"] = o.request;
+                   j["write_number"] = o.write_number;
+                 },
+                 [&](const StateRead& o) {
+                   j["slots"] = o.slots;
+                   j["block"] = o.block;
+                   j["layer"] = o.layer;
+                 },
+                 [&](const StateSlots& o) { j["requests"] = o.requests; },
+                 [&](const auto&) {},
+             },
+             op);
+}
+
+// The state ops by name; nullopt for any other name.
+std::optional<Result<Op>> state_op_from_json(const std::string& name, JsonFields& f) {
+  auto parse = [&]() -> Result<Op> {
+    if (name == "state_alloc" || name == "state_free") {
+      KVTWIN_TRY_STATUS(f.only({"op", "request", "expect"}));
+      KVTWIN_TRY(std::uint64_t request, f.u64_required("request"));
+      if (name == "state_alloc") return Op(StateAlloc{request});
+      return Op(StateFree{request});
+    }
+    if (name == "state_write") {
+      KVTWIN_TRY_STATUS(f.only({"op", "request", "write_number", "expect"}));
+      StateWrite o;
+      KVTWIN_TRY(o.request, f.u64_required("request"));
+      KVTWIN_TRY(o.write_number, f.u64_required("write_number"));
+      return Op(o);
+    }
+    if (name == "state_read") {
+      KVTWIN_TRY_STATUS(f.only({"op", "slots", "block", "layer", "expect"}));
+      StateRead o;
+      KVTWIN_TRY(o.slots, f.i64_array("slots"));
+      KVTWIN_TRY(o.block, f.string_required("block"));
+      KVTWIN_TRY(o.layer, u32_field(f, "layer", std::nullopt));
+      return Op(std::move(o));
+    }
+    KVTWIN_TRY_STATUS(f.only({"op", "requests", "expect"}));
+    KVTWIN_TRY(std::vector<std::uint64_t> requests, f.u64_array("requests"));
+    return Op(StateSlots{std::move(requests)});
+  };
+  if (name != "state_alloc" && name != "state_free" && name != "state_write" && name != "state_read" &&
+      name != "state_slots")
+    return std::nullopt;
+  return parse();
+}
+
+}  // namespace
 
 json op_to_json(const Op& op) {
   json j;
@@ -222,6 +287,7 @@ json op_to_json(const Op& op) {
                    j["query_seed"] = o.query_seed;
                  },
                  [&](const Checkpoint&) {},
+                 [&](const auto&) { state_op_to_json(op, j); },
              },
              op);
   return j;
@@ -414,11 +480,35 @@ Result<Op> op_from_json(const json& j, std::string_view where) {
     KVTWIN_TRY_STATUS(f.only({"op", "expect"}));
     return Op(Checkpoint{});
   }
+  if (auto state_op = state_op_from_json(name, f)) return std::move(*state_op);
   return f.error("unknown operation '" + printable(name) +
                  "'; known: build, alloc, alloc_many, free, free_swa, flush, move_pages, begin_read, end_read, batch, "
                  "rebind, split, drop_batch, write, read, translate, swa_translate, page_table, remap_indices, capture, "
-                 "replay, checkpoint");
+                 "replay, checkpoint, state_alloc, state_free, state_write, state_read, state_slots");
 }
+
+namespace {
+json moves_json(const std::vector<PageMove>& moves) {
+  json out = json::array();
+  for (const PageMove& m : moves) out.push_back(json::array({m.sub_pool, m.src, m.dst}));
+  return out;
+}
+
+Result<std::vector<PageMove>> moves_from(const JsonFields& f, const json& m) {
+  if (!m.is_array()) return f.error("field 'moves' must be an array of [sub_pool, src, dst]");
+  std::vector<PageMove> out;
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    const json& e = m[i];
+    const auto is_i64 = [](const json& v) {
+      return v.is_number_integer() && !(v.is_number_unsigned() && v.get<std::uint64_t>() > INT64_MAX);
+    };
+    if (!e.is_array() || e.size() != 3 || !e[0].is_string() || !is_i64(e[1]) || !is_i64(e[2]))
+      return f.error("moves[" + std::to_string(i) + "] must be [sub_pool, src, dst] with 64-bit page ids");
+    out.push_back(PageMove{e[0].get<std::string>(), e[1].get<std::int64_t>(), e[2].get<std::int64_t>()});
+  }
+  return out;
+}
+}  // namespace
 
 json result_to_json(const OpResult& r) {
   if (!r.ok()) {
@@ -431,17 +521,16 @@ json result_to_json(const OpResult& r) {
   std::visit(Overloaded{
                  [&](const Done&) { j["ok"] = true; },
                  [&](const NoRoom&) { j["no_room"] = true; },
-                 [&](const Allocated& o) { j["pages"] = o.pages; },
+                 [&](const Allocated& o) {
+                   j["pages"] = o.pages;
+                   if (!o.moves.empty()) j["moves"] = moves_json(o.moves);
+                 },
                  [&](const AllocatedMany& o) {
                    j["pages"] = o.pages;
                    // An empty list would read back as Allocated{}: say which it is.
                    if (o.pages.empty()) j["many"] = true;
                  },
-                 [&](const Compaction& o) {
-                   json moves = json::array();
-                   for (const PageMove& m : o.moves) moves.push_back(json::array({m.sub_pool, m.src, m.dst}));
-                   j["moves"] = moves;
-                 },
+                 [&](const Compaction& o) { j["moves"] = moves_json(o.moves); },
                  [&](const Ids& o) { j["ids"] = o.values; },
                  [&](const Table& o) { j["table"] = o.rows; },
                  [&](const Bytes& o) { j = bytes_json(o); },
@@ -480,7 +569,7 @@ Result<OpResult> result_from_json(const json& j, std::string_view where) {
     return OpResult(Outcome(NoRoom{}));
   }
   if (f.has("pages")) {
-    KVTWIN_TRY_STATUS(f.only({"pages", "many"}));
+    KVTWIN_TRY_STATUS(f.only({"pages", "many", "moves"}));
     KVTWIN_TRY(bool many, f.boolean("many", false));
     const json& p = j.at("pages");
     if (many || (p.is_array() && !p.empty() && p.front().is_array())) {
@@ -488,22 +577,16 @@ Result<OpResult> result_from_json(const json& j, std::string_view where) {
       return OpResult(Outcome(AllocatedMany{std::move(pages)}));
     }
     KVTWIN_TRY(auto pages, f.i64_array("pages"));
-    return OpResult(Outcome(Allocated{std::move(pages)}));
+    Allocated a{std::move(pages), {}};
+    if (f.has("moves")) {
+      KVTWIN_TRY(a.moves, moves_from(f, j.at("moves")));
+    }
+    return OpResult(Outcome(std::move(a)));
   }
   if (f.has("moves")) {
     KVTWIN_TRY_STATUS(f.only({"moves"}));
-    const json& m = j.at("moves");
-    if (!m.is_array()) return f.error("field 'moves' must be an array of [sub_pool, src, dst]");
     Compaction c;
-    for (std::size_t i = 0; i < m.size(); ++i) {
-      const json& e = m[i];
-      const auto is_i64 = [](const json& v) {
-        return v.is_number_integer() && !(v.is_number_unsigned() && v.get<std::uint64_t>() > INT64_MAX);
-      };
-      if (!e.is_array() || e.size() != 3 || !e[0].is_string() || !is_i64(e[1]) || !is_i64(e[2]))
-        return f.error("moves[" + std::to_string(i) + "] must be [sub_pool, src, dst] with 64-bit page ids");
-      c.moves.push_back(PageMove{e[0].get<std::string>(), e[1].get<std::int64_t>(), e[2].get<std::int64_t>()});
-    }
+    KVTWIN_TRY(c.moves, moves_from(f, j.at("moves")));
     return OpResult(Outcome(std::move(c)));
   }
   if (f.has("loc")) {

@@ -48,11 +48,15 @@ struct SideTablesView {
   std::uint64_t allocated_pages = 0;
   std::size_t hole_count = 0;
   std::function<bool(std::int64_t)> is_hole;
+  std::int64_t span_low = 0;  // a float middle (SPEC 11)
 };
 
 struct PoolTablesView {
   std::vector<SideTablesView> sides;  // chain order
   std::size_t free_queue_size = 0;    // the owner's
+  // Hybrid chains (SPEC 11): one past the state sub-pool's last byte in use (its band or its
+  // highest quarantined slot). The state side itself is checked whole (it has a few slots).
+  std::uint64_t state_frontier_bytes = 0;
 };
 
 // What one operation changed, per side: the virtual pages whose v2p row changed, and the physical

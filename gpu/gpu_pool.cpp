@@ -154,6 +154,14 @@ OpResult GpuPool::apply(const Op& op) {
   return result;
 }
 
+namespace {
+OpResult state_op_unsupported(const Op& op) {
+  return make_error(ErrorKind::unsupported, "'" + std::string(op_name(op)) +
+                                                "': the GPU backend has no state sub-pool yet (SPEC 11); play it with "
+                                                "--backend model");
+}
+}  // namespace
+
 OpResult GpuPool::dispatch(const Op& op) {
   return std::visit(Overloaded{
                         [&](const BuildPool& o) { return build(o); },
@@ -178,6 +186,12 @@ OpResult GpuPool::dispatch(const Op& op) {
                         [&](const Capture& o) { return capture(o); },
                         [&](const Replay& o) { return replay(o); },
                         [&](const Checkpoint&) { return ok(Done{}); },
+                        // SPEC 11's state sub-pool: not on the GPU yet (a hybrid build is refused).
+                        [&](const StateAlloc& o) { return state_op_unsupported(o); },
+                        [&](const StateFree& o) { return state_op_unsupported(o); },
+                        [&](const StateWrite& o) { return state_op_unsupported(o); },
+                        [&](const StateRead& o) { return state_op_unsupported(o); },
+                        [&](const StateSlots& o) { return state_op_unsupported(o); },
                     },
                     op);
 }
@@ -189,6 +203,13 @@ OpResult GpuPool::build(const BuildPool& op) {
   Result<PoolDerived> derived =
       faults_.row_misaligned_accepted ? derive_pool_unchecked_rows(op.config) : derive_pool(op.config);
   if (!derived.ok()) return derived.error();
+  // SPEC 11's hybrid chains (a state sub-pool, a float middle) are the model's only, for now.
+  if (derived->has_state())
+    return make_error(ErrorKind::unsupported,
+                      "the GPU backend has no state sub-pool yet (SPEC 11, chain " + chain_text(derived->chain) +
+                          "); play this pool with --backend model, or give the model's token chain alone (\"chain\": " +
+                          "[\"" + derived->layouts.front().sub_pool + "\"" +
+                          (derived->is_composite() ? ", \"swa\"" : "") + "])");
   // Building (or rebuilding) replaces the whole state: tables, bytes, batches, readers, graphs.
   graphs_.clear();
   batches_.clear();

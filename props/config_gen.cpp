@@ -95,6 +95,8 @@ ModelShape generate_shape(Choices& c) {
 PoolConfig past_4gib_config(Choices& c) {
   PoolConfig config;
   config.shape = c.pick(model_catalogue());
+  // A hybrid model plays its token chain alone here (its state sub-pool: SPEC 11, not yet drawn).
+  if (config.shape.state) config.chain = token_chain(*plan_sub_pools(config.shape, 1));
   config.tp = 1;
   config.tables_only = true;
   config.mode = c.chance(1, 2) ? CompactionMode::lazy : CompactionMode::eager;

@@ -64,6 +64,11 @@ Result<PoolConfig> named_config(std::string_view name, std::uint64_t seed, std::
   c.tp = c.shape.attention == AttentionKind::mla ? 1 : c.shape.num_kv_heads;
   c.page_size = 16;
   c.seed = seed;
+  // A hybrid model plays its token chain alone here (its state sub-pool: SPEC 11, not yet drawn).
+  if (c.shape.state) {
+    Result<PoolPlan> plan = plan_sub_pools(c.shape, 1);
+    if (plan.ok()) c.chain = token_chain(*plan);
+  }
   for (std::size_t i = 1; i < parts.size(); ++i) {
     const std::string_view p = parts[i];
     if (p.substr(0, 2) == "tp") {

@@ -104,6 +104,7 @@ PoolShadow::PoolShadow(const PoolConfig& config) : config_(config) {
   derived_ = *d;
   page_size_ = static_cast<std::int64_t>(config.page_size);
   lazy_ = config.mode == CompactionMode::lazy;
+  hybrid_ = derived_.has_state();
   for (std::size_t i = 0; i < derived_.geometry.sub_pools.size(); ++i) {
     const SubPoolGeometry& g = derived_.geometry.sub_pools[i];
     ShadowSide s;
@@ -167,6 +168,7 @@ std::int64_t PoolShadow::slots(std::size_t side) const {
 }
 
 Expectation PoolShadow::apply(const Op& op) {
+  if (hybrid_ && !std::holds_alternative<BuildPool>(op)) return expect(Done{});  // not predicted (shadow.h)
   return std::visit([this](const auto& o) { return on(o); }, op);
 }
 
@@ -839,5 +841,12 @@ std::optional<std::vector<std::uint8_t>> PoolShadow::predict_attention(const Sha
 }
 
 Expectation PoolShadow::on(const Checkpoint&) { return expect(Done{}); }
+
+// A token chain has no state sub-pool: every state operation is refused (SPEC 11).
+Expectation PoolShadow::on(const StateAlloc&) { return refuse(ErrorKind::invalid_argument); }
+Expectation PoolShadow::on(const StateFree&) { return refuse(ErrorKind::invalid_argument); }
+Expectation PoolShadow::on(const StateWrite&) { return refuse(ErrorKind::invalid_argument); }
+Expectation PoolShadow::on(const StateRead&) { return refuse(ErrorKind::invalid_argument); }
+Expectation PoolShadow::on(const StateSlots&) { return refuse(ErrorKind::invalid_argument); }
 
 }  // namespace kvtwin::props

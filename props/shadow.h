@@ -102,6 +102,10 @@ class PoolShadow {
   // The tables in the Backend's form, to compare with a backend's tables() exactly.
   PoolTables tables() const;
 
+  // A hybrid chain (SPEC 11): the shadow does not predict its operations yet (the model's own
+  // checks and the table invariants hold it); apply() answers Done and takes no step.
+  bool hybrid() const { return hybrid_; }
+
   // ---- what generators read
   const PoolConfig& config() const { return config_; }
   const PoolDerived& derived() const { return derived_; }
@@ -144,6 +148,12 @@ class PoolShadow {
   Expectation on(const Capture& op);
   Expectation on(const Replay& op);
   Expectation on(const Checkpoint& op);
+  // The state sub-pool's operations (SPEC 11): on a token chain they are refused.
+  Expectation on(const StateAlloc& op);
+  Expectation on(const StateFree& op);
+  Expectation on(const StateWrite& op);
+  Expectation on(const StateRead& op);
+  Expectation on(const StateSlots& op);
 
   struct SideMoves {
     std::size_t side = 0;
@@ -193,6 +203,7 @@ class PoolShadow {
   PoolDerived derived_;
   std::int64_t page_size_ = 1;
   bool lazy_ = false;
+  bool hybrid_ = false;
   std::vector<ShadowSide> sides_;
   std::deque<std::int64_t> free_queue_;
   std::vector<std::vector<std::int64_t>> allocations_;

@@ -33,6 +33,7 @@
 #include "core/pool_config.h"
 #include "sim/content_ledger.h"
 #include "sim/page_allocator.h"
+#include "sim/state_allocator.h"
 #include "sim/pool_bytes.h"
 #include "sim/write_locs.h"
 
@@ -126,6 +127,10 @@ class Model : public Backend {
   Result<ByteOwner> locate_byte(std::uint64_t offset) const;
 
  protected:
+  // SPEC 10.22: the state slot a fresh allocation would take is quarantined (it still holds
+  // what a reader reads). Virtual so that the self-test can plant a model that reuses it.
+  virtual bool state_slot_quarantined(std::int64_t physical_slot) const;
+
   // SPEC 4.1: survivors and holes, both ascending, paired in order. Virtual so that a test-only
   // subclass can plant a wrong policy and show that the properties catch it.
   virtual std::vector<PagePair> pair_for_compaction(const std::vector<std::int64_t>& survivors,
@@ -188,6 +193,21 @@ class Model : public Backend {
   OpResult on(const Capture& op);
   OpResult on(const Replay& op);
   OpResult on(const Checkpoint& op);
+  // The state sub-pool and the float middle (SPEC 11; model_state.cpp's block of model.cpp).
+  OpResult on(const StateAlloc& op);
+  OpResult on(const StateFree& op);
+  OpResult on(const StateWrite& op);
+  OpResult on(const StateRead& op);
+  OpResult on(const StateSlots& op);
+  OpResult alloc_hybrid(std::uint64_t k, const std::vector<std::uint64_t>* split);
+  Status check_relocation_readers(const CompactionPlan& relocation) const;
+  void copy_relocation(const CompactionPlan& relocation, std::vector<PageMove>& moves);
+  Status check_state_moves(const CompactionPlan& plan) const;
+  void commit_state_moves(const CompactionPlan& plan, std::vector<PageMove>& moves);
+  std::size_t state_side() const;
+  void write_state_slot(std::int64_t vslot, std::uint64_t request, std::uint64_t write_number);
+  void forget_state_overlapped(std::uint64_t begin, std::uint64_t end);
+  Status verify_state() const;
 
   // Shared steps.
   PairingRule pairing() const;
@@ -219,6 +239,7 @@ class Model : public Backend {
   std::vector<ByteRange> touched_;
   bool built_this_op_ = false;    // the last operation built a pool: verify_changed() checks it all
   bool readers_changed_ = false;  // the last operation opened or closed a reader
+  bool state_changed_ = false;    // the last operation changed the state sub-pool (verify_changed checks it whole)
   // The (side, locs) this operation already found free of duplicate locs (plan_layer_write).
   mutable std::pair<std::size_t, std::vector<std::int64_t>> locs_without_duplicates_{SIZE_MAX, {}};
   mutable LocStamps loc_stamps_;  // check_duplicates' scratch (sim/write_locs.h)
