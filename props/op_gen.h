@@ -32,6 +32,9 @@ struct OpGenOptions {
   // the configuration generator's larger pools (ConfigLimits::large_one_in) are where these reach
   // thousands. Small operations stay the common case, so shrinking still ends short.
   std::uint32_t large_one_in = 16;
+  // On a hybrid chain (SPEC 11), about one operation in this many (0: none) is a state operation
+  // (state_alloc/free/write/read/slots, a reader of state slots). Runs with the GPU set it to 0.
+  std::uint32_t state_one_in = 3;
 };
 
 inline constexpr std::int64_t kLargeLanes = 4096;

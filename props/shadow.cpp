@@ -842,6 +842,40 @@ std::optional<std::vector<std::uint8_t>> PoolShadow::predict_attention(const Sha
 
 Expectation PoolShadow::on(const Checkpoint&) { return expect(Done{}); }
 
+void PoolShadow::learn(const Op& op, const OpResult& result) {
+  if (!hybrid_ || !result.ok()) return;
+  const auto bind = [&](const std::vector<std::int64_t>& pages) {
+    if (pages.empty()) return;
+    allocations_.push_back(pages);
+    for (std::int64_t v : pages)
+      for (ShadowSide& s : sides_) s.v2p[v] = 0;  // physical pages are not tracked here
+  };
+  const auto unbind = [&](std::size_t from_side, IdUnit unit, const std::vector<std::int64_t>& ids) {
+    std::set<std::int64_t> gone;
+    for (std::int64_t id : ids) gone.insert(unit == IdUnit::tokens ? id / page_size_ : id);
+    for (std::size_t i = from_side; i < sides_.size(); ++i)
+      for (std::int64_t v : gone) sides_[i].v2p.erase(v);
+    if (from_side != 0) return;
+    for (auto& a : allocations_) a.erase(std::remove_if(a.begin(), a.end(), [&](std::int64_t v) { return gone.count(v) != 0; }), a.end());
+    allocations_.erase(std::remove_if(allocations_.begin(), allocations_.end(), [](const auto& a) { return a.empty(); }),
+                       allocations_.end());
+  };
+  const Outcome& out = result.value();
+  if (const auto* o = std::get_if<Alloc>(&op); o && std::holds_alternative<Allocated>(out)) bind(std::get<Allocated>(out).pages);
+  if (std::holds_alternative<AllocMany>(op) && std::holds_alternative<AllocatedMany>(out))
+    for (const auto& pages : std::get<AllocatedMany>(out).pages) bind(pages);
+  if (const auto* o = std::get_if<Free>(&op)) unbind(0, o->unit, o->ids);
+  if (const auto* o = std::get_if<FreeSwa>(&op)) unbind(1, o->unit, o->ids);
+  if (const auto* o = std::get_if<StateAlloc>(&op); o && std::holds_alternative<Allocated>(out))
+    state_requests_.insert(o->request);
+  if (const auto* o = std::get_if<StateFree>(&op)) state_requests_.erase(o->request);
+  if (const auto* o = std::get_if<MakeBatch>(&op)) batches_[o->batch] = ShadowBatch{o->tokens, o->tokens, false, o->encoder_tokens};
+  if (const auto* o = std::get_if<Rebind>(&op); o && batches_.count(o->batch)) batches_[o->batch].physical = true;
+  if (const auto* o = std::get_if<DropBatch>(&op)) batches_.erase(o->batch);
+  if (const auto* o = std::get_if<BeginRead>(&op)) readers_[o->reader] = ShadowReader{0, std::set<std::int64_t>(o->pages.begin(), o->pages.end())};
+  if (const auto* o = std::get_if<EndRead>(&op)) readers_.erase(o->reader);
+}
+
 // A token chain has no state sub-pool: every state operation is refused (SPEC 11).
 Expectation PoolShadow::on(const StateAlloc&) { return refuse(ErrorKind::invalid_argument); }
 Expectation PoolShadow::on(const StateFree&) { return refuse(ErrorKind::invalid_argument); }

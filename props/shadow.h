@@ -105,6 +105,10 @@ class PoolShadow {
   // A hybrid chain (SPEC 11): the shadow does not predict its operations yet (the model's own
   // checks and the table invariants hold it); apply() answers Done and takes no step.
   bool hybrid() const { return hybrid_; }
+  // On a hybrid chain: what the reference answered, learnt (live allocations, state requests,
+  // batches, readers) so that generators still name live things. Nothing is predicted from it.
+  void learn(const Op& op, const OpResult& result);
+  const std::set<std::uint64_t>& state_requests() const { return state_requests_; }
 
   // ---- what generators read
   const PoolConfig& config() const { return config_; }
@@ -204,6 +208,7 @@ class PoolShadow {
   std::int64_t page_size_ = 1;
   bool lazy_ = false;
   bool hybrid_ = false;
+  std::set<std::uint64_t> state_requests_;  // hybrid: requests holding a state slot (learnt)
   std::vector<ShadowSide> sides_;
   std::deque<std::int64_t> free_queue_;
   std::vector<std::vector<std::int64_t>> allocations_;

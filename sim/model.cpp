@@ -438,6 +438,16 @@ OpResult Model::on(const MovePages& op) {
                        ")); choose a destination in the gap");
     }
   }
+  // SPEC 11: nor over the state sub-pool's slots in use (its band and its quarantined slots).
+  if (pool_->state)
+    for (std::int64_t p : op.dst) {
+      const std::uint64_t begin = static_cast<std::uint64_t>(p) * side.page_bytes(), end = begin + side.page_bytes();
+      const std::uint64_t state_begin = pool_->state->slots().band_begin_byte(), state_end = pool_->state->frontier_bytes();
+      if (begin < state_end && state_begin < end)
+        return invalid("move_pages: destination page " + num(p) + " of sub-pool '" + side.name() + "' (bytes [" +
+                       num(begin) + ", " + num(end) + ")) overlaps the state sub-pool's slots in use (bytes [" +
+                       num(state_begin) + ", " + num(state_end) + ")); choose a destination in the gap");
+    }
   for (std::size_t i = 0; i < op.src.size(); ++i)
     for (std::int64_t page : {op.src[i], op.dst[i]})
       if (pool_->held[s][static_cast<std::size_t>(page)] > 0)

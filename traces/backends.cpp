@@ -39,6 +39,7 @@ class PlantedModel : public sim::Model {
     // this thread, for as long as this model lives, so every user of core here shares them.
     if (fault_ == "model_one_sided_floor") sizing_bug_.emplace(PlantedSizingBug::one_sided_floor);
     if (fault_ == "model_row_address_32bit") sizing_bug_.emplace(PlantedSizingBug::row_address_32bit);
+    if (fault_ == "model_state_sink_per_page") sizing_bug_.emplace(PlantedSizingBug::state_sink_per_page);
   }
 
   std::string_view name() const override { return name_; }
@@ -142,6 +143,12 @@ class PlantedModel : public sim::Model {
     if (fault_ != "model_pairing_out_of_order") return sim::Model::pair_for_compaction(survivors, holes);
     std::vector<std::int64_t> reversed(survivors.rbegin(), survivors.rend());
     return sim::Model::pair_for_compaction(reversed, holes);
+  }
+
+  // SPEC 10.22: a state slot moved away from under a reader is reused at once.
+  bool state_slot_quarantined(std::int64_t physical_slot) const override {
+    if (fault_ != "model_state_reuse_before_readers_done") return sim::Model::state_slot_quarantined(physical_slot);
+    return false;
   }
 
  private:
@@ -254,6 +261,10 @@ const std::vector<FaultInfo>& model_faults() {
       {"model_pairing_out_of_order", FaultSite::model, "11", "compaction pairs survivors (descending) with holes"},
       {"model_read_stride_from_shape", FaultSite::model, "8",
        "a read takes the in-page token stride from the row shape, not the entry"},
+      {"model_state_reuse_before_readers_done", FaultSite::model, "22",
+       "a state slot compaction moved away from under a reader is reused before the reader is done"},
+      {"model_state_sink_per_page", FaultSite::model, "23",
+       "the state entry is charged page_size times in the sink (core's reserved floor counts page_size * E_state)"},
       {"model_row_address_32bit", FaultSite::model, "18",
        "core computes a row's byte address in 32 bits, wrapping past 4 GiB (every backend shares it)"},
       {"model_skipped_write_lane", FaultSite::model, "", "the write door skips the last lane of a multi-lane write"},
