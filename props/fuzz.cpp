@@ -252,8 +252,8 @@ PoolTrace failure_trace(const CaseResult& result, const BackendFactory& make_bac
     traces::TraceLine line;
     line.op = op;
     line.line = i + 2;
-    // A hybrid chain is not predicted by the shadow (shadow.h): the plain model's answer stands.
-    line.expect = e.bytes_by_size || shadow.hybrid() ? std::move(r) : e.result;
+    // An operation the shadow does not predict (on a hybrid chain): the plain model's answer stands.
+    line.expect = e.bytes_by_size || !e.predicted ? std::move(r) : e.result;
     trace.lines.push_back(std::move(line));
   }
   return trace;

@@ -48,6 +48,7 @@ std::uint64_t effective_stride(bool two_dim, std::uint64_t cols, std::int64_t st
 }  // namespace
 
 std::optional<std::string> mismatch(const Expectation& expected, const OpResult& actual) {
+  if (!expected.predicted) return std::nullopt;
   const OpResult& want = expected.result;
   if (!want.ok()) {
     if (actual.ok()) return "expected error " + std::string(error_kind_name(want.error().kind)) + ", got " + to_string(actual);
@@ -105,6 +106,7 @@ PoolShadow::PoolShadow(const PoolConfig& config) : config_(config) {
   page_size_ = static_cast<std::int64_t>(config.page_size);
   lazy_ = config.mode == CompactionMode::lazy;
   hybrid_ = derived_.has_state();
+  if (hybrid_) hybrid_shadow_.emplace(config_, derived_);
   for (std::size_t i = 0; i < derived_.geometry.sub_pools.size(); ++i) {
     const SubPoolGeometry& g = derived_.geometry.sub_pools[i];
     ShadowSide s;
@@ -120,6 +122,7 @@ PoolShadow::PoolShadow(const PoolConfig& config) : config_(config) {
 }
 
 PoolTables PoolShadow::tables() const {
+  if (hybrid_) return hybrid_shadow_->tables();
   PoolTables out;
   for (std::size_t i = 0; i < sides_.size(); ++i) {
     const ShadowSide& s = sides_[i];
@@ -168,7 +171,17 @@ std::int64_t PoolShadow::slots(std::size_t side) const {
 }
 
 Expectation PoolShadow::apply(const Op& op) {
-  if (hybrid_ && !std::holds_alternative<BuildPool>(op)) return expect(Done{});  // not predicted (shadow.h)
+  if (hybrid_ && !std::holds_alternative<BuildPool>(op)) {
+    std::optional<OpResult> r = hybrid_shadow_->apply(op);
+    if (!r) {
+      Expectation none = expect(Done{});
+      none.predicted = false;
+      return none;
+    }
+    // A state read is predicted by its size.
+    const bool by_size = r->ok() && std::holds_alternative<Bytes>(r->value());
+    return Expectation{std::move(*r), by_size, std::nullopt};
+  }
   return std::visit([this](const auto& o) { return on(o); }, op);
 }
 

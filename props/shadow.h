@@ -31,6 +31,7 @@
 #include "core/backend.h"
 #include "core/op.h"
 #include "core/pool_config.h"
+#include "props/shadow_hybrid.h"
 
 namespace kvtwin::props {
 
@@ -49,6 +50,7 @@ struct Expectation {
   OpResult result = OpResult(Outcome(Done{}));
   bool bytes_by_size = false;
   std::optional<PredictedRows> rows;
+  bool predicted = true;  // false: the shadow does not predict this operation (any answer passes)
 };
 
 // nullopt when `actual` is what `expected` says; otherwise what differs, in words.
@@ -102,11 +104,11 @@ class PoolShadow {
   // The tables in the Backend's form, to compare with a backend's tables() exactly.
   PoolTables tables() const;
 
-  // A hybrid chain (SPEC 11): the shadow does not predict its operations yet (the model's own
-  // checks and the table invariants hold it); apply() answers Done and takes no step.
+  // A hybrid chain (SPEC 11): its allocation, frees, state operations, readers and tables are
+  // predicted by props/shadow_hybrid.h; the rest is not predicted (Expectation::predicted false).
   bool hybrid() const { return hybrid_; }
   // On a hybrid chain: what the reference answered, learnt (live allocations, state requests,
-  // batches, readers) so that generators still name live things. Nothing is predicted from it.
+  // batches, readers) so that generators still name live things (the hybrid shadow predicts).
   void learn(const Op& op, const OpResult& result);
   const std::set<std::uint64_t>& state_requests() const { return state_requests_; }
 
@@ -208,6 +210,7 @@ class PoolShadow {
   std::int64_t page_size_ = 1;
   bool lazy_ = false;
   bool hybrid_ = false;
+  std::optional<HybridShadow> hybrid_shadow_;
   std::set<std::uint64_t> state_requests_;  // hybrid: requests holding a state slot (learnt)
   std::vector<ShadowSide> sides_;
   std::deque<std::int64_t> free_queue_;
