@@ -131,6 +131,15 @@ std::optional<OpResult> HybridShadow::alloc(std::uint64_t k, const std::vector<s
     const std::int64_t lo = std::max(f.min_page, up_div(state_end, f.page_bytes));
     const std::int64_t hi = std::min(f.num_pages, static_cast<std::int64_t>(owner_begin / f.page_bytes));
     std::int64_t low = float_low_, high = float_high_;
+    // One page at a time toward the larger gap, in bytes; a tie goes up.
+    const auto extend = [&](std::int64_t& l, std::int64_t& h) {
+      const std::int64_t below = l * static_cast<std::int64_t>(f.page_bytes) - static_cast<std::int64_t>(state_end);
+      const std::int64_t above = static_cast<std::int64_t>(owner_begin) - h * static_cast<std::int64_t>(f.page_bytes);
+      if (h < hi && (above >= below || l <= lo))
+        float_pages.push_back(h++);
+      else
+        float_pages.push_back(--l);
+    };
     bool placed = false;
     if (hi >= lo) {
       if (live == 0) low = high = std::clamp(low, lo, hi);  // transparent: the point moves into the gap
@@ -140,24 +149,18 @@ std::optional<OpResult> HybridShadow::alloc(std::uint64_t k, const std::vector<s
         if (live != 0)
           for (std::int64_t h : f.holes)
             if (static_cast<std::int64_t>(float_pages.size()) < kk) float_pages.push_back(h);
-        while (static_cast<std::int64_t>(float_pages.size()) < kk) {
-          // Toward the larger gap, in bytes; a tie goes up.
-          const std::int64_t below = low * static_cast<std::int64_t>(f.page_bytes) - static_cast<std::int64_t>(state_end);
-          const std::int64_t above = static_cast<std::int64_t>(owner_begin) - high * static_cast<std::int64_t>(f.page_bytes);
-          if (high < hi && (above >= below || low <= lo))
-            float_pages.push_back(high++);
-          else
-            float_pages.push_back(--low);
-        }
+        while (static_cast<std::int64_t>(float_pages.size()) < kk) extend(low, high);
         placed = true;
       }
     }
     if (!placed) {
-      // make_room: packed against the state's end, its live pages laid side by side, then the new.
+      // make_room: laid side by side away from the owner, in the middle of the room left once
+      // they and the new pages fit; the new pages then extend them.
       if (live == 0 || hi - lo < live + kk) return yes(NoRoom{});
-      relocation = pack_float(lo);
-      relocated_low = lo;
-      for (std::int64_t i = 0; i < kk; ++i) float_pages.push_back(lo + live + i);
+      relocated_low = lo + (hi - lo - live - kk) / 2;
+      relocation = pack_float(relocated_low);
+      std::int64_t l = relocated_low, h = relocated_low + live;
+      while (static_cast<std::int64_t>(float_pages.size()) < kk) extend(l, h);
     }
     for (const Move& m : relocation)
       if (held(f.name, m.src) || held(f.name, m.dst)) return no(ErrorKind::reader_conflict);
@@ -201,15 +204,17 @@ std::optional<OpResult> HybridShadow::alloc(std::uint64_t k, const std::vector<s
 }
 
 std::vector<HybridShadow::Move> HybridShadow::pack_float(std::int64_t first) const {
-  std::vector<Move> moves;
+  // The pages that go down, lowest first, then the ones that go up, highest first: a page is
+  // never written over before it has left.
+  std::vector<Move> down, up;
   std::int64_t to = first;
   for (const auto& [p, v] : float_->p2v) {
-    if (p != to) moves.push_back(Move{p, to});
+    if (to < p) down.push_back(Move{p, to});
+    if (to > p) up.push_back(Move{p, to});
     ++to;
   }
-  // Laid down (toward lower pages): ascending is safe; laid up: descending.
-  if (first > float_low_) std::reverse(moves.begin(), moves.end());
-  return moves;
+  down.insert(down.end(), up.rbegin(), up.rend());
+  return down;
 }
 
 void HybridShadow::apply_float_moves(const std::vector<Move>& moves, std::int64_t first) {
@@ -388,13 +393,14 @@ std::optional<OpResult> HybridShadow::state_alloc(const StateAlloc& op) {
     if (!float_live) {
       if (slot_end > owner_begin_bytes()) return yes(NoRoom{});  // an empty float is transparent
     } else if (slot_end > static_cast<std::uint64_t>(float_low_) * float_->page_bytes) {
-      // make_room: the float packed against the owner's band.
+      // make_room: the float laid away from the state, in the middle of what is left.
       const End& f = *float_;
+      const std::int64_t lo = std::max(f.min_page, up_div(slot_end, f.page_bytes));
       const std::int64_t hi = std::min(f.num_pages, static_cast<std::int64_t>(owner_begin_bytes() / f.page_bytes));
-      const std::int64_t first = hi - static_cast<std::int64_t>(f.v2p.size());
-      if (first < f.min_page || static_cast<std::uint64_t>(first) * f.page_bytes < slot_end) return yes(NoRoom{});
-      relocation = pack_float(first);
-      relocated_low = first;
+      const auto live = static_cast<std::int64_t>(f.v2p.size());
+      if (hi - lo < live) return yes(NoRoom{});
+      relocated_low = lo + (hi - lo - live) / 2;
+      relocation = pack_float(relocated_low);
       for (const Move& m : relocation)
         if (held(f.name, m.src) || held(f.name, m.dst)) return no(ErrorKind::reader_conflict);
     }

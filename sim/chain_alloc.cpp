@@ -46,15 +46,19 @@ ChainAllocPlan plan_chain_alloc(const PageAllocator& tokens, const StateAllocato
   }
   plan.float_pages.clear();
   if (fl.allocated_pages() == 0) return plan;  // an empty float that does not fit: no room
-  // make_room: F' cuts into the span. Pack the live pages against the state end (away from the
-  // owner), moving each at most once; then extend above them.
+  // make_room: F' cuts into the span. The live pages are laid side by side away from the owner,
+  // in the middle of the room that is left once they and the k new pages fit (so that the float
+  // meets an end again as late as it can), each moved at most once; the new pages then extend
+  // them toward the larger gap.
   const auto epp = fl.page_bytes();
   const std::int64_t lo = std::max<std::int64_t>(fl.min_page(), static_cast<std::int64_t>((state_end + epp - 1) / epp));
   const std::int64_t hi = std::min<std::int64_t>(fl.num_pages(), static_cast<std::int64_t>(owner_begin_bytes / epp));
   const auto live = static_cast<std::int64_t>(fl.allocated_pages());
   if (hi - lo < live + static_cast<std::int64_t>(k)) return plan;  // cannot: nothing changes
-  plan.relocation = fl.plan_relocation(lo);
-  for (std::int64_t i = 0; i < static_cast<std::int64_t>(k); ++i) plan.float_pages.push_back(lo + live + i);
+  const std::int64_t new_low = lo + (hi - lo - live - static_cast<std::int64_t>(k)) / 2;
+  plan.relocation = fl.plan_relocation(new_low);
+  plan.float_pages = fl.float_extension(new_low, new_low + live, k, state_end, owner_begin_bytes);
+  std::sort(plan.float_pages.begin(), plan.float_pages.end());
   plan.fits = true;
   return plan;
 }
@@ -95,12 +99,14 @@ StateAllocPlan plan_state_alloc(const PageAllocator& tokens, const StateAllocato
     plan.fits = true;
     return plan;
   }
-  // make_room: pack the float against the owner's band (away from the state end).
+  // make_room: the float laid side by side away from the state end, in the middle of the room
+  // between the slot's end and the owner's band (as for the owner's make_room).
   const auto epp = fl.page_bytes();
+  const std::int64_t lo = std::max<std::int64_t>(fl.min_page(), static_cast<std::int64_t>((slot_end + epp - 1) / epp));
   const std::int64_t hi = std::min<std::int64_t>(fl.num_pages(), static_cast<std::int64_t>(owner_begin / epp));
-  const std::int64_t new_low = hi - static_cast<std::int64_t>(fl.allocated_pages());
-  if (new_low < fl.min_page() || static_cast<std::uint64_t>(new_low) * epp < slot_end) return plan;  // nothing changes
-  plan.relocation = fl.plan_relocation(new_low);
+  const auto live = static_cast<std::int64_t>(fl.allocated_pages());
+  if (hi - lo < live) return plan;  // nothing changes
+  plan.relocation = fl.plan_relocation(lo + (hi - lo - live) / 2);
   plan.fits = true;
   return plan;
 }

@@ -112,7 +112,6 @@ std::int64_t AllocatorSide::unbind(std::int64_t vpage) {
 std::vector<std::int64_t> AllocatorSide::float_pages_for(std::uint64_t k, std::uint64_t low_limit,
                                                          std::uint64_t high_limit) const {
   KVTWIN_CHECK(floats(), "float_pages_for is the float's");
-  const auto epp = static_cast<std::int64_t>(page_bytes());
   // Whole pages between the limits, never below the sink's floor.
   const std::int64_t lo = std::max<std::int64_t>(min_page(), static_cast<std::int64_t>((low_limit + page_bytes() - 1) / page_bytes()));
   const std::int64_t hi = std::min<std::int64_t>(num_pages(), static_cast<std::int64_t>(high_limit / page_bytes()));
@@ -131,17 +130,25 @@ std::vector<std::int64_t> AllocatorSide::float_pages_for(std::uint64_t k, std::u
   if (allocated_ != 0)
     for (auto it = holes_.begin(); it != holes_.end() && pages.size() < k; ++it) pages.push_back(*it);
   // Then the span grows one page at a time toward the larger gap (in bytes; a tie goes up).
+  const std::vector<std::int64_t> more = float_extension(low, high, k - pages.size(), low_limit, high_limit);
+  pages.insert(pages.end(), more.begin(), more.end());
+  std::sort(pages.begin(), pages.end());
+  return pages;
+}
+
+std::vector<std::int64_t> AllocatorSide::float_extension(std::int64_t low, std::int64_t high, std::uint64_t k,
+                                                         std::uint64_t low_limit, std::uint64_t high_limit) const {
+  const auto epp = static_cast<std::int64_t>(page_bytes());
+  const std::int64_t lo = std::max<std::int64_t>(min_page(), static_cast<std::int64_t>((low_limit + page_bytes() - 1) / page_bytes()));
+  const std::int64_t hi = std::min<std::int64_t>(num_pages(), static_cast<std::int64_t>(high_limit / page_bytes()));
+  std::vector<std::int64_t> pages;
   while (pages.size() < k) {
     const std::int64_t gap_below = low * epp - static_cast<std::int64_t>(low_limit);
     const std::int64_t gap_above = static_cast<std::int64_t>(high_limit) - high * epp;
     const bool up = high < hi && (gap_above >= gap_below || low <= lo);
-    if (up) {
-      pages.push_back(high++);
-    } else {
-      pages.push_back(--low);
-    }
+    KVTWIN_CHECK(up || low > lo, "a float extension has the room its caller counted");
+    pages.push_back(up ? high++ : --low);
   }
-  std::sort(pages.begin(), pages.end());
   return pages;
 }
 
@@ -180,16 +187,20 @@ CompactionPlan AllocatorSide::plan_relocation(std::int64_t new_low) const {
   CompactionPlan plan;
   plan.new_span_low = new_low;
   plan.new_watermark = new_low + static_cast<std::int64_t>(allocated_);
-  std::vector<PagePair> moves;
+  // Live page i (ascending) goes to new_low + i. dst - src never grows with i, so the pages that
+  // move up come first and the ones that move down last, and neither group's destinations are
+  // the other's sources: the downward moves ascending, then the upward ones descending, write
+  // every destination while it is free.
+  std::vector<PagePair> down, up;
   std::int64_t target = new_low;
   for (std::int64_t p = span_low_; p < watermark_; ++p) {
     if (p2v_[static_cast<std::size_t>(p)] < 0) continue;
-    if (p != target) moves.push_back(PagePair{p, target});
+    if (target < p) down.push_back(PagePair{p, target});
+    if (target > p) up.push_back(PagePair{p, target});
     ++target;
   }
-  // Packing down (targets at or below sources) is safe ascending; packing up, descending.
-  if (new_low > span_low_) std::reverse(moves.begin(), moves.end());
-  plan.moves = std::move(moves);
+  plan.moves = std::move(down);
+  plan.moves.insert(plan.moves.end(), up.rbegin(), up.rend());
   plan.freed.assign(holes_.begin(), holes_.end());
   return plan;
 }

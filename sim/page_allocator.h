@@ -145,10 +145,14 @@ class AllocatorSide {
   // extended one page at a time on the side with the larger gap in bytes (a tie goes up); an empty
   // float (no live page) first moves its point into the limits. Empty when they do not fit.
   std::vector<std::int64_t> float_pages_for(std::uint64_t k, std::uint64_t low_limit, std::uint64_t high_limit) const;
+  // k pages that extend the span [low, high) one at a time toward the larger gap between the byte
+  // limits (a tie goes up); the caller has counted the room.
+  std::vector<std::int64_t> float_extension(std::int64_t low, std::int64_t high, std::uint64_t k,
+                                            std::uint64_t low_limit, std::uint64_t high_limit) const;
   // Binds vpages[i] -> pages[i] and widens the span over them.
   void bind_pages(const std::vector<std::int64_t>& vpages, const std::vector<std::int64_t>& pages);
-  // make_room: the live pages packed, ascending, into [new_low, new_low + live); each live page
-  // moves at most once, in an order where every destination is free when it is written.
+  // make_room: the live pages laid side by side, ascending, on [new_low, new_low + live); each
+  // live page moves at most once, in an order where every destination is free when it is written.
   CompactionPlan plan_relocation(std::int64_t new_low) const;
   void apply_relocation(const CompactionPlan& plan);
   // Holes at either end of the span leave it (flush; at once in eager mode). An empty float keeps

@@ -250,35 +250,31 @@ TEST_F(StatePool, MakeRoomRelocatesTheFloatMovingOnlyItsLivePagesOrChangesNothin
   EXPECT_EQ(swa_tables().span_low, 14);
   EXPECT_EQ(tables.sides[1].watermark, 17);
   EXPECT_EQ(tables.sides[0].watermark, 16);  // owner band (16, 32): pages 17 .. 31
-  // The next owner page is 16: the float is cut, so it is packed against the state end: its live
-  // pages 14, 15, 16 move to 2, 3, 4 (lo = ceil(160 / 128) = 2), each once, and the new float
-  // page is 5.
+  // The next owner page is 16 (F' = 2048): the float is cut. Its 3 live pages are laid side by
+  // side away from the owner, in the middle of the room [2, 16) left once they and the new page
+  // fit: from 2 + (14 - 3 - 1) / 2 = 7, each moved once (down: ascending). The new page then
+  // extends them toward the larger gap: below 7 * 128 - 160 = 736, above 2048 - 10 * 128 = 768:
+  // up, page 10.
   OpResult cut = play(Op(Alloc{2}));
   ASSERT_TRUE(cut.ok()) << to_string(cut);
-  const std::vector<PageMove> m = moves(cut);
-  EXPECT_EQ(m, (std::vector<PageMove>{{"swa", 14, 2}, {"swa", 15, 3}, {"swa", 16, 4}}));
-  EXPECT_EQ(swa_tables().span_low, 2);
-  EXPECT_EQ(tables.sides[1].watermark, 6);
-  // verify() above read every remembered swa row back through the moved pages.
-  // Now the state end needs bytes the float occupies: slot 1 ends at byte 320 > 2 * 128: the
-  // float is packed against the owner's band (page 16): pages 2..5 move to 12..15.
-  OpResult slot = play(Op(StateAlloc{1}));
-  ASSERT_TRUE(slot.ok());
-  EXPECT_EQ(moves(slot).size(), 4u);
+  EXPECT_EQ(moves(cut), (std::vector<PageMove>{{"swa", 14, 7}, {"swa", 15, 8}, {"swa", 16, 9}}));
+  EXPECT_EQ(swa_tables().span_low, 7);
+  EXPECT_EQ(tables.sides[1].watermark, 11);
+  // verify() read every remembered swa row back through the moved pages.
+  // State slots 1 .. 4 end at byte 800 at most, below the float's 896: no move.
+  for (std::uint64_t r = 1; r <= 4; ++r) EXPECT_TRUE(moves(play(Op(StateAlloc{r}))).empty());
+  // Slot 5 ends at 960: the float is laid away from the state end, in the middle of [8, 16):
+  // from 8 + (8 - 4) / 2 = 10, moving up (descending).
+  EXPECT_EQ(moves(play(Op(StateAlloc{5}))),
+            (std::vector<PageMove>{{"swa", 10, 13}, {"swa", 9, 12}, {"swa", 8, 11}, {"swa", 7, 10}}));
+  EXPECT_EQ(swa_tables().span_low, 10);
+  // Slots 6, 7 end below 10 * 128 = 1280; slot 8 (1440) moves the float to [12, 16); slot 9 (1600)
+  // would need it from page 13: 3 pages for 4 live ones. No room, nothing changed.
+  EXPECT_TRUE(moves(play(Op(StateAlloc{6}))).empty());
+  EXPECT_TRUE(moves(play(Op(StateAlloc{7}))).empty());
+  EXPECT_EQ(moves(play(Op(StateAlloc{8}))).size(), 4u);
   EXPECT_EQ(swa_tables().span_low, 12);
-  // When even a packed float cannot make room, nothing changes.
-  std::uint64_t admitted = 0;
-  for (std::uint64_t r = 2; r < 30; ++r) {
-    const std::uint64_t before = model.state_digest();
-    OpResult a = play(Op(StateAlloc{r}));
-    if (std::holds_alternative<NoRoom>(a.value())) {
-      EXPECT_EQ(model.state_digest(), before);
-      break;
-    }
-    ++admitted;
-  }
-  // Slot s fits while (s + 1) * 160 <= 12 * 128 = 1536: slots 2 .. 8.
-  EXPECT_EQ(admitted, 7u);
+  EXPECT_TRUE(std::holds_alternative<NoRoom>(refused(Op(StateAlloc{9})).value()));
 }
 
 TEST_F(StatePool, AMakeRoomUnderAReaderIsRefused) {
