@@ -323,7 +323,8 @@ std::string render_text(const LayoutReport& r) {
     const SubPoolReport& s = r.sub_pools[i];
     const SubPoolGeometry& g = s.geometry;
     const std::uint32_t is = dtype_size_bytes(s.spec.dtype);
-    o << "\nsub-pool " << s.layout.sub_pool << " (chain " << i << ", grows " << direction_name(g.direction)
+    o << "\nsub-pool " << s.layout.sub_pool << " (chain " << i << ", "
+      << (g.direction == GrowDirection::float_middle ? "floats in the middle" : "grows " + direction_name(g.direction))
       << "; model layers " << format_index_ranges(s.model_layers) << ")\n";
     o << "  per rank     " << s.spec.layers << " layers, " << s.spec.heads_per_rank << " head"
       << (s.spec.heads_per_rank == 1 ? "" : "s") << ", " << dtype_name(s.spec.dtype) << " (" << is << " bytes)\n";
