@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/checked.h"
+#include "core/planted_sizing.h"
 #include "core/printable.h"
 
 namespace kvtwin {
@@ -111,8 +112,12 @@ Result<StateEntryLayout> state_entry_layout(const StateShape& shape, std::string
   };
   for (std::size_t i = 0; i < shape.conv.size(); ++i) KVTWIN_TRY_STATUS(add_block("conv_" + std::to_string(i), shape.conv[i]));
   KVTWIN_TRY_STATUS(add_block("temporal", shape.temporal));
-  // No 32-byte padding: the entry is exactly the blocks.
+  // No 32-byte padding: the entry is exactly the blocks. A planted self-test bug
+  // (core/planted_sizing.h, SPEC 10.23) pads it as a token entry.
   layout.entry_bytes = offset;
+  if (planted_sizing_bug() == PlantedSizingBug::state_entry_padded) {
+    KVTWIN_TRY(layout.entry_bytes, checked_align_up(offset, kEntryAlignBytes, what));
+  }
   KVTWIN_TRY_STATUS(layout.validate());
   return layout;
 }
@@ -140,7 +145,8 @@ Status StateEntryLayout::validate() const {
                           " bytes is not a whole number of " + std::to_string(is) + "-byte elements");
     KVTWIN_TRY(expected_offset, checked_mul_add(b.layer_stride_bytes, b.layer_num, b.offset_bytes, "state entry"));
   }
-  if (expected_offset != entry_bytes)
+  const bool padded = planted_sizing_bug() == PlantedSizingBug::state_entry_padded && entry_bytes > expected_offset;
+  if (expected_offset != entry_bytes && !padded)
     return layout_error("sub-pool '" + sub_pool + "': its blocks end at byte " + std::to_string(expected_offset) +
                         " but the entry is " + std::to_string(entry_bytes) + " bytes; a state entry is exactly its blocks");
   // SPEC 11: the entry a multiple of every itemsize used, so that the slot stride is whole elements.

@@ -40,6 +40,7 @@ class PlantedModel : public sim::Model {
     if (fault_ == "model_one_sided_floor") sizing_bug_.emplace(PlantedSizingBug::one_sided_floor);
     if (fault_ == "model_row_address_32bit") sizing_bug_.emplace(PlantedSizingBug::row_address_32bit);
     if (fault_ == "model_state_sink_per_page") sizing_bug_.emplace(PlantedSizingBug::state_sink_per_page);
+    if (fault_ == "model_state_entry_padded") sizing_bug_.emplace(PlantedSizingBug::state_entry_padded);
   }
 
   std::string_view name() const override { return name_; }
@@ -261,14 +262,16 @@ const std::vector<FaultInfo>& model_faults() {
       {"model_pairing_out_of_order", FaultSite::model, "11", "compaction pairs survivors (descending) with holes"},
       {"model_read_stride_from_shape", FaultSite::model, "8",
        "a read takes the in-page token stride from the row shape, not the entry"},
-      {"model_state_reuse_before_readers_done", FaultSite::model, "22",
-       "a state slot compaction moved away from under a reader is reused before the reader is done"},
-      {"model_state_sink_per_page", FaultSite::model, "23",
-       "the state entry is charged page_size times in the sink (core's reserved floor counts page_size * E_state)"},
       {"model_row_address_32bit", FaultSite::model, "18",
        "core computes a row's byte address in 32 bits, wrapping past 4 GiB (every backend shares it)"},
       {"model_skipped_write_lane", FaultSite::model, "", "the write door skips the last lane of a multi-lane write"},
       {"model_stale_write", FaultSite::model, "", "the write door puts down the previous write's rows"},
+      {"model_state_entry_padded", FaultSite::model, "23",
+       "the state entry is padded to 32 bytes as a token entry (core's state layout), so views and budget grow"},
+      {"model_state_reuse_before_readers_done", FaultSite::model, "22",
+       "a state slot compaction moved away from under a reader is reused before the reader is done"},
+      {"model_state_sink_per_page", FaultSite::model, "23",
+       "the state entry is charged page_size times in the sink (core's reserved floor counts page_size * E_state)"},
       {"model_wrong_refusal_reason", FaultSite::model, "",
        "free_swa of a page already out of the window is refused as a page never allocated"},
   };
