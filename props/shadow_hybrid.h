@@ -7,7 +7,7 @@
 // [float_low, float_high), the state by one past its last slot in the band (state_top). Bound
 // pages are maps, holes sets. An allocation is predicted by asking "how many whole pages lie
 // between the ends" at each step, as a person would draw it; a relocation is "the live pages,
-// ascending, laid side by side against the far end". Readers are a map of held pages per
+// ascending, laid side by side in the middle of the room left". Readers are a map of held pages per
 // sub-pool; the quarantine is "slots moved away while held, still held".
 //
 // What it predicts: allocation (alloc, alloc_many), frees (free, free_swa, flush), the state

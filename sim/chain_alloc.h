@@ -5,10 +5,11 @@
 // How it works: like page_allocator.h, every allocation is a pure plan and a commit. An owner
 // allocation of k pages moves the owner's band down to F'; the float must then fit between the
 // state frontier and F' (its holes first, then its gaps); when F' cuts into the float's span, the
-// float is packed against the state end (make_room), moving only its live pages, each once; when
-// even that cannot make room, nothing changes. A state slot takes the lowest state hole or the
-// state watermark; when its bytes lie under the float, the float is packed against the owner's
-// band; a slot that still holds what a reader reads (the quarantine of SPEC 10.22) is never taken.
+// float is relocated away from the owner (make_room): its live pages laid side by side in the
+// middle of the room that is left, each moved once; when even that cannot make room, nothing
+// changes. A state slot takes the lowest state hole or the state watermark; when its bytes lie
+// under the float, the float is relocated away from the state end the same way; a slot that still
+// holds what a reader reads (the quarantine of SPEC 10.22) is never taken.
 //
 // What it does not cover: readers (the model checks a plan's moves against them), bytes.
 #pragma once

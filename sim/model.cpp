@@ -1262,14 +1262,13 @@ Status Model::check_relocation_readers(const CompactionPlan& relocation) const {
 
 void Model::copy_relocation(const CompactionPlan& relocation, std::vector<PageMove>& moves) {
   const AllocatorSide& fl = pool_->allocator.side(1);
-  for (const PagePair& m : relocation.moves) {
-    // In the plan's order: every destination is free when it is written (AllocatorSide::plan_relocation).
-    if (pool_->bytes) {
+  // In the plan's order: every destination is free when it is written (AllocatorSide::plan_relocation).
+  if (pool_->bytes)
+    for (const PagePair& m : float_copy_order(relocation.moves)) {
       pool_->bytes->copy_page(fl.geometry(), m.src, m.dst);
       note_touched(static_cast<std::uint64_t>(m.dst) * fl.page_bytes(), fl.page_bytes());
     }
-    moves.push_back(PageMove{fl.name(), m.src, m.dst});
-  }
+  for (const PagePair& m : relocation.moves) moves.push_back(PageMove{fl.name(), m.src, m.dst});
 }
 
 OpResult Model::alloc_hybrid(std::uint64_t k, const std::vector<std::uint64_t>* split) {

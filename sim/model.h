@@ -130,6 +130,10 @@ class Model : public Backend {
   // SPEC 10.22: the state slot a fresh allocation would take is quarantined (it still holds
   // what a reader reads). Virtual so that the self-test can plant a model that reuses it.
   virtual bool state_slot_quarantined(std::int64_t physical_slot) const;
+  // SPEC 11's make_room: the order the float's page envelopes are copied in (the plan's, in which
+  // every destination is free when written). Virtual so that the self-test can plant a relocation
+  // that copies in source order and overwrites a page before it has left.
+  virtual std::vector<PagePair> float_copy_order(const std::vector<PagePair>& moves) const { return moves; }
 
   // SPEC 4.1: survivors and holes, both ascending, paired in order. Virtual so that a test-only
   // subclass can plant a wrong policy and show that the properties catch it.

@@ -146,6 +146,15 @@ class PlantedModel : public sim::Model {
     return sim::Model::pair_for_compaction(reversed, holes);
   }
 
+  // SPEC 11's make_room: the float's envelopes copied in source order, so a page moving up lands
+  // on the next live page before that one has left.
+  std::vector<sim::PagePair> float_copy_order(const std::vector<sim::PagePair>& moves) const override {
+    if (fault_ != "model_float_relocation_overwrites") return sim::Model::float_copy_order(moves);
+    std::vector<sim::PagePair> by_source = moves;
+    std::sort(by_source.begin(), by_source.end(), [](const sim::PagePair& a, const sim::PagePair& b) { return a.src < b.src; });
+    return by_source;
+  }
+
   // SPEC 10.22: a state slot moved away from under a reader is reused at once.
   bool state_slot_quarantined(std::int64_t physical_slot) const override {
     if (fault_ != "model_state_reuse_before_readers_done") return sim::Model::state_slot_quarantined(physical_slot);
@@ -256,6 +265,8 @@ const std::vector<FaultInfo>& model_faults() {
       {"model_attention_stride_from_shape", FaultSite::model, "8",
        "the decode attention takes the in-page token stride from the row shape, not the entry"},
       {"model_drop_free_swa", FaultSite::model, "10", "free_swa is acknowledged but no tombstone is made"},
+      {"model_float_relocation_overwrites", FaultSite::model, "",
+       "the float's make_room copies its pages in source order, overwriting a page moving up before it has left"},
       {"model_negative_not_sink", FaultSite::model, "9", "translate passes a negative id through instead of the sink"},
       {"model_one_sided_floor", FaultSite::model, "",
        "core sizes the reserved floor from the first sub-pool of the chain only (every backend shares it)"},
