@@ -172,6 +172,11 @@ Status check_state_tables(const PoolTables& tables, const PoolDerived& derived, 
 
 }  // namespace
 
+Status check_state_table_invariants(const PoolTables& tables, const PoolDerived& derived, CompactionMode mode,
+                                    std::uint64_t& state_end) {
+  return check_state_tables(tables, derived, mode, state_end);
+}
+
 Status check_table_invariants(const PoolTables& tables, const PoolDerived& derived, CompactionMode mode) {
   const std::vector<SubPoolGeometry>& geometry = derived.geometry.sub_pools;
   if (tables.sides.size() != geometry.size())

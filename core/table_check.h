@@ -66,6 +66,12 @@ struct TableChanges {
   std::vector<std::vector<std::int64_t>> physical_pages;
 };
 
+// SPEC 11: the state sub-pool's tables alone (its side, request table and quarantine); `state_end`
+// gets one past its last byte in use. O(slots): a hybrid chain's state has few slots, so the
+// incremental check runs it whole after an operation that changed it.
+Status check_state_table_invariants(const PoolTables& tables, const PoolDerived& derived, CompactionMode mode,
+                                    std::uint64_t& state_end);
+
 // The invariants above over the changed rows, and the O(1) counts; O(changes), not O(pages).
 Status check_table_invariants_changed(const PoolTablesView& tables, const PoolDerived& derived, CompactionMode mode,
                                       const TableChanges& changes);

@@ -128,9 +128,11 @@ std::vector<std::string> catalogue_config_names(bool state_chains) {
     // Large entries get small pages so that a pool of tens of pages stays small. A hybrid model's
     // states are tens of MiB: its chain plays tables-only (the random hybrid pools carry bytes),
     // or its token chain alone where the GPU plays.
+    // A state of tens of MiB is thousands of small pages: hybrid models get pages of 16 and 64.
     const std::string suffix = !s.state ? "" : state_chains ? "/tables" : "/tokens";
-    names.push_back(s.name + "/ps" + std::to_string(page_sizes[i % 4]) + "/eager" + suffix);
-    names.push_back(s.name + "/ps" + std::to_string(page_sizes[(i + 1) % 4]) + "/lazy" + suffix);
+    const std::uint64_t eager_ps = s.state ? 16 : page_sizes[i % 4], lazy_ps = s.state ? 64 : page_sizes[(i + 1) % 4];
+    names.push_back(s.name + "/ps" + std::to_string(eager_ps) + "/eager" + suffix);
+    names.push_back(s.name + "/ps" + std::to_string(lazy_ps) + "/lazy" + suffix);
     ++i;
   }
   return names;
