@@ -33,9 +33,9 @@ struct PoolTables {
   std::vector<SideTables> sides;  // token sub-pools, chain order: [up] or [up, down] (hybrid: [owner, swa float])
   // Hybrid chains (SPEC 11): the state sub-pool's slot tables (its own free queue), the request ->
   // virtual slot table, and the physical slots quarantined for readers (SPEC 10.22), ascending.
-  std::optional<SideTables> state;
-  std::vector<std::pair<std::uint64_t, std::int64_t>> state_requests;  // ascending by request
-  std::vector<std::int64_t> state_quarantine;
+  std::optional<SideTables> state = {};
+  std::vector<std::pair<std::uint64_t, std::int64_t>> state_requests = {};  // ascending by request
+  std::vector<std::int64_t> state_quarantine = {};
   bool operator==(const PoolTables&) const = default;
 };
 

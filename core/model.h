@@ -45,7 +45,7 @@ struct ModelShape {
   DType dtype = DType::bf16;
   // Hybrid models (SPEC 11): the recurrent state of the model's state layers (Mamba2, GDN, KDA),
   // kept per request in a `state` sub-pool. `layers` above lists the attention layers only.
-  std::optional<StateShape> state;
+  std::optional<StateShape> state = {};
 
   bool operator==(const ModelShape&) const = default;
 };
@@ -83,7 +83,7 @@ struct LayerPlacement {
 struct PoolPlan {
   std::vector<SubPoolSpec> sub_pools;       // token sub-pools: [owner] or [owner, swa]
   std::vector<LayerPlacement> layer_map;    // one per attention layer of the model
-  std::optional<StateShape> state;          // one rank's share of the state (SPEC 11), when the model has one
+  std::optional<StateShape> state = {};     // one rank's share of the state (SPEC 11), when the model has one
 };
 
 // Validates the shape and divides it over `tp` ranks at `dtype`.

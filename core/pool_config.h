@@ -32,7 +32,7 @@ struct PoolConfig {
   // The chain of sub-pools in the buffer, low end first (SPEC 3, 11): empty for the model's own
   // chain. A hybrid model's is ["state", "full"], ["state", "mla"] or ["state", "swa", "full"];
   // its token chain alone (["full"], ["full", "swa"], ["mla"]) drops the state sub-pool.
-  std::vector<std::string> chain;
+  std::vector<std::string> chain = {};
 
   bool operator==(const PoolConfig&) const = default;
 };
@@ -43,8 +43,8 @@ struct PoolDerived {
   std::vector<DenseEntryLayout> layouts;  // one per sub-pool, in chain order
   PoolGeometry geometry;
   // Hybrid chains (SPEC 11): the state entry, and the chain as built (low end first).
-  std::optional<StateEntryLayout> state_layout;
-  std::vector<std::string> chain;
+  std::optional<StateEntryLayout> state_layout = {};
+  std::vector<std::string> chain = {};
 
   bool is_composite() const { return layouts.size() == 2; }
   bool has_state() const { return state_layout.has_value(); }

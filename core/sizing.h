@@ -54,7 +54,7 @@ struct PoolGeometry {
   std::vector<SubPoolGeometry> sub_pools;  // token sub-pools: [up] or [up, down]; hybrid: [owner down] or [owner down, swa float]
   // Hybrid chains (SPEC 11): the state sub-pool at the low end (page size 1, grows up), the
   // tokens a fresh state slot costs, and the SWA page where an empty float starts (the middle).
-  std::optional<SubPoolGeometry> state;
+  std::optional<SubPoolGeometry> state = {};
   std::uint64_t state_token_cost = 0;
   std::uint64_t float_start_page = 0;
 
