@@ -178,9 +178,14 @@ Expectation PoolShadow::apply(const Op& op) {
       none.predicted = false;
       return none;
     }
-    // A state read is predicted by its size.
+    // A state read is predicted by its size, and exactly in the rows the hybrid shadow knows.
     const bool by_size = r->ok() && std::holds_alternative<Bytes>(r->value());
-    return Expectation{std::move(*r), by_size, std::nullopt};
+    std::optional<PredictedRows> rows;
+    if (by_size && hybrid_shadow_->last_read_rows()) {
+      const HybridShadow::KnownRows& k = *hybrid_shadow_->last_read_rows();
+      rows = PredictedRows{k.row_bytes, k.bytes, k.known};
+    }
+    return Expectation{std::move(*r), by_size, std::move(rows)};
   }
   return std::visit([this](const auto& o) { return on(o); }, op);
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "core/oracle.h"
 #include "core/reasons.h"
 
 namespace kvtwin::props {
@@ -43,7 +44,9 @@ HybridShadow::HybridShadow(const PoolConfig& config, const PoolDerived& d) {
   state_ = end_of(*d.geometry.state);
   state_top_ = state_.min_page;
   for (std::int64_t v = state_.min_page; v < state_.num_pages; ++v) state_queue_.push_back(v);
+  seed_ = config.seed;
   for (const StateBlock& b : d.state_layout->blocks) {
+    state_block_dtypes_.push_back(b.dtype);
     state_blocks_.push_back(b.name);
     state_block_bytes_.push_back(b.layer_stride_bytes);
     state_layers_ = b.layer_num;
@@ -63,6 +66,10 @@ bool HybridShadow::held(const std::string& sub_pool, std::int64_t page) const {
 }
 
 std::optional<OpResult> HybridShadow::apply(const Op& op) {
+  last_rows_.reset();
+  // Bytes the shadow does not follow may land on state slots: what it knew of them is forgotten.
+  if (std::holds_alternative<Write>(op) || std::holds_alternative<Replay>(op) || std::holds_alternative<MovePages>(op))
+    contents_.clear();
   if (const auto* o = std::get_if<Alloc>(&op)) {
     if (o->tokens % static_cast<std::uint64_t>(page_size_) != 0) return no(ErrorKind::invalid_argument);
     if (o->tokens == 0) return yes(Allocated{});
@@ -85,7 +92,9 @@ std::optional<OpResult> HybridShadow::apply(const Op& op) {
   if (const auto* o = std::get_if<StateAlloc>(&op)) return state_alloc(*o);
   if (const auto* o = std::get_if<StateFree>(&op)) return state_free(*o);
   if (const auto* o = std::get_if<StateWrite>(&op)) {
-    if (!requests_.count(o->request)) return no(ErrorKind::invalid_argument);
+    auto it = requests_.find(o->request);
+    if (it == requests_.end()) return no(ErrorKind::invalid_argument);
+    if (!tables_only_) contents_[it->second] = {o->request, o->write_number};
     return yes(Done{});
   }
   if (const auto* o = std::get_if<StateRead>(&op)) return state_read(*o);
@@ -429,6 +438,7 @@ std::optional<OpResult> HybridShadow::state_free(const StateFree& op) {
     if (held(state_.name, m.dst)) return no(ErrorKind::reader_conflict);
   state_.v2p.erase(v);
   state_.p2v.erase(slot);
+  contents_.erase(v);  // a freed slot holds no state
   Compaction out;
   if (lazy_) {
     state_.holes.insert(slot);
@@ -455,9 +465,35 @@ std::optional<OpResult> HybridShadow::state_read(const StateRead& op) {
   if (op.layer >= state_layers_) return no(ErrorKind::out_of_range);
   for (std::int64_t s : op.slots)
     if (s < 0 || s >= state_.num_pages) return no(ErrorKind::out_of_range);
+  const auto block = static_cast<std::size_t>(b - state_blocks_.begin());
+  const std::uint64_t row = state_block_bytes_[block];
+  KnownRows rows;
+  rows.row_bytes = row;
+  rows.bytes.assign(op.slots.size() * row, 0);
+  for (std::size_t i = 0; i < op.slots.size(); ++i) {
+    const std::int64_t s = op.slots[i];
+    if (s < state_.min_page) {
+      rows.known.push_back(true);  // the sink reads as zeros
+      continue;
+    }
+    auto slot = state_.p2v.find(s);
+    auto content = slot == state_.p2v.end() ? contents_.end() : contents_.find(slot->second);
+    if (content == contents_.end()) {
+      rows.known.push_back(false);
+      continue;
+    }
+    // The oracle's state of the slot's last write: identity {request, sub-pool 7, layer, block,
+    // write} (docs/decisions.md).
+    const RowIdentity id{static_cast<std::int64_t>(content->second.first), 7, op.layer, static_cast<std::uint32_t>(block),
+                         content->second.second};
+    fill_oracle_row(seed_, id, state_block_dtypes_[block],
+                    std::span<std::uint8_t>(rows.bytes.data() + i * row, row));
+    rows.known.push_back(true);
+  }
+  last_rows_ = std::move(rows);
   Bytes size_only;
-  size_only.size = op.slots.size() * state_block_bytes_[static_cast<std::size_t>(b - state_blocks_.begin())];
-  return yes(size_only);  // compared by size (the caller marks it so)
+  size_only.size = op.slots.size() * row;
+  return yes(size_only);  // compared by size, and the rows known exactly (the caller)
 }
 
 std::optional<OpResult> HybridShadow::begin_read(const BeginRead& op) {

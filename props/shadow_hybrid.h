@@ -21,6 +21,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <span>
 #include <set>
 #include <string>
 #include <vector>
@@ -38,6 +39,17 @@ class HybridShadow {
   // What `op` must answer (nullopt: not predicted), taking the step.
   std::optional<OpResult> apply(const Op& op);
   PoolTables tables() const;
+
+  // The rows of the last state_read whose bytes the shadow knows (the oracle's state of the
+  // slot's last state_write; zeros below the first usable slot); a row not known is checked by
+  // size. Known contents are forgotten at any operation that may write bytes the shadow does not
+  // follow (a token write, a decode step, a raw move).
+  struct KnownRows {
+    std::uint64_t row_bytes = 0;
+    std::vector<std::uint8_t> bytes;
+    std::vector<bool> known;
+  };
+  const std::optional<KnownRows>& last_read_rows() const { return last_rows_; }
 
  private:
   struct End {
@@ -92,6 +104,10 @@ class HybridShadow {
   std::map<std::uint64_t, std::int64_t> requests_;  // request -> virtual slot
   std::set<std::int64_t> quarantine_;
   std::map<std::uint32_t, std::pair<std::string, std::set<std::int64_t>>> readers_;
+  std::uint64_t seed_ = 0;
+  std::map<std::int64_t, std::pair<std::uint64_t, std::uint64_t>> contents_;  // virtual slot -> (request, write)
+  std::vector<DType> state_block_dtypes_;
+  std::optional<KnownRows> last_rows_;
   std::vector<std::string> state_blocks_;
   std::vector<std::uint64_t> state_block_bytes_;
   std::uint32_t state_layers_ = 0;

@@ -48,6 +48,7 @@ TEST(HybridShadow, TheModelAgreesWithTheHybridShadowOnRandomHybridCases) {
   // Played directly (no runner): the shadow's prediction, then the model's answer, compared; the
   // tables compared; the model's verify; and what the cases reached, counted.
   std::uint64_t tri = 0, lazy = 0, state_moves = 0, float_moves = 0, quarantined = 0, predicted = 0, state_ops = 0;
+  std::uint64_t known_state_rows = 0;  // state read rows the shadow predicted byte for byte (not the sink)
   for (std::uint64_t i = 0; i < 40; ++i) {
     RngChoices c(mix_seed(kSeed, i));
     const PoolConfig config = generate_hybrid_config(c);
@@ -70,6 +71,10 @@ TEST(HybridShadow, TheModelAgreesWithTheHybridShadowOnRandomHybridCases) {
       const Status v = model.verify();
       ASSERT_TRUE(v.ok()) << at << ": " << v.error().message;
       predicted += e.predicted;
+      if (const auto* read = std::get_if<StateRead>(&op); read && e.rows)
+        for (std::size_t k = 0; k < read->slots.size(); ++k)
+          known_state_rows += e.rows->known[k] && read->slots[k] >= static_cast<std::int64_t>(
+                                                                        model.derived().geometry.state->min_page_index);
       state_ops += op_name(op).substr(0, 6) == "state_";
       if (r.ok()) {
         if (const auto* a = std::get_if<Allocated>(&r.value())) float_moves += a->moves.size();
@@ -86,6 +91,44 @@ TEST(HybridShadow, TheModelAgreesWithTheHybridShadowOnRandomHybridCases) {
   EXPECT_GT(state_moves, 0u) << "no state slot moved by compaction";
   EXPECT_GT(float_moves, 0u) << "no float relocation (make_room)";
   EXPECT_GT(quarantined, 0u) << "no slot quarantined for a reader";
+  // (Few: what the shadow knows of the state bytes is forgotten at every token write it does not follow.)
+  EXPECT_GE(known_state_rows, 10u) << "state reads were not predicted byte for byte";
+}
+
+// A model whose state reads answer one wrong byte: the shadow's known rows catch it.
+class WrongStateByteModel : public sim::Model {
+ public:
+  OpResult apply(const Op& op) override {
+    OpResult r = sim::Model::apply(op);
+    if (!std::holds_alternative<StateRead>(op) || !r.ok() || !std::holds_alternative<Bytes>(r.value())) return r;
+    std::vector<std::uint8_t> bytes = std::get<Bytes>(r.value()).bytes;
+    if (!bytes.empty()) bytes.back() ^= 0x10;
+    return OpResult(Outcome(Bytes::of(std::move(bytes))));
+  }
+};
+
+TEST(HybridShadow, AWrongStateByteDisagreesWithTheShadow) {
+  bool caught = false;
+  for (std::uint64_t i = 0; i < 100 && !caught; ++i) {
+    RngChoices c(mix_seed(kSeed + 3, i));
+    const PoolConfig config = generate_hybrid_config(c);
+    const SwarmWeights weights = draw_swarm(c);
+    WrongStateByteModel model;
+    PoolShadow shadow(config);
+    ASSERT_TRUE(model.apply(Op(BuildPool{config})).ok());
+    for (int step = 0; step < 200 && !caught; ++step) {
+      const Op op = generate_op(c, shadow, weights);
+      if (std::holds_alternative<BuildPool>(op)) continue;
+      const Expectation e = shadow.apply(op);
+      const OpResult r = model.apply(op);
+      shadow.learn(op, r);
+      if (std::optional<std::string> m = mismatch(e, r)) {
+        caught = true;
+        EXPECT_TRUE(std::holds_alternative<StateRead>(op)) << to_string(op) << ": " << *m;
+      }
+    }
+  }
+  EXPECT_TRUE(caught);
 }
 
 TEST(HybridShadow, APlantedPairingBugOnAHybridChainIsCaughtByTheShadow) {
