@@ -11,8 +11,9 @@
 // sub-pool; the quarantine is "slots moved away while held, still held".
 //
 // What it predicts: allocation (alloc, alloc_many), frees (free, free_swa, flush), the state
-// sub-pool's operations (their answers; a state read by size), readers (begin_read, end_read)
-// and the whole tables after every operation. What it does not: the write and read doors,
+// sub-pool's operations (their answers; a state read by size, and byte for byte in the rows whose
+// last state_write it knows), readers (begin_read, end_read) and the whole tables after every
+// operation. What it does not: the write and read doors,
 // translation, batches, moves, decode steps (`predicted` is false: the model's own checks and the
 // table invariants hold those).
 #pragma once
