@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <utility>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,12 +24,18 @@ struct SideTables {
   std::int64_t watermark = 0;
   std::vector<std::int64_t> holes;       // lazy mode: freed physical pages inside the band, ascending
   std::uint64_t allocated_pages = 0;
+  std::int64_t span_low = 0;             // a float middle (SPEC 11): its band is [span_low, watermark)
 
   bool operator==(const SideTables&) const = default;
 };
 
 struct PoolTables {
-  std::vector<SideTables> sides;  // chain order: [up] or [up, down]
+  std::vector<SideTables> sides;  // token sub-pools, chain order: [up] or [up, down] (hybrid: [owner, swa float])
+  // Hybrid chains (SPEC 11): the state sub-pool's slot tables (its own free queue), the request ->
+  // virtual slot table, and the physical slots quarantined for readers (SPEC 10.22), ascending.
+  std::optional<SideTables> state = {};
+  std::vector<std::pair<std::uint64_t, std::int64_t>> state_requests = {};  // ascending by request
+  std::vector<std::int64_t> state_quarantine = {};
   bool operator==(const PoolTables&) const = default;
 };
 

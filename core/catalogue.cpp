@@ -62,6 +62,29 @@ std::vector<LayerKind> mimo_v2_flash_layers() {
   return out;
 }
 
+// SPEC 11: a hybrid model's state: `layers` state layers, each with the conv states `conv`
+// (bf16) and one temporal state (fp32).
+StateShape state(std::uint32_t layers, std::vector<std::vector<std::uint32_t>> conv, std::vector<std::uint32_t> temporal) {
+  StateShape s;
+  s.layers = layers;
+  for (auto& shape : conv) s.conv.push_back(StateTensor{std::move(shape), DType::bf16});
+  s.temporal = StateTensor{std::move(temporal), DType::fp32};
+  return s;
+}
+
+ModelShape with_state(ModelShape shape, StateShape s) {
+  shape.state = std::move(s);
+  return shape;
+}
+
+// kvtwin's own tri-pool model (no public checkpoint): a small hybrid with state, sliding-window
+// and full layers, so that the chain [state up | swa float | full down] has a catalogue entry.
+std::vector<LayerKind> tripool_layers() {
+  std::vector<LayerKind> out;
+  for (int i = 0; i < 8; ++i) out.push_back(i % 4 == 3 ? LayerKind::full : LayerKind::swa);
+  return out;
+}
+
 std::vector<ModelShape> build_catalogue() {
   return {
       // huggingface.co/meta-llama/Llama-3.1-8B config.json: num_hidden_layers 32,
@@ -86,10 +109,40 @@ std::vector<ModelShape> build_catalogue() {
       mla("deepseek-v2-lite", "deepseek-ai/DeepSeek-V2-Lite config.json", 27, 512, 64),
       // huggingface.co/deepseek-ai/DeepSeek-V3 config.json: 61 layers, kv_lora_rank 512, qk_rope_head_dim 64.
       mla("deepseek-v3", "deepseek-ai/DeepSeek-V3 config.json", 61, 512, 64),
-      // huggingface.co/moonshotai/Kimi-Linear-48B-A3B-Instruct config.json: 27 layers, of which 7 are
-      // MLA (the rest are KDA linear attention, whose recurrent state is not a paged KV cache);
-      // kv_lora_rank 512, qk_rope_head_dim 64. Only the 7 MLA layers live in this pool.
-      mla("kimi-linear-48b-a3b", "moonshotai/Kimi-Linear-48B-A3B-Instruct config.json (MLA layers only)", 7, 512, 64),
+      // huggingface.co/moonshotai/Kimi-Linear-48B-A3B-Instruct config.json: num_hidden_layers 27, of
+      // which linear_attn_config.full_attn_layers lists 7 MLA layers (kv_lora_rank 512,
+      // qk_rope_head_dim 64) and kda_layers the other 20. A KDA layer's state (SPEC 11): three short
+      // convolutions (q, k, v) of num_heads 32 * head_dim 128 = 4096 channels over
+      // short_conv_kernel_size 4 - 1 = 3 steps, bf16, and a recurrent state of
+      // (num_heads 32, head_dim 128, head_dim 128) fp32:
+      // E_state = 20 * (3 * 4096 * 3 * 2 + 32 * 128 * 128 * 4) = 20 * (73,728 + 2,097,152) = 43,417,600 bytes.
+      with_state(mla("kimi-linear-48b-a3b", "moonshotai/Kimi-Linear-48B-A3B-Instruct config.json", 7, 512, 64),
+                 state(20, {{4096, 3}, {4096, 3}, {4096, 3}}, {32, 128, 128})),
+      // huggingface.co/Qwen/Qwen3.5-9B config.json (text_config): num_hidden_layers 32, layer_types
+      // three linear_attention then one full_attention (full_attention_interval 4): 24 gated-delta-net
+      // layers and 8 full-attention layers with num_key_value_heads 4 and head_dim 256. A GDN layer's
+      // state: one causal conv over key_dim * 2 + value_dim channels (linear_num_key_heads 16 *
+      // linear_key_head_dim 128 * 2 + linear_num_value_heads 32 * linear_value_head_dim 128 = 8192)
+      // and linear_conv_kernel_dim 4 - 1 = 3 steps, bf16; a recurrent state of (linear_num_value_heads
+      // 32, linear_key_head_dim 128, linear_value_head_dim 128), fp32 (mamba_ssm_dtype float32):
+      // E_state = 24 * (8192 * 3 * 2 + 32 * 128 * 128 * 4) = 24 * (49,152 + 2,097,152) = 51,511,296 bytes.
+      with_state(mha("qwen3.5-9b", "Qwen/Qwen3.5-9B config.json", repeat(LayerKind::full, 8), 4, 256, 256),
+                 state(24, {{8192, 3}}, {32, 128, 128})),
+      // huggingface.co/tiiuae/Falcon-H1-7B-Base config.json: num_hidden_layers 44, every layer both
+      // attention (num_key_value_heads 2, head_dim 128) and Mamba2 in parallel. A Mamba2 layer's
+      // state: a conv over mamba_d_ssm 3072 + 2 * mamba_n_groups 1 * mamba_d_state 256 = 3584
+      // channels and mamba_d_conv 4 - 1 = 3 steps, bf16; an SSM state of (mamba_n_heads 24,
+      // mamba_d_head 128, mamba_d_state 256), fp32:
+      // E_state = 44 * (3584 * 3 * 2 + 24 * 128 * 256 * 4) = 44 * (21,504 + 3,145,728) = 139,358,208 bytes.
+      with_state(mha("falcon-h1-7b", "tiiuae/Falcon-H1-7B-Base config.json", repeat(LayerKind::full, 44), 2, 128, 128),
+                 state(44, {{3584, 3}}, {24, 128, 256})),
+      // kvtwin's own tri-pool model (not a public checkpoint): 16 state layers (a conv of 2048
+      // channels over 3 steps, bf16; a temporal state of (16, 64, 64), fp32: E_state =
+      // 16 * (12,288 + 262,144) = 4,390,912 bytes), 6 sliding-window layers (window 512) and 2 full
+      // layers, 4 KV heads of 128: [state up | swa float | full down].
+      with_state(mha("kvtwin-tripool-8l", "kvtwin's own tri-pool model (core/catalogue.cpp)", tripool_layers(), 4, 128,
+                     128, 512),
+                 state(16, {{2048, 3}}, {16, 64, 64})),
   };
 }
 
@@ -119,7 +172,74 @@ Result<std::uint32_t> read_u32(const nlohmann::json& j, const char* key, std::st
   return static_cast<std::uint32_t>(v.get<std::uint64_t>());
 }
 
+// One state tensor: {"shape": [...], "dtype": "..."}; the dtype defaults to `fallback`.
+Result<StateTensor> state_tensor_from_json(const nlohmann::json& j, const std::string& where, DType fallback) {
+  if (!j.is_object()) return spec_error(where, "a state tensor is an object {\"shape\": [...], \"dtype\": ...}");
+  for (const auto& [key, value] : j.items()) {
+    (void)value;
+    if (key != "shape" && key != "dtype")
+      return spec_error(where, "unknown field '" + printable(key) + "' of a state tensor; known fields: dtype, shape");
+  }
+  StateTensor t;
+  t.dtype = fallback;
+  if (!j.contains("shape") || !j.at("shape").is_array())
+    return spec_error(where, "missing field 'shape' (an array of whole numbers)");
+  if (j.at("shape").size() > 4) return spec_error(where, "field 'shape' has more than 4 dimensions");
+  for (const nlohmann::json& d : j.at("shape")) {
+    if (!d.is_number_unsigned() || d.get<std::uint64_t>() == 0 || d.get<std::uint64_t>() > 0xffffffffULL)
+      return spec_error(where, "field 'shape' must hold whole numbers 1 .. 2^32-1");
+    t.shape.push_back(static_cast<std::uint32_t>(d.get<std::uint64_t>()));
+  }
+  if (j.contains("dtype")) {
+    if (!j.at("dtype").is_string()) return spec_error(where, "field 'dtype' must be a string");
+    auto d = parse_dtype(j.at("dtype").get<std::string>());
+    if (!d.ok()) return spec_error(where, d.error().message);
+    t.dtype = *d;
+  }
+  return t;
+}
+
+nlohmann::json state_tensor_to_json(const StateTensor& t) {
+  nlohmann::json j;
+  j["shape"] = t.shape;
+  j["dtype"] = std::string(dtype_name(t.dtype));
+  return j;
+}
+
 }  // namespace
+
+Result<StateShape> state_shape_from_json(const nlohmann::json& j, std::string_view where_text) {
+  const std::string where = std::string(where_text) + " state";
+  if (!j.is_object()) return spec_error(where, "'state' must be an object {\"layers\", \"conv\", \"temporal\"}");
+  for (const auto& [key, value] : j.items()) {
+    (void)value;
+    if (key != "layers" && key != "conv" && key != "temporal")
+      return spec_error(where, "unknown field '" + printable(key) + "'; known fields: conv, layers, temporal");
+  }
+  StateShape s;
+  KVTWIN_TRY(s.layers, read_u32(j, "layers", where, true, 0));
+  if (j.contains("conv")) {
+    const nlohmann::json& conv = j.at("conv");
+    if (!conv.is_array() || conv.size() > 8) return spec_error(where, "field 'conv' must be an array of at most 8 state tensors");
+    for (std::size_t i = 0; i < conv.size(); ++i) {
+      KVTWIN_TRY(StateTensor t, state_tensor_from_json(conv[i], where + " conv[" + std::to_string(i) + "]", DType::bf16));
+      s.conv.push_back(std::move(t));
+    }
+  }
+  if (!j.contains("temporal")) return spec_error(where, "missing field 'temporal' (the SSM / recurrent state tensor)");
+  KVTWIN_TRY(s.temporal, state_tensor_from_json(j.at("temporal"), where + " temporal", DType::fp32));
+  return s;
+}
+
+nlohmann::json state_shape_to_json(const StateShape& s) {
+  nlohmann::json j;
+  j["layers"] = s.layers;
+  nlohmann::json conv = nlohmann::json::array();
+  for (const StateTensor& t : s.conv) conv.push_back(state_tensor_to_json(t));
+  j["conv"] = conv;
+  j["temporal"] = state_tensor_to_json(s.temporal);
+  return j;
+}
 
 const std::vector<ModelShape>& model_catalogue() {
   static const std::vector<ModelShape> catalogue = build_catalogue();
@@ -141,7 +261,7 @@ Result<ModelShape> shape_from_json(const nlohmann::json& j, std::string_view whe
   static const std::set<std::string> known_keys = {
       "name",       "source",           "attention",    "num_layers",   "layer_types",      "num_kv_heads",
       "head_dim",   "v_head_dim",       "sliding_window", "swa_num_kv_heads", "kv_lora_rank", "qk_rope_head_dim",
-      "dtype"};
+      "dtype",      "state"};
   for (const auto& [key, value] : j.items()) {
     (void)value;
     if (!known_keys.count(key)) {
@@ -214,6 +334,9 @@ Result<ModelShape> shape_from_json(const nlohmann::json& j, std::string_view whe
     if (!d.ok()) return spec_error(where, d.error().message);
     s.dtype = *d;
   }
+  if (j.contains("state")) {
+    KVTWIN_TRY(s.state, state_shape_from_json(j.at("state"), where));
+  }
   auto valid = validate_shape(s);
   if (!valid.ok()) return valid.error().with_context(std::string(where) + ": ");
   return s;
@@ -239,6 +362,7 @@ nlohmann::json shape_to_json(const ModelShape& s) {
     j["qk_rope_head_dim"] = s.qk_rope_head_dim;
   }
   j["dtype"] = std::string(dtype_name(s.dtype));
+  if (s.state) j["state"] = state_shape_to_json(*s.state);
   return j;
 }
 

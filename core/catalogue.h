@@ -26,6 +26,11 @@ Result<ModelShape> find_model(std::string_view name);
 // JSON in the spec-file vocabulary, both ways. `where` prefixes error messages (a file name).
 Result<ModelShape> shape_from_json(const nlohmann::json& j, std::string_view where);
 nlohmann::json shape_to_json(const ModelShape& shape);
+// A hybrid model's "state" object (SPEC 11): {"layers": L, "conv": [{"shape": [...], "dtype":
+// "bf16"}, ...], "temporal": {"shape": [...], "dtype": "fp32"}} (conv dtypes default to bf16,
+// the temporal one to fp32).
+Result<StateShape> state_shape_from_json(const nlohmann::json& j, std::string_view where);
+nlohmann::json state_shape_to_json(const StateShape& state);
 
 // Reads and validates a spec file.
 // The longest model name a spec may give (it appears in every message about the model).

@@ -109,6 +109,7 @@ Result<std::uint32_t> kv_heads_per_rank(std::uint32_t kv_heads, std::uint32_t tp
 
 Status validate_shape(const ModelShape& shape) {
   const std::string m = "model '" + shape.name + "'";
+  if (shape.state) KVTWIN_TRY_STATUS(validate_state_shape(*shape.state, shape.name));
   if (shape.layers.empty()) return make_error(ErrorKind::invalid_argument, m + " has 0 layers; give it at least one");
   if (shape.layers.size() > kMaxLayers)
     return make_error(ErrorKind::invalid_argument, m + " has " + std::to_string(shape.layers.size()) +
@@ -161,10 +162,22 @@ Status validate_shape(const ModelShape& shape) {
   return ok_status();
 }
 
+// SPEC 11: one rank's share of the model's recurrent state, its entry validated.
+static Status plan_state(const ModelShape& shape, std::uint32_t tp, PoolPlan& plan) {
+  if (!shape.state) return ok_status();
+  auto per_rank = state_shape_per_rank(*shape.state, tp, shape.name);
+  if (!per_rank.ok()) return per_rank.error();
+  auto layout = state_entry_layout(*per_rank);
+  if (!layout.ok()) return layout.error().with_context("model '" + shape.name + "', TP " + std::to_string(tp) + ": ");
+  plan.state = std::move(per_rank).value();
+  return ok_status();
+}
+
 Result<PoolPlan> plan_sub_pools(const ModelShape& shape, std::uint32_t tp) {
   KVTWIN_TRY_STATUS(validate_shape(shape));
   PoolPlan plan;
   if (tp == 0) return make_error(ErrorKind::invalid_argument, "tensor-parallel size is 0; use --tp 1 or more");
+  KVTWIN_TRY_STATUS(plan_state(shape, tp, plan));
   if (shape.attention == AttentionKind::mla) {
     SubPoolSpec mla{"mla", SubPoolKind::mla, static_cast<std::uint32_t>(shape.layers.size()), 1,
                     shape.kv_lora_rank + shape.qk_rope_head_dim, shape.kv_lora_rank, shape.dtype};

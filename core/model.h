@@ -18,6 +18,7 @@
 #include "core/dtype.h"
 #include "core/layout.h"
 #include "core/result.h"
+#include "core/state_layout.h"
 
 namespace kvtwin {
 
@@ -42,6 +43,9 @@ struct ModelShape {
   std::uint32_t kv_lora_rank = 0;
   std::uint32_t qk_rope_head_dim = 0;
   DType dtype = DType::bf16;
+  // Hybrid models (SPEC 11): the recurrent state of the model's state layers (Mamba2, GDN, KDA),
+  // kept per request in a `state` sub-pool. `layers` above lists the attention layers only.
+  std::optional<StateShape> state = {};
 
   bool operator==(const ModelShape&) const = default;
 };
@@ -77,8 +81,9 @@ struct LayerPlacement {
 };
 
 struct PoolPlan {
-  std::vector<SubPoolSpec> sub_pools;       // [up] or [up, down]: full (up) + swa (down)
-  std::vector<LayerPlacement> layer_map;    // one per model layer
+  std::vector<SubPoolSpec> sub_pools;       // token sub-pools: [owner] or [owner, swa]
+  std::vector<LayerPlacement> layer_map;    // one per attention layer of the model
+  std::optional<StateShape> state = {};     // one rank's share of the state (SPEC 11), when the model has one
 };
 
 // Validates the shape and divides it over `tp` ranks at `dtype`.

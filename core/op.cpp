@@ -159,6 +159,12 @@ std::string_view op_name(const Op& op) {
                         [](const Offload&) { return std::string_view("offload"); },
                         [](const LoadBack&) { return std::string_view("load_back"); },
                         [](const TransferWait&) { return std::string_view("transfer_wait"); },
+                        // the state sub-pool (SPEC 11)
+                        [](const StateAlloc&) { return std::string_view("state_alloc"); },
+                        [](const StateFree&) { return std::string_view("state_free"); },
+                        [](const StateWrite&) { return std::string_view("state_write"); },
+                        [](const StateRead&) { return std::string_view("state_read"); },
+                        [](const StateSlots&) { return std::string_view("state_slots"); },
                     },
                     op);
 }
@@ -169,6 +175,65 @@ bool is_host_op(const Op& op) {
          std::holds_alternative<RecordEvent>(op) || std::holds_alternative<Offload>(op) ||
          std::holds_alternative<LoadBack>(op) || std::holds_alternative<TransferWait>(op);
 }
+
+namespace {
+
+// ---------------------------------------------------------------- the state sub-pool's ops (SPEC 11)
+
+void state_op_to_json(const Op& op, json& j) {
+  std::visit(Overloaded{
+                 [&](const StateAlloc& o) { j["request"] = o.request; },
+                 [&](const StateFree& o) { j["request"] = o.request; },
+                 [&](const StateWrite& o) {
+                   j["request"] = o.request;
+                   j["write_number"] = o.write_number;
+                 },
+                 [&](const StateRead& o) {
+                   j["slots"] = o.slots;
+                   j["block"] = o.block;
+                   j["layer"] = o.layer;
+                 },
+                 [&](const StateSlots& o) { j["requests"] = o.requests; },
+                 [&](const auto&) {},
+             },
+             op);
+}
+
+// The state ops by name; nullopt for any other name.
+std::optional<Result<Op>> state_op_from_json(const std::string& name, JsonFields& f) {
+  auto parse = [&]() -> Result<Op> {
+    if (name == "state_alloc" || name == "state_free") {
+      KVTWIN_TRY_STATUS(f.only({"op", "request", "expect"}));
+      KVTWIN_TRY(std::uint64_t request, f.u64_required("request"));
+      if (name == "state_alloc") return Op(StateAlloc{request});
+      return Op(StateFree{request});
+    }
+    if (name == "state_write") {
+      KVTWIN_TRY_STATUS(f.only({"op", "request", "write_number", "expect"}));
+      StateWrite o;
+      KVTWIN_TRY(o.request, f.u64_required("request"));
+      KVTWIN_TRY(o.write_number, f.u64_required("write_number"));
+      return Op(o);
+    }
+    if (name == "state_read") {
+      KVTWIN_TRY_STATUS(f.only({"op", "slots", "block", "layer", "expect"}));
+      StateRead o;
+      KVTWIN_TRY(o.slots, f.i64_array("slots"));
+      KVTWIN_TRY(o.block, f.string_required("block"));
+      KVTWIN_TRY(o.layer, u32_field(f, "layer", std::nullopt));
+      return Op(std::move(o));
+    }
+    KVTWIN_TRY_STATUS(f.only({"op", "requests", "expect"}));
+    KVTWIN_TRY(std::vector<std::uint64_t> requests, f.u64_array("requests"));
+    return Op(StateSlots{std::move(requests)});
+  };
+  if (name != "state_alloc" && name != "state_free" && name != "state_write" && name != "state_read" &&
+      name != "state_slots")
+    return std::nullopt;
+  return parse();
+}
+
+}  // namespace
 
 json op_to_json(const Op& op) {
   json j;
@@ -290,6 +355,7 @@ json op_to_json(const Op& op) {
                    j["host"] = o.host;
                  },
                  [&](const TransferWait& o) { j["transfer"] = o.transfer; },
+                 [&](const auto&) { state_op_to_json(op, j); },
              },
              op);
   return j;
@@ -543,12 +609,14 @@ Result<Op> op_from_json(const json& j, std::string_view where) {
     KVTWIN_TRY(std::uint32_t transfer, u32_field(f, "transfer", std::nullopt));
     return Op(TransferWait{transfer});
   }
+  if (auto state_op = state_op_from_json(name, f)) return std::move(*state_op);
   return f.error("unknown operation '" + printable(name) +
                  "'; known: build, alloc, alloc_many, free, free_swa, flush, move_pages, begin_read, end_read, batch, "
                  "rebind, split, drop_batch, write, read, translate, swa_translate, page_table, remap_indices, capture, "
                  "replay, checkpoint, host_alloc, host_free, lease_acquire, lease_release, record_event, offload, "
-                 "load_back, transfer_wait");
+                 "load_back, transfer_wait, state_alloc, state_free, state_write, state_read, state_slots");
 }
+
 
 json result_to_json(const OpResult& r) {
   if (!r.ok()) {
@@ -561,7 +629,10 @@ json result_to_json(const OpResult& r) {
   std::visit(Overloaded{
                  [&](const Done&) { j["ok"] = true; },
                  [&](const NoRoom&) { j["no_room"] = true; },
-                 [&](const Allocated& o) { j["pages"] = o.pages; },
+                 [&](const Allocated& o) {
+                   j["pages"] = o.pages;
+                   if (!o.moves.empty()) j["moves"] = moves_json(o.moves);
+                 },
                  [&](const AllocatedMany& o) {
                    j["pages"] = o.pages;
                    // An empty list would read back as Allocated{}: say which it is.
@@ -615,7 +686,7 @@ Result<OpResult> result_from_json(const json& j, std::string_view where) {
     return OpResult(Outcome(NoRoom{}));
   }
   if (f.has("pages")) {
-    KVTWIN_TRY_STATUS(f.only({"pages", "many"}));
+    KVTWIN_TRY_STATUS(f.only({"pages", "many", "moves"}));
     KVTWIN_TRY(bool many, f.boolean("many", false));
     const json& p = j.at("pages");
     if (many || (p.is_array() && !p.empty() && p.front().is_array())) {
@@ -623,7 +694,11 @@ Result<OpResult> result_from_json(const json& j, std::string_view where) {
       return OpResult(Outcome(AllocatedMany{std::move(pages)}));
     }
     KVTWIN_TRY(auto pages, f.i64_array("pages"));
-    return OpResult(Outcome(Allocated{std::move(pages)}));
+    Allocated a{std::move(pages), {}};
+    if (f.has("moves")) {
+      KVTWIN_TRY(a.moves, moves_from(f, j.at("moves"), "moves"));
+    }
+    return OpResult(Outcome(std::move(a)));
   }
   if (f.has("moves")) {
     KVTWIN_TRY_STATUS(f.only({"moves"}));

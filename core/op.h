@@ -324,10 +324,54 @@ struct TransferWait {
   bool operator==(const TransferWait&) const = default;
 };
 
+// ---------------------------------------------------------------- the state sub-pool (SPEC 11)
+// Hybrid chains only. One slot per request (page size 1); the request table maps a request to
+// its virtual state slot, kernels take physical slots (state_slots).
+
+// Gives `request` a fresh state slot (not zeroed). Outcome: Allocated {pages: [virtual slot],
+// moves: the float's relocation when the slot needed its bytes} or NoRoom (also while the slot it
+// would take still holds what a reader reads, SPEC 10.22).
+struct StateAlloc {
+  std::uint64_t request = 0;
+  bool operator==(const StateAlloc&) const = default;
+};
+
+// Frees the request's slot. Outcome: Compaction (eager: the slot moves of SPEC 4.1 with page
+// size 1; lazy: none).
+struct StateFree {
+  std::uint64_t request = 0;
+  bool operator==(const StateFree&) const = default;
+};
+
+// Writes the request's whole state (every block of every state layer) with the oracle's bytes
+// for `write_number`, at its physical slot. Outcome: Done.
+struct StateWrite {
+  std::uint64_t request = 0;
+  std::uint64_t write_number = 0;
+  bool operator==(const StateWrite&) const = default;
+};
+
+// Gathers one block of one state layer at physical slots (slot 0 and the sink's slots read as
+// zeros). Outcome: Bytes.
+struct StateRead {
+  std::vector<std::int64_t> slots;  // physical
+  std::string block;                // "conv_0", ..., "temporal"
+  std::uint32_t layer = 0;          // state layer
+  bool operator==(const StateRead&) const = default;
+};
+
+// The physical slot of each request (0, the sink, for a request without one). Outcome: Ids.
+struct StateSlots {
+  std::vector<std::uint64_t> requests;
+  bool operator==(const StateSlots&) const = default;
+};
+
 using Op = std::variant<BuildPool, Alloc, AllocMany, Free, FreeSwa, Flush, MovePages, BeginRead, EndRead, MakeBatch,
                         Rebind, Split, DropBatch, Write, Read, Translate, SwaTranslate, PageTable, RemapIndices,
                         Capture, Replay, Checkpoint, HostAlloc, HostFree, LeaseAcquire, LeaseRelease, RecordEvent,
-                        Offload, LoadBack, TransferWait>;
+                        Offload, LoadBack, TransferWait,
+                        // the state sub-pool (SPEC 11)
+                        StateAlloc, StateFree, StateWrite, StateRead, StateSlots>;
 
 // Whether an op belongs to the host arena and its transfers (backends without one refuse them).
 bool is_host_op(const Op& op);
@@ -343,24 +387,27 @@ struct Done {
 struct NoRoom {
   bool operator==(const NoRoom&) const = default;
 };
-struct Allocated {
-  std::vector<std::int64_t> pages;  // virtual, in binding order
-  bool operator==(const Allocated&) const = default;
-};
-struct AllocatedMany {
-  std::vector<std::vector<std::int64_t>> pages;
-  bool operator==(const AllocatedMany&) const = default;
-};
 struct PageMove {
   std::string sub_pool;
   std::int64_t src = 0;  // physical page
   std::int64_t dst = 0;
   bool operator==(const PageMove&) const = default;
 };
+struct Allocated {
+  std::vector<std::int64_t> pages;  // virtual, in binding order
+  // Hybrid chains (SPEC 11): the float's relocation (make_room) this allocation made first.
+  std::vector<PageMove> moves = {};
+  bool operator==(const Allocated&) const = default;
+};
+struct AllocatedMany {
+  std::vector<std::vector<std::int64_t>> pages;
+  bool operator==(const AllocatedMany&) const = default;
+};
 struct Compaction {
   std::vector<PageMove> moves;  // in the order they were made
   bool operator==(const Compaction&) const = default;
 };
+
 struct Ids {
   std::vector<std::int64_t> values;
   bool operator==(const Ids&) const = default;

@@ -10,7 +10,11 @@
 //   one_sided_floor     the reserved floor from the first sub-pool of the chain only (SPEC 3 takes
 //                       the largest entry and page of every sub-pool);
 //   row_address_32bit   a row's byte address kept in 32 bits, so it wraps past 4 GiB (SPEC 2:
-//                       all byte arithmetic is 64-bit and checked).
+//                       all byte arithmetic is 64-bit and checked);
+//   state_sink_per_page the state entry charged page_size times in the sink: the reserved floor
+//                       counts page_size * E_state (SPEC 11: E_state itself; SPEC 10.23);
+//   state_entry_padded  the state entry padded to 32 bytes as a token entry is (SPEC 11: no padding;
+//                       SPEC 10.23): the slot stride of every state view and the budget grow.
 //
 // Off by default; reading it is one thread-local load. Never hold one outside a self-test.
 #pragma once
@@ -19,7 +23,13 @@
 
 namespace kvtwin {
 
-enum class PlantedSizingBug : std::uint8_t { none, one_sided_floor, row_address_32bit };
+enum class PlantedSizingBug : std::uint8_t {
+  none,
+  one_sided_floor,
+  row_address_32bit,
+  state_sink_per_page,
+  state_entry_padded,
+};
 
 // The bug planted in this thread (the first held, in the order above), or none.
 PlantedSizingBug planted_sizing_bug();

@@ -15,6 +15,27 @@ std::optional<std::size_t> PoolDerived::sub_pool_index(std::string_view name) co
   return std::nullopt;
 }
 
+std::vector<std::string> token_chain(const PoolPlan& plan) {
+  std::vector<std::string> token;
+  for (const SubPoolSpec& s : plan.sub_pools) token.push_back(s.name);
+  return token;
+}
+
+std::vector<std::string> default_chain(const PoolPlan& plan) {
+  const std::vector<std::string> token = token_chain(plan);
+  if (!plan.state) return token;
+  // SPEC 11: [state up | owner down] or [state up | swa float | owner down].
+  std::vector<std::string> chain{"state"};
+  for (std::size_t i = token.size(); i-- > 0;) chain.push_back(token[i]);
+  return chain;
+}
+
+std::string chain_text(const std::vector<std::string>& chain) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < chain.size(); ++i) out += (i ? ", " : "") + chain[i];
+  return out + "]";
+}
+
 Result<PoolDerived> derive_pool(const PoolConfig& config) {
   PoolDerived d;
   if (config.tp > kMaxTensorParallel)
@@ -26,7 +47,22 @@ Result<PoolDerived> derive_pool(const PoolConfig& config) {
     KVTWIN_TRY(DenseEntryLayout layout, s.layout());
     d.layouts.push_back(std::move(layout));
   }
-  KVTWIN_TRY(d.geometry, size_pool(d.layouts, config.page_size, config.total_bytes));
+  // The chain: the model's own, or (for a hybrid model) its token chain alone.
+  const std::vector<std::string> own = default_chain(d.plan);
+  const std::vector<std::string> token = token_chain(d.plan);
+  d.chain = config.chain.empty() ? own : config.chain;
+  if (d.chain != own && d.chain != token)
+    return make_error(ErrorKind::invalid_argument,
+                      "chain " + chain_text(config.chain) + " does not fit model '" + config.shape.name +
+                          "': its chain is " + chain_text(own) +
+                          (own != token ? " (or " + chain_text(token) + " without its state)" : std::string()) +
+                          "; give one of those, or leave 'chain' out");
+  if (d.plan.state && d.chain == own) {
+    KVTWIN_TRY(StateEntryLayout state, state_entry_layout(*d.plan.state));
+    d.state_layout = std::move(state);
+  }
+  KVTWIN_TRY(d.geometry, size_pool(d.layouts, config.page_size, config.total_bytes,
+                                   d.state_layout ? &*d.state_layout : nullptr));
   return d;
 }
 
@@ -40,12 +76,13 @@ nlohmann::json pool_config_to_json(const PoolConfig& c) {
   j["tables_only"] = c.tables_only;
   j["seed"] = c.seed;
   if (c.host_bytes != 0) j["host_bytes"] = c.host_bytes;  // configurations before the host arena read as 0
+  if (!c.chain.empty()) j["chain"] = c.chain;
   return j;
 }
 
 Result<PoolConfig> pool_config_from_json(const nlohmann::json& j, std::string_view where) {
   JsonFields f(j, where);
-  KVTWIN_TRY_STATUS(f.only({"model", "tp", "page_size", "total_bytes", "mode", "tables_only", "seed", "host_bytes"}));
+  KVTWIN_TRY_STATUS(f.only({"model", "tp", "page_size", "total_bytes", "mode", "tables_only", "seed", "host_bytes", "chain"}));
   PoolConfig c;
   if (!j.is_object() || !j.contains("model")) return f.error("missing field 'model' (a catalogue name or a shape object)");
   const nlohmann::json& m = j.at("model");
@@ -69,6 +106,19 @@ Result<PoolConfig> pool_config_from_json(const nlohmann::json& j, std::string_vi
   KVTWIN_TRY(c.tables_only, f.boolean("tables_only", false));
   KVTWIN_TRY(c.seed, f.u64("seed", 0));
   KVTWIN_TRY(c.host_bytes, f.u64("host_bytes", 0));
+  // Configurations written before hybrid chains have no 'chain': the model's own chain.
+  if (j.contains("chain")) {
+    const nlohmann::json& chain = j.at("chain");
+    if (!chain.is_array() || chain.size() > 3)
+      return f.error("field 'chain' must be an array of at most 3 sub-pool names, low end first (e.g. [\"state\", \"full\"])");
+    for (const nlohmann::json& name : chain) {
+      if (!name.is_string()) return f.error("field 'chain' must hold sub-pool names (strings)");
+      const std::string n = name.get<std::string>();
+      if (n != "state" && n != "full" && n != "swa" && n != "mla")
+        return f.error("field 'chain' names an unknown sub-pool '" + printable(n) + "'; known: state, full, swa, mla");
+      c.chain.push_back(n);
+    }
+  }
   return c;
 }
 

@@ -32,6 +32,10 @@ struct PoolConfig {
   // Bytes of the pinned host arena shared by the full and SWA sides (SPEC 8); 0: no host arena
   // (host operations are refused). A trace writes it only when it is not 0.
   std::uint64_t host_bytes = 0;
+  // The chain of sub-pools in the buffer, low end first (SPEC 3, 11): empty for the model's own
+  // chain. A hybrid model's is ["state", "full"], ["state", "mla"] or ["state", "swa", "full"];
+  // its token chain alone (["full"], ["full", "swa"], ["mla"]) drops the state sub-pool.
+  std::vector<std::string> chain = {};
 
   bool operator==(const PoolConfig&) const = default;
 };
@@ -41,13 +45,27 @@ struct PoolDerived {
   PoolPlan plan;
   std::vector<DenseEntryLayout> layouts;  // one per sub-pool, in chain order
   PoolGeometry geometry;
+  // Hybrid chains (SPEC 11): the state entry, and the chain as built (low end first).
+  std::optional<StateEntryLayout> state_layout = {};
+  std::vector<std::string> chain = {};
 
   bool is_composite() const { return layouts.size() == 2; }
+  bool has_state() const { return state_layout.has_value(); }
+  // The tri-pool [state up | swa float | owner down]: the SWA sub-pool is a float middle.
+  bool has_float() const { return has_state() && is_composite(); }
   // Sub-pool index by name ("full", "swa", "mla"); nullopt when absent.
   std::optional<std::size_t> sub_pool_index(std::string_view name) const;
 };
 
 Result<PoolDerived> derive_pool(const PoolConfig& config);
+
+// The chain a model builds by default, low end first: its token sub-pools, behind "state" when it
+// has a recurrent state (SPEC 11): ["full"], ["full", "swa"], ["mla"], ["state", "full"],
+// ["state", "mla"], ["state", "swa", "full"].
+std::vector<std::string> default_chain(const PoolPlan& plan);
+// The token sub-pools alone (a hybrid model without its state): ["full"], ["full", "swa"], ["mla"].
+std::vector<std::string> token_chain(const PoolPlan& plan);
+std::string chain_text(const std::vector<std::string>& chain);
 
 nlohmann::json pool_config_to_json(const PoolConfig& config);
 // "model" may be a catalogue name or a full shape object. `where` prefixes errors.

@@ -21,7 +21,8 @@ struct Band {
 // What every check of a side starts with (full or incremental): table sizes, the sink row, the
 // -1 sentinels and the watermark's range; sets the band.
 Status check_side_frame(const std::string& side, std::span<const std::int64_t> v2p, std::span<const std::int64_t> p2v,
-                        std::int64_t watermark, const SubPoolGeometry& g, std::int64_t num_virtual, Band& band) {
+                        std::int64_t watermark, std::int64_t span_low, const SubPoolGeometry& g,
+                        std::int64_t num_virtual, Band& band) {
   const auto num_pages = static_cast<std::int64_t>(g.num_pages);
   const auto min_page = static_cast<std::int64_t>(g.min_page_index);
   if (static_cast<std::int64_t>(v2p.size()) != num_virtual + 1 || static_cast<std::int64_t>(p2v.size()) != num_pages + 1)
@@ -31,6 +32,14 @@ Status check_side_frame(const std::string& side, std::span<const std::int64_t> v
   if (v2p[0] != 0 || p2v[0] != 0)
     return broken(side + "the sink row is v2p[0] = " + n(v2p[0]) + ", p2v[0] = " + n(p2v[0]) + "; both must be 0");
   if (v2p.back() != -1 || p2v.back() != -1) return broken(side + "the last row of v2p or p2v is not the -1 sentinel");
+  // SPEC 11: a float middle's band is its span [span_low, watermark), inside the usable pages.
+  if (g.direction == GrowDirection::float_middle) {
+    if (span_low < min_page || span_low > watermark || watermark > num_pages)
+      return broken(side + "the float's span [" + n(span_low) + ", " + n(watermark) + ") is outside the usable pages [" +
+                    n(min_page) + ", " + n(num_pages) + ")");
+    band = Band{span_low, watermark};
+    return ok_status();
+  }
   const bool up = g.direction == GrowDirection::up;
   if (up ? (watermark < min_page || watermark > num_pages) : (watermark < min_page - 1 || watermark > num_pages - 1))
     return broken(side + "watermark " + n(watermark) + " is outside its range");
@@ -43,7 +52,7 @@ Status check_side(const SideTables& s, const SubPoolGeometry& g, std::int64_t nu
   const std::string side = "sub-pool '" + s.name + "': ";
   const auto num_pages = static_cast<std::int64_t>(g.num_pages);
   const auto min_page = static_cast<std::int64_t>(g.min_page_index);
-  KVTWIN_TRY_STATUS(check_side_frame(side, s.v2p, s.p2v, s.watermark, g, num_virtual, band));
+  KVTWIN_TRY_STATUS(check_side_frame(side, s.v2p, s.p2v, s.watermark, s.span_low, g, num_virtual, band));
   std::uint64_t bound = 0;
   for (std::int64_t v = 1; v < num_virtual; ++v) {
     const std::int64_t p = s.v2p[static_cast<std::size_t>(v)];
@@ -67,7 +76,8 @@ Status check_side(const SideTables& s, const SubPoolGeometry& g, std::int64_t nu
     if (!band.contains(h)) return broken(side + "hole " + n(h) + " lies outside the band [" + n(band.begin) + ", " + n(band.end) + ")");
     if (s.p2v[static_cast<std::size_t>(h)] >= 0) return broken(side + "page " + n(h) + " is both bound and a hole");
   }
-  if (mode == CompactionMode::eager && !s.holes.empty())
+  // SPEC 11: a float keeps interior holes in either mode (it never compacts on a free).
+  if (mode == CompactionMode::eager && !s.holes.empty() && g.direction != GrowDirection::float_middle)
     return broken(side + "an eager side has " + std::to_string(s.holes.size()) + " holes; eager compaction leaves none");
   for (std::int64_t p = 1; p < num_pages; ++p) {
     const std::int64_t v = s.p2v[static_cast<std::size_t>(p)];
@@ -93,7 +103,79 @@ Status check_side(const SideTables& s, const SubPoolGeometry& g, std::int64_t nu
   return ok_status();
 }
 
+// SPEC 11: a hybrid chain's bands in byte order: the state frontier, then the float's span (when
+// it holds a live page; an empty float is transparent), then the owner's band.
+Status check_hybrid_order(std::uint64_t state_end, const std::vector<Band>& bands, const std::vector<std::uint64_t>& allocated,
+                          const PoolDerived& derived) {
+  const std::vector<SubPoolGeometry>& g = derived.geometry.sub_pools;
+  std::uint64_t low = state_end;
+  std::string low_name = "state";
+  if (g.size() == 2 && allocated[1] > 0) {
+    const std::uint64_t float_begin = static_cast<std::uint64_t>(bands[1].begin) * g[1].page_bytes;
+    if (float_begin < low)
+      return broken("the float '" + g[1].name + "' starts at byte " + std::to_string(float_begin) +
+                    ", below the state frontier at byte " + std::to_string(low) + "; the sub-pools overlap");
+    low = static_cast<std::uint64_t>(bands[1].end) * g[1].page_bytes;
+    low_name = g[1].name;
+  }
+  const std::uint64_t owner_begin = static_cast<std::uint64_t>(bands[0].begin) * g[0].page_bytes;
+  if (low > owner_begin)
+    return broken("the '" + low_name + "' band ends at byte " + std::to_string(low) + ", past the '" + g[0].name +
+                  "' band's start at byte " + std::to_string(owner_begin) + "; the sub-pools overlap");
+  return ok_status();
+}
+
+// The state sub-pool's tables (SPEC 11): an up side of page size 1 with its own free queue, the
+// request table a bijection onto its bound slots, the quarantine unbound slots at or above the band.
+Status check_state_tables(const PoolTables& tables, const PoolDerived& derived, CompactionMode mode,
+                          std::uint64_t& state_end) {
+  if (!tables.state) return broken("a hybrid chain's tables have no state side");
+  const SideTables& s = *tables.state;
+  const SubPoolGeometry& g = *derived.geometry.state;
+  const auto num_slots = static_cast<std::int64_t>(g.num_pages);
+  const auto min_slot = static_cast<std::int64_t>(g.min_page_index);
+  Band band;
+  KVTWIN_TRY_STATUS(check_side(s, g, num_slots, min_slot, mode, band));
+  std::vector<bool> queued(static_cast<std::size_t>(num_slots), false);
+  for (std::int64_t v : s.free_queue) {
+    if (v < min_slot || v >= num_slots) return broken("state free queue holds slot " + n(v) + " outside the id range");
+    if (queued[static_cast<std::size_t>(v)]) return broken("state free queue holds slot " + n(v) + " twice");
+    if (s.v2p[static_cast<std::size_t>(v)] >= 0) return broken("state slot " + n(v) + " is both queued as free and bound");
+    queued[static_cast<std::size_t>(v)] = true;
+  }
+  for (std::int64_t v = min_slot; v < num_slots; ++v)
+    if (!queued[static_cast<std::size_t>(v)] && s.v2p[static_cast<std::size_t>(v)] < 0)
+      return broken("state slot " + n(v) + " is neither free (queued) nor bound");
+  std::vector<bool> owned(static_cast<std::size_t>(num_slots), false);
+  for (std::size_t i = 0; i < tables.state_requests.size(); ++i) {
+    const auto& [request, v] = tables.state_requests[i];
+    if (i > 0 && request <= tables.state_requests[i - 1].first) return broken("the state request table is not ascending");
+    if (v < min_slot || v >= num_slots || s.v2p[static_cast<std::size_t>(v)] < 0)
+      return broken("request " + std::to_string(request) + " holds state slot " + n(v) + ", which is not bound");
+    if (owned[static_cast<std::size_t>(v)]) return broken("two requests hold state slot " + n(v));
+    owned[static_cast<std::size_t>(v)] = true;
+  }
+  if (tables.state_requests.size() != s.allocated_pages)
+    return broken(std::to_string(tables.state_requests.size()) + " requests hold state slots but " +
+                  std::to_string(s.allocated_pages) + " are bound");
+  state_end = static_cast<std::uint64_t>(band.end) * g.page_bytes;
+  for (std::size_t i = 0; i < tables.state_quarantine.size(); ++i) {
+    const std::int64_t q = tables.state_quarantine[i];
+    if (i > 0 && q <= tables.state_quarantine[i - 1]) return broken("the state quarantine is not ascending");
+    if (q < band.end || q >= num_slots || s.p2v[static_cast<std::size_t>(q)] >= 0)
+      return broken("quarantined state slot " + n(q) + " is bound or inside the band [" + n(band.begin) + ", " +
+                    n(band.end) + "); SPEC 10.22: a slot moved away from under a reader is not reused until it is done");
+    state_end = std::max(state_end, static_cast<std::uint64_t>(q + 1) * g.page_bytes);
+  }
+  return ok_status();
+}
+
 }  // namespace
+
+Status check_state_table_invariants(const PoolTables& tables, const PoolDerived& derived, CompactionMode mode,
+                                    std::uint64_t& state_end) {
+  return check_state_tables(tables, derived, mode, state_end);
+}
 
 Status check_table_invariants(const PoolTables& tables, const PoolDerived& derived, CompactionMode mode) {
   const std::vector<SubPoolGeometry>& geometry = derived.geometry.sub_pools;
@@ -130,6 +212,14 @@ Status check_table_invariants(const PoolTables& tables, const PoolDerived& deriv
       if (other.v2p[static_cast<std::size_t>(v)] >= 0 && owner.v2p[static_cast<std::size_t>(v)] < 0)
         return broken("virtual page " + n(v) + " is bound on side '" + other.name + "' but not on the owner side");
   }
+  if (derived.has_state()) {
+    std::uint64_t state_end = 0;
+    KVTWIN_TRY_STATUS(check_state_tables(tables, derived, mode, state_end));
+    std::vector<std::uint64_t> allocated;
+    for (const SideTables& t : tables.sides) allocated.push_back(t.allocated_pages);
+    return check_hybrid_order(state_end, bands, allocated, derived);
+  }
+  if (tables.state) return broken("a token chain's tables have a state side");
   if (geometry.size() == 2) {
     const std::uint64_t up_end = static_cast<std::uint64_t>(bands[0].end) * geometry[0].page_bytes;
     const std::uint64_t down_begin = static_cast<std::uint64_t>(bands[1].begin) * geometry[1].page_bytes;
@@ -155,13 +245,13 @@ Status check_table_invariants_changed(const PoolTablesView& tables, const PoolDe
     const std::string side = "sub-pool '" + std::string(s.name) + "': ";
     const auto num_pages = static_cast<std::int64_t>(g.num_pages);
     const auto min_page = static_cast<std::int64_t>(g.min_page_index);
-    KVTWIN_TRY_STATUS(check_side_frame(side, s.v2p, s.p2v, s.watermark, g, num_virtual, bands[i]));
+    KVTWIN_TRY_STATUS(check_side_frame(side, s.v2p, s.p2v, s.watermark, s.span_low, g, num_virtual, bands[i]));
     const Band& band = bands[i];
     // Every band page is bound or a hole, and every bound page is in the band: the counts add up.
     if (s.allocated_pages + s.hole_count != static_cast<std::uint64_t>(band.end - band.begin))
       return broken(side + std::to_string(s.allocated_pages) + " bound pages and " + std::to_string(s.hole_count) +
                     " holes do not fill the band [" + n(band.begin) + ", " + n(band.end) + ")");
-    if (mode == CompactionMode::eager && s.hole_count != 0)
+    if (mode == CompactionMode::eager && s.hole_count != 0 && g.direction != GrowDirection::float_middle)
       return broken(side + "an eager side has " + std::to_string(s.hole_count) + " holes; eager compaction leaves none");
     for (std::int64_t v : changes.virtual_pages[i]) {
       if (v < 1 || v >= num_virtual) return broken(side + "a change names virtual page " + n(v) + " outside the table");
@@ -213,6 +303,11 @@ Status check_table_invariants_changed(const PoolTablesView& tables, const PoolDe
     return broken("the free queue holds " + std::to_string(tables.free_queue_size) + " ids and " +
                   std::to_string(tables.sides[0].allocated_pages) + " are bound, but there are " +
                   std::to_string(usable_ids) + " usable ids");
+  if (derived.has_state()) {
+    std::vector<std::uint64_t> allocated;
+    for (const SideTablesView& t : tables.sides) allocated.push_back(t.allocated_pages);
+    return check_hybrid_order(tables.state_frontier_bytes, bands, allocated, derived);
+  }
   if (geometry.size() == 2) {
     const std::uint64_t up_end = static_cast<std::uint64_t>(bands[0].end) * geometry[0].page_bytes;
     const std::uint64_t down_begin = static_cast<std::uint64_t>(bands[1].begin) * geometry[1].page_bytes;

@@ -48,11 +48,15 @@ struct SideTablesView {
   std::uint64_t allocated_pages = 0;
   std::size_t hole_count = 0;
   std::function<bool(std::int64_t)> is_hole;
+  std::int64_t span_low = 0;  // a float middle (SPEC 11)
 };
 
 struct PoolTablesView {
   std::vector<SideTablesView> sides;  // chain order
   std::size_t free_queue_size = 0;    // the owner's
+  // Hybrid chains (SPEC 11): one past the state sub-pool's last byte in use (its band or its
+  // highest quarantined slot). The state side itself is checked whole (it has a few slots).
+  std::uint64_t state_frontier_bytes = 0;
 };
 
 // What one operation changed, per side: the virtual pages whose v2p row changed, and the physical
@@ -61,6 +65,12 @@ struct TableChanges {
   std::vector<std::vector<std::int64_t>> virtual_pages;
   std::vector<std::vector<std::int64_t>> physical_pages;
 };
+
+// SPEC 11: the state sub-pool's tables alone (its side, request table and quarantine); `state_end`
+// gets one past its last byte in use. O(slots): a hybrid chain's state has few slots, so the
+// incremental check runs it whole after an operation that changed it.
+Status check_state_table_invariants(const PoolTables& tables, const PoolDerived& derived, CompactionMode mode,
+                                    std::uint64_t& state_end);
 
 // The invariants above over the changed rows, and the O(1) counts; O(changes), not O(pages).
 Status check_table_invariants_changed(const PoolTablesView& tables, const PoolDerived& derived, CompactionMode mode,

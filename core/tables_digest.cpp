@@ -23,6 +23,23 @@ std::uint64_t digest_tables(const PoolTables& tables) {
     // invariant check names; as a set it digests the same).
     for (std::int64_t h : t.holes) sum += tables_digest_term(s, TablesDigestPart::hole, static_cast<std::uint64_t>(h), 1);
     sum += tables_digest_counters(s, t.watermark, t.allocated_pages, t.free_queue.size(), t.holes.size());
+    if (t.span_low != 0) sum += tables_digest_term(s, TablesDigestPart::watermark, 1, t.span_low);
+  }
+  // Hybrid chains (SPEC 11): the state side digests as side 15, its request table and quarantine
+  // as rows of their own parts.
+  if (tables.state) {
+    constexpr std::uint64_t kStateSide = 15;
+    const SideTables& t = *tables.state;
+    for (std::uint64_t r = 0; r < t.v2p.size(); ++r) sum += tables_digest_term(kStateSide, TablesDigestPart::v2p, r, t.v2p[r]);
+    for (std::uint64_t r = 0; r < t.p2v.size(); ++r) sum += tables_digest_term(kStateSide, TablesDigestPart::p2v, r, t.p2v[r]);
+    for (std::uint64_t j = 0; j < t.free_queue.size(); ++j)
+      sum += tables_digest_term(kStateSide, TablesDigestPart::free_queue, j, t.free_queue[j]);
+    for (std::int64_t h : t.holes) sum += tables_digest_term(kStateSide, TablesDigestPart::hole, static_cast<std::uint64_t>(h), 1);
+    sum += tables_digest_counters(kStateSide, t.watermark, t.allocated_pages, t.free_queue.size(), t.holes.size());
+    for (const auto& [request, slot] : tables.state_requests)
+      sum += tables_digest_term(kStateSide + 1, TablesDigestPart::v2p, request, slot);
+    for (std::int64_t q : tables.state_quarantine)
+      sum += tables_digest_term(kStateSide + 1, TablesDigestPart::hole, static_cast<std::uint64_t>(q), 1);
   }
   return sum;
 }

@@ -117,6 +117,14 @@ Error GpuPool::attributed(const Error& error, std::uint64_t index, const Op& op,
                error.reason};
 }
 
+namespace {
+OpResult state_op_unsupported(const Op& op) {
+  return make_error(ErrorKind::unsupported, "'" + std::string(op_name(op)) +
+                                                "': the GPU backend has no state sub-pool yet (SPEC 11); play it with "
+                                                "--backend model");
+}
+}  // namespace
+
 OpResult GpuPool::dispatch(const Op& op) {
   const Faults& f = faults_;
   return std::visit(
@@ -198,6 +206,12 @@ OpResult GpuPool::dispatch(const Op& op) {
           [&](const Offload&) { return host_op(op); },
           [&](const LoadBack&) { return host_op(op); },
           [&](const TransferWait&) { return host_op(op); },
+          // SPEC 11's state sub-pool: not on the GPU yet (a hybrid build is refused).
+          [&](const StateAlloc&) { return state_op_unsupported(op); },
+          [&](const StateFree&) { return state_op_unsupported(op); },
+          [&](const StateWrite&) { return state_op_unsupported(op); },
+          [&](const StateRead&) { return state_op_unsupported(op); },
+          [&](const StateSlots&) { return state_op_unsupported(op); },
       },
       op);
 }
@@ -209,6 +223,13 @@ OpResult GpuPool::build(const BuildPool& op) {
   Result<PoolDerived> derived =
       faults_.row_misaligned_accepted ? derive_pool_unchecked_rows(op.config) : derive_pool(op.config);
   if (!derived.ok()) return derived.error();
+  // SPEC 11's hybrid chains (a state sub-pool, a float middle) are the model's only, for now.
+  if (derived->has_state())
+    return make_error(ErrorKind::unsupported,
+                      "the GPU backend has no state sub-pool yet (SPEC 11, chain " + chain_text(derived->chain) +
+                          "); play this pool with --backend model, or give the model's token chain alone (\"chain\": " +
+                          "[\"" + derived->layouts.front().sub_pool + "\"" +
+                          (derived->is_composite() ? ", \"swa\"" : "") + "])");
   if (op.config.host_bytes != 0) {
     // SPEC 8: page_num = host_bytes // max(page bytes) host pages; none is no arena (the
     // configuration does not build, and an earlier pool stays).

@@ -95,6 +95,8 @@ ModelShape generate_shape(Choices& c) {
 PoolConfig past_4gib_config(Choices& c) {
   PoolConfig config;
   config.shape = c.pick(model_catalogue());
+  // A hybrid model plays its token chain alone here (the GPU plays these too; SPEC 11).
+  if (config.shape.state) config.chain = token_chain(*plan_sub_pools(config.shape, 1));
   config.tp = 1;
   config.tables_only = true;
   config.mode = c.chance(1, 2) ? CompactionMode::lazy : CompactionMode::eager;
@@ -172,6 +174,48 @@ std::uint64_t generate_host_bytes(Choices& choices, const PoolConfig& config) {
   constexpr std::uint64_t kLimit = std::uint64_t{4} << 30;
   if (!config.tables_only && bytes > kLimit) return largest <= kLimit ? largest : 0;
   return bytes;
+}
+
+PoolConfig generate_hybrid_config(Choices& c) {
+  PoolConfig config;
+  ModelShape& s = config.shape;
+  const bool tri = c.chance(1, 2);
+  s.name = tri ? "prop-tripool" : "prop-hybrid";
+  s.source = "generated (props/config_gen)";
+  s.attention = AttentionKind::mha;
+  s.layers.assign(static_cast<std::size_t>(c.between(tri ? 2 : 1, 4)), LayerKind::full);
+  if (tri) {
+    for (std::size_t i = 1; i < s.layers.size(); ++i) s.layers[i] = c.chance(1, 2) ? LayerKind::swa : LayerKind::full;
+    s.layers.back() = LayerKind::swa;
+    s.sliding_window_tokens = 8;
+  }
+  s.num_kv_heads = static_cast<std::uint32_t>(c.between(1, 2));
+  s.k_head_dim = s.v_head_dim = c.chance(1, 2) ? 16 : 32;
+  StateShape st;
+  st.layers = static_cast<std::uint32_t>(c.between(1, 3));
+  const std::vector<std::uint32_t> channels = {8, 16, 32};
+  for (std::int64_t i = 0, n = c.between(1, 2); i < n; ++i)
+    st.conv.push_back(StateTensor{{c.pick(channels), static_cast<std::uint32_t>(c.between(2, 3))}, DType::bf16});
+  st.temporal = StateTensor{{static_cast<std::uint32_t>(c.between(1, 2)), c.chance(1, 2) ? 4u : 8u, c.chance(1, 2) ? 4u : 8u},
+                            DType::fp32};
+  s.state = st;
+  config.page_size = c.pick(std::vector<std::uint64_t>{1, 2, 4, 8});
+  config.mode = c.chance(1, 2) ? CompactionMode::lazy : CompactionMode::eager;
+  config.tables_only = c.chance(1, 8);
+  config.seed = c.below(std::uint64_t{1} << 32);
+  PoolConfig probe = config;
+  probe.total_bytes = std::uint64_t{1} << 30;
+  Result<PoolDerived> d = derive_pool(probe);
+  KVTWIN_CHECK(d.ok(), d.ok() ? std::string() : "a generated hybrid shape derives: " + d.error().message);
+  std::uint64_t token_pages = 0;
+  for (const SubPoolGeometry& g : d->geometry.sub_pools) token_pages += g.page_bytes;
+  const std::uint64_t e_state = d->state_layout->entry_bytes;
+  // The floor, then room for 3 to 10 states and 2 to 24 pages of every token sub-pool.
+  config.total_bytes = d->geometry.reserved_floor_bytes + static_cast<std::uint64_t>(c.between(3, 10)) * e_state +
+                       static_cast<std::uint64_t>(c.between(2, 24)) * token_pages + c.below(64);
+  for (int attempt = 0; attempt < 32 && !derive_pool(config).ok(); ++attempt) config.total_bytes += token_pages + e_state;
+  KVTWIN_CHECK(derive_pool(config).ok(), "generate_hybrid_config found a size that builds");
+  return config;
 }
 
 }  // namespace kvtwin::props

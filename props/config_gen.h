@@ -37,5 +37,10 @@ PoolConfig generate_config(Choices& choices, const ConfigLimits& limits = {});
 // that a configuration that builds still builds with it. Drawn apart from generate_config, so
 // that runs without host operations draw exactly the configurations they drew before.
 std::uint64_t generate_host_bytes(Choices& choices, const PoolConfig& config);
+// A small hybrid pool (SPEC 11): 1-4 attention layers (full, or full and sliding-window: the
+// tri-pool), a state of 1-3 layers with 1-2 conv tensors (bf16) and a temporal tensor (fp32),
+// page sizes 1-8, eager and lazy, sometimes tables-only; room for a few states and tens of pages.
+// The model only: the GPU has no state sub-pool yet.
+PoolConfig generate_hybrid_config(Choices& choices);
 
 }  // namespace kvtwin::props

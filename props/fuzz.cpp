@@ -34,12 +34,27 @@ Result<std::uint64_t> number_after(std::string_view part, std::string_view prefi
   return v;
 }
 
-Result<PoolConfig> case_config(const CaseSpec& spec, Choices& choices) {
+Result<PoolConfig> case_config(const CaseSpec& spec, Choices& choices, bool state_chains) {
   // Now and then a tables-only pool past 4 GiB, so that every run derives and compares row
   // addresses past 2^32 (props/observers.h SizingObserver); and a pool of thousands of pages,
   // where operations at real sizes (props/op_gen.h) reach thousands of lanes.
-  if (spec.config == "random") return generate_config(choices, ConfigLimits{.past_4gib_one_in = 16, .large_one_in = 8});
+  if (spec.config == "random") {
+    // SPEC 11: one random case in four is a hybrid chain when no GPU plays (drawn from a stream of
+    // its own, so that the other cases draw exactly what they drew before hybrids existed).
+    if (state_chains) {
+      RngChoices hybrid(mix_seed(spec.seed, fnv1a64("hybrid")));
+      if (hybrid.chance(1, 4)) return generate_hybrid_config(hybrid);
+    }
+    return generate_config(choices, ConfigLimits{.past_4gib_one_in = 16, .large_one_in = 8});
+  }
   return named_config(spec.config, spec.seed);
+}
+
+// Whether a GPU plays in a set (the GPU has no state sub-pool yet: no hybrid chain, no state op).
+bool has_gpu(const BackendSet& set) {
+  for (const traces::Player& p : set.players)
+    if (p.backend->name() == "gpu") return true;
+  return false;
 }
 
 }  // namespace
@@ -77,6 +92,11 @@ Result<PoolConfig> named_config(std::string_view name, std::uint64_t seed, std::
       c.mode = p == "lazy" ? CompactionMode::lazy : CompactionMode::eager;
     } else if (p == "tables") {
       c.tables_only = true;
+    } else if (p == "tokens") {
+      // A hybrid model's token chain alone, without its state sub-pool (SPEC 11).
+      Result<PoolPlan> plan = plan_sub_pools(c.shape, c.tp);
+      if (!plan.ok()) return bad_config(name, plan.error().message);
+      c.chain = token_chain(*plan);
     } else {
       return bad_config(name, "unknown part '" + printable(p) + "'");
     }
@@ -93,19 +113,26 @@ Result<PoolConfig> named_config(std::string_view name, std::uint64_t seed, std::
     per_page += g.page_bytes;
   }
   c.total_bytes = floor_bytes + usable_pages * per_page;
+  // SPEC 11: a hybrid chain also holds a few states above its floor (the boot floor is three).
+  if (d->state_layout) c.total_bytes += 6 * d->state_layout->entry_bytes;
   Result<PoolDerived> sized = derive_pool(c);
   if (!sized.ok()) return bad_config(name, sized.error().message);
   return c;
 }
 
-std::vector<std::string> catalogue_config_names() {
+std::vector<std::string> catalogue_config_names(bool state_chains) {
   const std::uint64_t page_sizes[] = {1, 4, 16, 64};
   std::vector<std::string> names;
   std::size_t i = 0;
   for (const ModelShape& s : model_catalogue()) {
-    // Large entries get small pages so that a pool of tens of pages stays small.
-    names.push_back(s.name + "/ps" + std::to_string(page_sizes[i % 4]) + "/eager");
-    names.push_back(s.name + "/ps" + std::to_string(page_sizes[(i + 1) % 4]) + "/lazy");
+    // Large entries get small pages so that a pool of tens of pages stays small. A hybrid model's
+    // states are tens of MiB: its chain plays tables-only (the random hybrid pools carry bytes),
+    // or its token chain alone where the GPU plays.
+    // A state of tens of MiB is thousands of small pages: hybrid models get pages of 16 and 64.
+    const std::string suffix = !s.state ? "" : state_chains ? "/tables" : "/tokens";
+    const std::uint64_t eager_ps = s.state ? 16 : page_sizes[i % 4], lazy_ps = s.state ? 64 : page_sizes[(i + 1) % 4];
+    names.push_back(s.name + "/ps" + std::to_string(eager_ps) + "/eager" + suffix);
+    names.push_back(s.name + "/ps" + std::to_string(lazy_ps) + "/lazy" + suffix);
     ++i;
   }
   return names;
@@ -156,20 +183,24 @@ Result<CaseResult> run_case(const CaseSpec& spec, const BackendFactory& make_bac
   RngChoices choices(spec.seed);
   CaseResult result;
   result.spec = spec;
-  KVTWIN_TRY(result.config, case_config(spec, choices));
   KVTWIN_TRY(BackendSet backends, make_backends());
+  const bool gpu = has_gpu(backends);
+  KVTWIN_TRY(result.config, case_config(spec, choices, !gpu));
   // SPEC 8's host operations only where every backend has a host arena; its size drawn apart
-  // (the case's seed, derived), so that a run without them draws what it always drew.
+  // (the case's seed, derived), so that a run without them draws what it always drew. A hybrid
+  // chain (SPEC 11, model only) has no host arena: its state is staged apart.
   const bool host_ops = backends.host_ops;
   if (host_ops && result.config.host_bytes == 0) {
     RngChoices host_choices(Rng(spec.seed).derive("host_bytes"));
     result.config.host_bytes = generate_host_bytes(host_choices, result.config);
   }
   if (!host_ops) result.config.host_bytes = 0;
+  if (const Result<PoolDerived> d = derive_pool(result.config); d.ok() && d->has_state()) result.config.host_bytes = 0;
   const SwarmWeights weights = draw_swarm(choices, host_ops);
   result.swarm = weights.describe();
   OpGenOptions options;
   options.host_ops = host_ops;
+  if (gpu) options.state_one_in = 0;  // the GPU has no state sub-pool yet
   CaseRun run(std::move(backends), result.config);
   std::vector<Op> ops;
   for (std::uint64_t i = 0; !run.failure && i < spec.ops; ++i) {
@@ -234,7 +265,8 @@ PoolTrace failure_trace(const CaseResult& result, const BackendFactory& make_bac
     traces::TraceLine line;
     line.op = op;
     line.line = i + 2;
-    line.expect = e.bytes_by_size ? std::move(r) : e.result;
+    // An operation the shadow does not predict (on a hybrid chain): the plain model's answer stands.
+    line.expect = e.bytes_by_size || !e.predicted ? std::move(r) : e.result;
     trace.lines.push_back(std::move(line));
   }
   return trace;

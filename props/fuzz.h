@@ -49,7 +49,9 @@ Result<PoolConfig> named_config(std::string_view name, std::uint64_t seed, std::
 
 // The configurations `kvtwin check` covers: every catalogue model, eager and lazy, several page
 // sizes (composites and MLA included by the catalogue).
-std::vector<std::string> catalogue_config_names();
+// Hybrid models (SPEC 11) play their state chain tables-only with `state_chains`, else (the GPU
+// plays) their token chain alone ("/tokens").
+std::vector<std::string> catalogue_config_names(bool state_chains = false);
 
 struct CaseSpec {
   std::uint64_t index = 0;

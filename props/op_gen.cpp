@@ -844,6 +844,57 @@ class Generator {
   const OpGenOptions& o_;
   std::int64_t ps_;
   std::optional<Ids> live_pages_;
+
+ public:
+  // ------------------------------------------------------------ the state sub-pool (SPEC 11)
+
+  // One state operation; `kind` is the analog whose swarm weight it takes (alloc, free, write,
+  // read, translate, begin_read).
+  Op state_op(OpKind kind) {
+    const std::set<std::uint64_t>& live = s_.state_requests();
+    const auto live_request = [&]() -> std::uint64_t {
+      if (!live.empty() && c_.chance(7, 8)) {
+        auto it = live.begin();
+        std::advance(it, static_cast<std::ptrdiff_t>(c_.below(live.size())));
+        return *it;
+      }
+      return c_.below(16);
+    };
+    const PoolDerived& d = s_.derived();
+    const std::int64_t slots = d.geometry.state ? static_cast<std::int64_t>(d.geometry.state->max_slots) : 1;
+    // Physical slots near the state's low end, where live slots are (a few past them).
+    const auto slot = [&]() { return c_.between(0, std::min<std::int64_t>(slots - 1, static_cast<std::int64_t>(live.size()) + 3)); };
+    switch (kind) {
+      case OpKind::alloc: {
+        std::uint64_t r = c_.below(16);
+        for (int tries = 0; tries < 4 && live.count(r) && !invalid(); ++tries) r = c_.below(16);
+        return StateAlloc{r};
+      }
+      case OpKind::free: return StateFree{live_request()};
+      case OpKind::write: return StateWrite{live_request(), static_cast<std::uint64_t>(c_.between(1, 1000))};
+      case OpKind::read: {
+        StateRead op;
+        for (std::size_t i = 0, n = count(3, 3, false); i < n; ++i) op.slots.push_back(slot());
+        const std::vector<StateBlock>& blocks = d.state_layout ? d.state_layout->blocks : std::vector<StateBlock>{};
+        op.block = blocks.empty() || invalid() ? "ssm" : c_.pick(blocks).name;
+        const std::uint32_t layers = blocks.empty() ? 1 : blocks.front().layer_num;
+        op.layer = static_cast<std::uint32_t>(c_.below(invalid() ? layers + 1 : layers));
+        return op;
+      }
+      case OpKind::begin_read: {
+        BeginRead op;
+        op.reader = fresh_id(s_.readers(), 8);
+        op.sub_pool = "state";
+        for (std::size_t i = 0, n = count(2, 2, false); i < n; ++i) op.pages.push_back(slot());
+        return op;
+      }
+      default: {
+        StateSlots op;
+        for (std::size_t i = 0, n = count(3, 3, false); i < n; ++i) op.requests.push_back(live_request());
+        return op;
+      }
+    }
+  }
 };
 
 }  // namespace
@@ -924,6 +975,13 @@ Op generate_op(Choices& choices, const PoolShadow& shadow, const SwarmWeights& w
     if (is_host_kind(kind) && !shadow.has_host()) kind = OpKind::alloc;
   }
   Generator g(choices, shadow, options);
+  // SPEC 11: on a hybrid chain, now and then a state operation, weighted like its token analog.
+  if (shadow.hybrid() && options.state_one_in != 0 && choices.chance(1, options.state_one_in)) {
+    const OpKind analogs[] = {OpKind::alloc, OpKind::free, OpKind::write, OpKind::read, OpKind::translate, OpKind::begin_read};
+    std::vector<std::uint32_t> aw;
+    for (OpKind a : analogs) aw.push_back(std::max<std::uint32_t>(weights.of(a), a == OpKind::alloc ? 1 : 0));
+    return g.state_op(analogs[choices.weighted(aw)]);
+  }
   return g.make(kind);
 }
 

@@ -37,6 +37,9 @@ struct OpGenOptions {
   // never sees one. With it on but a pool without host_bytes, they are mostly replaced by alloc
   // (the rest are refused: no host arena).
   bool host_ops = false;
+  // On a hybrid chain (SPEC 11), about one operation in this many (0: none) is a state operation
+  // (state_alloc/free/write/read/slots, a reader of state slots). Runs with the GPU set it to 0.
+  std::uint32_t state_one_in = 3;
 };
 
 inline constexpr std::int64_t kLargeLanes = 4096;

@@ -48,6 +48,7 @@ std::uint64_t effective_stride(bool two_dim, std::uint64_t cols, std::int64_t st
 }  // namespace
 
 std::optional<std::string> mismatch(const Expectation& expected, const OpResult& actual) {
+  if (!expected.predicted) return std::nullopt;
   const OpResult& want = expected.result;
   if (!want.ok()) {
     if (actual.ok()) return "expected error " + std::string(error_kind_name(want.error().kind)) + ", got " + to_string(actual);
@@ -104,6 +105,8 @@ PoolShadow::PoolShadow(const PoolConfig& config) : config_(config) {
   derived_ = *d;
   page_size_ = static_cast<std::int64_t>(config.page_size);
   lazy_ = config.mode == CompactionMode::lazy;
+  hybrid_ = derived_.has_state();
+  if (hybrid_) hybrid_shadow_.emplace(config_, derived_);
   for (std::size_t i = 0; i < derived_.geometry.sub_pools.size(); ++i) {
     const SubPoolGeometry& g = derived_.geometry.sub_pools[i];
     ShadowSide s;
@@ -129,6 +132,7 @@ PoolShadow::PoolShadow(const PoolConfig& config) : config_(config) {
 }
 
 PoolTables PoolShadow::tables() const {
+  if (hybrid_) return hybrid_shadow_->tables();
   PoolTables out;
   for (std::size_t i = 0; i < sides_.size(); ++i) {
     const ShadowSide& s = sides_[i];
@@ -177,6 +181,22 @@ std::int64_t PoolShadow::slots(std::size_t side) const {
 }
 
 Expectation PoolShadow::apply(const Op& op) {
+  if (hybrid_ && !std::holds_alternative<BuildPool>(op)) {
+    std::optional<OpResult> r = hybrid_shadow_->apply(op);
+    if (!r) {
+      Expectation none = expect(Done{});
+      none.predicted = false;
+      return none;
+    }
+    // A state read is predicted by its size, and exactly in the rows the hybrid shadow knows.
+    const bool by_size = r->ok() && std::holds_alternative<Bytes>(r->value());
+    std::optional<PredictedRows> rows;
+    if (by_size && hybrid_shadow_->last_read_rows()) {
+      const HybridShadow::KnownRows& k = *hybrid_shadow_->last_read_rows();
+      rows = PredictedRows{k.row_bytes, k.bytes, k.known};
+    }
+    return Expectation{std::move(*r), by_size, std::move(rows)};
+  }
   return std::visit([this](const auto& o) { return on(o); }, op);
 }
 
@@ -892,5 +912,45 @@ std::optional<std::vector<std::uint8_t>> PoolShadow::predict_attention(const Sha
 Expectation PoolShadow::on(const Checkpoint&) { return expect(Done{}); }
 
 // The host arena and transfers (SPEC 8): props/shadow_host.cpp.
+void PoolShadow::learn(const Op& op, const OpResult& result) {
+  if (!hybrid_ || !result.ok()) return;
+  const auto bind = [&](const std::vector<std::int64_t>& pages) {
+    if (pages.empty()) return;
+    allocations_.push_back(pages);
+    for (std::int64_t v : pages)
+      for (ShadowSide& s : sides_) s.v2p[v] = 0;  // physical pages are not tracked here
+  };
+  const auto unbind = [&](std::size_t from_side, IdUnit unit, const std::vector<std::int64_t>& ids) {
+    std::set<std::int64_t> gone;
+    for (std::int64_t id : ids) gone.insert(unit == IdUnit::tokens ? id / page_size_ : id);
+    for (std::size_t i = from_side; i < sides_.size(); ++i)
+      for (std::int64_t v : gone) sides_[i].v2p.erase(v);
+    if (from_side != 0) return;
+    for (auto& a : allocations_) a.erase(std::remove_if(a.begin(), a.end(), [&](std::int64_t v) { return gone.count(v) != 0; }), a.end());
+    allocations_.erase(std::remove_if(allocations_.begin(), allocations_.end(), [](const auto& a) { return a.empty(); }),
+                       allocations_.end());
+  };
+  const Outcome& out = result.value();
+  if (const auto* o = std::get_if<Alloc>(&op); o && std::holds_alternative<Allocated>(out)) bind(std::get<Allocated>(out).pages);
+  if (std::holds_alternative<AllocMany>(op) && std::holds_alternative<AllocatedMany>(out))
+    for (const auto& pages : std::get<AllocatedMany>(out).pages) bind(pages);
+  if (const auto* o = std::get_if<Free>(&op)) unbind(0, o->unit, o->ids);
+  if (const auto* o = std::get_if<FreeSwa>(&op)) unbind(1, o->unit, o->ids);
+  if (const auto* o = std::get_if<StateAlloc>(&op); o && std::holds_alternative<Allocated>(out))
+    state_requests_.insert(o->request);
+  if (const auto* o = std::get_if<StateFree>(&op)) state_requests_.erase(o->request);
+  if (const auto* o = std::get_if<MakeBatch>(&op)) batches_[o->batch] = ShadowBatch{o->tokens, o->tokens, false, o->encoder_tokens};
+  if (const auto* o = std::get_if<Rebind>(&op); o && batches_.count(o->batch)) batches_[o->batch].physical = true;
+  if (const auto* o = std::get_if<DropBatch>(&op)) batches_.erase(o->batch);
+  if (const auto* o = std::get_if<BeginRead>(&op)) readers_[o->reader] = ShadowReader{0, std::set<std::int64_t>(o->pages.begin(), o->pages.end())};
+  if (const auto* o = std::get_if<EndRead>(&op)) readers_.erase(o->reader);
+}
+
+// A token chain has no state sub-pool: every state operation is refused (SPEC 11).
+Expectation PoolShadow::on(const StateAlloc&) { return refuse(ErrorKind::invalid_argument); }
+Expectation PoolShadow::on(const StateFree&) { return refuse(ErrorKind::invalid_argument); }
+Expectation PoolShadow::on(const StateWrite&) { return refuse(ErrorKind::invalid_argument); }
+Expectation PoolShadow::on(const StateRead&) { return refuse(ErrorKind::invalid_argument); }
+Expectation PoolShadow::on(const StateSlots&) { return refuse(ErrorKind::invalid_argument); }
 
 }  // namespace kvtwin::props

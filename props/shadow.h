@@ -32,6 +32,7 @@
 #include "core/op.h"
 #include "core/pool_config.h"
 #include "core/result.h"
+#include "props/shadow_hybrid.h"
 
 namespace kvtwin::props {
 
@@ -50,6 +51,7 @@ struct Expectation {
   OpResult result = OpResult(Outcome(Done{}));
   bool bytes_by_size = false;
   std::optional<PredictedRows> rows;
+  bool predicted = true;  // false: the shadow does not predict this operation (any answer passes)
 };
 
 // nullopt when `actual` is what `expected` says; otherwise what differs, in words.
@@ -132,6 +134,14 @@ class PoolShadow {
   // The tables in the Backend's form, to compare with a backend's tables() exactly.
   PoolTables tables() const;
 
+  // A hybrid chain (SPEC 11): its allocation, frees, state operations, readers and tables are
+  // predicted by props/shadow_hybrid.h; the rest is not predicted (Expectation::predicted false).
+  bool hybrid() const { return hybrid_; }
+  // On a hybrid chain: what the reference answered, learnt (live allocations, state requests,
+  // batches, readers) so that generators still name live things (the hybrid shadow predicts).
+  void learn(const Op& op, const OpResult& result);
+  const std::set<std::uint64_t>& state_requests() const { return state_requests_; }
+
   // ---- what generators read
   const PoolConfig& config() const { return config_; }
   const PoolDerived& derived() const { return derived_; }
@@ -203,6 +213,12 @@ class PoolShadow {
   Expectation on(const Offload& op);
   Expectation on(const LoadBack& op);
   Expectation on(const TransferWait& op);
+  // The state sub-pool's operations (SPEC 11): on a token chain they are refused.
+  Expectation on(const StateAlloc& op);
+  Expectation on(const StateFree& op);
+  Expectation on(const StateWrite& op);
+  Expectation on(const StateRead& op);
+  Expectation on(const StateSlots& op);
 
   struct SideMoves {
     std::size_t side = 0;
@@ -263,6 +279,9 @@ class PoolShadow {
   PoolDerived derived_;
   std::int64_t page_size_ = 1;
   bool lazy_ = false;
+  bool hybrid_ = false;
+  std::optional<HybridShadow> hybrid_shadow_;
+  std::set<std::uint64_t> state_requests_;  // hybrid: requests holding a state slot (learnt)
   std::vector<ShadowSide> sides_;
   std::deque<std::int64_t> free_queue_;
   std::vector<std::vector<std::int64_t>> allocations_;

@@ -127,9 +127,25 @@ std::optional<ShadowSizing> shadow_sizing(const PoolConfig& config, std::string*
       z.sub_pools.push_back(std::move(swa));
     }
   }
-  // SPEC 3: the floor is the largest entry and the largest page of every sub-pool of the chain.
+  // SPEC 11: a hybrid model's state, unless its configuration asks for the token chain alone.
+  z.has_state = shape.state.has_value() && (config.chain.empty() || config.chain.front() == "state");
+  if (z.has_state) {
+    const StateShape& st = *shape.state;
+    auto tensor_bytes = [&](const StateTensor& t) {
+      u128 n = itemsize(t.dtype);
+      for (std::size_t d = 0; d < t.shape.size(); ++d) n *= d == 0 ? t.shape[d] / config.tp : t.shape[d];
+      return n;
+    };
+    u128 per_layer = tensor_bytes(st.temporal);
+    for (const StateTensor& t : st.conv) per_layer += tensor_bytes(t);
+    z.state_entry_bytes = u128{st.layers} * per_layer;
+    for (ShadowSubPoolSizing& s : z.sub_pools) s.grows_up = false;  // [state up | (swa float |) owner down]
+  }
+  // SPEC 3: the floor is the largest entry and the largest page of every sub-pool of the chain,
+  // and (SPEC 11) the state's entry once: a state slot is its own page.
   for (const ShadowSubPoolSizing& s : z.sub_pools)
     z.reserved_floor_bytes = std::max({z.reserved_floor_bytes, s.entry_bytes, s.entry_bytes * z.page_size});
+  if (z.has_state) z.reserved_floor_bytes = std::max(z.reserved_floor_bytes, z.state_entry_bytes);
   for (ShadowSubPoolSizing& s : z.sub_pools) {
     s.max_slots = z.total_bytes / s.entry_bytes;
     s.min_slot_index = divide_up(z.reserved_floor_bytes, s.entry_bytes);
@@ -141,6 +157,27 @@ std::optional<ShadowSizing> shadow_sizing(const PoolConfig& config, std::string*
       z.why_not = "sub-pool '" + s.name + "' has " + u128_text(s.num_pages) + " pages and its first usable page is " +
                   u128_text(s.min_page_index);
     }
+  }
+  if (z.has_state) {
+    z.state_max_slots = z.total_bytes / z.state_entry_bytes;
+    z.state_min_slot_index = divide_up(z.reserved_floor_bytes, z.state_entry_bytes);
+    u128 token_entries = 0, token_pages = 0;
+    for (const ShadowSubPoolSizing& s : z.sub_pools) {
+      token_entries += s.entry_bytes;
+      token_pages += s.page_bytes;
+    }
+    z.state_token_cost = divide_up(z.state_entry_bytes, token_entries);
+    // Above the state's first usable slot, up to the owner's top: three states and a page of each.
+    const u128 low = z.state_min_slot_index * z.state_entry_bytes;
+    const u128 top = z.sub_pools[0].num_pages * z.sub_pools[0].page_bytes;
+    if (z.builds && z.state_max_slots <= z.state_min_slot_index) {
+      z.builds = false;
+      z.why_not = "the state sub-pool has no usable slot";
+    } else if (z.builds && (top < low || top - low < 3 * z.state_entry_bytes + token_pages)) {
+      z.builds = false;
+      z.why_not = "the chain cannot hold three states and a page of each token sub-pool above its floor";
+    }
+    return z;
   }
   // SPEC 4.3: a chain allocates a page of each side per page; the bytes between the up side's
   // first usable page and the down side's top must hold at least one such pair.
@@ -222,6 +259,18 @@ std::optional<std::string> compare_sizing(const PoolConfig& config, const PoolDe
     KVTWIN_SIZING_SAME(where + " min_page_index (ceil(min_slot_index / page_size))", c.min_page_index,
                        s.min_page_index);
     KVTWIN_SIZING_SAME(where + " page bytes (E * page_size)", c.page_bytes, s.page_bytes);
+  }
+  // SPEC 11: the state sub-pool's numbers.
+  if (mine->has_state != core.geometry.has_state())
+    return std::string("core ") + (core.geometry.has_state() ? "has" : "has no") + " state sub-pool, the shadow " +
+           (mine->has_state ? "has one" : "none");
+  if (mine->has_state) {
+    const SubPoolGeometry& st = *core.geometry.state;
+    KVTWIN_SIZING_SAME("state entry bytes (L * conv + L * temporal)", st.entry_bytes, mine->state_entry_bytes);
+    KVTWIN_SIZING_SAME("state max_slots (total // E_state)", st.max_slots, mine->state_max_slots);
+    KVTWIN_SIZING_SAME("state min_slot_index (ceil(floor / E_state))", st.min_slot_index, mine->state_min_slot_index);
+    KVTWIN_SIZING_SAME("state token cost (ceil(E_state / token entries))", core.geometry.state_token_cost,
+                       mine->state_token_cost);
   }
   // SPEC 2: byte addresses of every layer and part of the first and last slot of page 0, of the
   // first usable page and of the last page, and of the pool's last slot (views end there).

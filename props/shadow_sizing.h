@@ -61,6 +61,13 @@ struct ShadowSizing {
   u128 page_size = 0;
   u128 reserved_floor_bytes = 0;
   std::vector<ShadowSubPoolSizing> sub_pools;  // chain order: [up] or [up, down]
+  // SPEC 11's hybrid chains: the state sub-pool (page size 1) at the low end, charged once in the
+  // floor; the owner grows down, an SWA sub-pool floats.
+  bool has_state = false;
+  u128 state_entry_bytes = 0;  // L * sum(conv) + L * temporal, per rank, no padding
+  u128 state_max_slots = 0;
+  u128 state_min_slot_index = 0;
+  u128 state_token_cost = 0;   // ceil(E_state / sum of token entries)
   // Whether SPEC 3 (and 4.3 for a chain) lets the pool be built; why not, when it does not.
   bool builds = true;
   std::string why_not;

@@ -22,6 +22,7 @@
 #include "sim/allocation_faults.h"
 #include "sim/attention.h"
 #include "sim/model_state.h"
+#include "sim/chain_alloc.h"
 #include "sim/translation.h"
 
 namespace kvtwin::sim {
@@ -122,9 +123,11 @@ OpResult Model::apply(const Op& op) {
   readers_changed_ = false;
   host_tables_changed_ = false;
   host_pages_changed_.clear();
+  state_changed_ = false;
   if (pool_) {
     pool_->allocator.clear_changes();
     pool_->ledger.clear_changes();
+    if (pool_->state) pool_->state->clear_changes();
   }
   if (!poisoned_.empty())
     return make_error(ErrorKind::environment,
@@ -209,6 +212,7 @@ OpResult Model::on(const Alloc& op) {
   }
   const std::uint64_t k = op.tokens / ps;
   if (k == 0) return Outcome(Allocated{});
+  if (pool_->state) return alloc_hybrid(k, nullptr);  // SPEC 11: the chain's ends share the budget
   // "No room" is a normal result, with nothing changed.
   if (!pool_->allocator.fits(k)) return Outcome(NoRoom{});
   return Outcome(Allocated{pool_->allocator.alloc(k)});
@@ -223,6 +227,11 @@ OpResult Model::on(const AllocMany& op) {
       return invalid("alloc_many request " + num(std::uint64_t{i}) + " of " + num(op.tokens[i]) +
                      " tokens is not a whole number of pages of " + num(ps) + " tokens; round it to a multiple of " + num(ps));
     KVTWIN_TRY(total_pages, checked_add(total_pages, op.tokens[i] / ps, "alloc_many page count"));
+  }
+  if (pool_->state) {
+    std::vector<std::uint64_t> split;
+    for (std::uint64_t n : op.tokens) split.push_back(n / ps);
+    return alloc_hybrid(total_pages, &split);
   }
   // SPEC 4: all or nothing. The requests fit one after another exactly when their sum fits.
   if (!pool_->allocator.fits(total_pages)) return Outcome(NoRoom{});
@@ -369,7 +378,18 @@ OpResult Model::on(const Flush&) {
   // SPEC 4.2: flush compacts exactly as 4.1; eager sides have no holes, so nothing moves.
   const FreePlan plan = pool_->allocator.plan_flush(pairing());
   KVTWIN_TRY_STATUS(check_readers(plan));
-  return Outcome(commit_free(plan));
+  // SPEC 11: the state sub-pool's holes too (after the token sides; docs/decisions.md).
+  std::optional<CompactionPlan> state_plan;
+  if (pool_->state) {
+    state_plan = pool_->state->plan_flush(pairing());
+    KVTWIN_TRY_STATUS(check_state_moves(*state_plan));
+  }
+  Compaction out = commit_free(plan);
+  if (state_plan) {
+    pool_->state->commit_flush(*state_plan);
+    commit_state_moves(*state_plan, out.moves);
+  }
+  return Outcome(std::move(out));
 }
 
 // ---------------------------------------------------------------- moves and readers (SPEC 7)
@@ -377,14 +397,18 @@ OpResult Model::on(const Flush&) {
 Result<std::size_t> Model::side_named(const std::string& name) const {
   for (std::size_t i = 0; i < pool_->allocator.side_count(); ++i)
     if (pool_->allocator.side(i).name() == name) return i;
+  if (pool_->state && name == pool_->state->slots().name()) return state_side();
   std::string known;
   for (std::size_t i = 0; i < pool_->allocator.side_count(); ++i)
     known += (i ? ", " : "") + pool_->allocator.side(i).name();
+  if (pool_->state) known += ", " + pool_->state->slots().name();
   return invalid("this pool has no sub-pool '" + printable(name) + "'; its sub-pools: " + known);
 }
 
 OpResult Model::on(const MovePages& op) {
   KVTWIN_TRY(std::size_t s, side_named(op.sub_pool));
+  if (pool_->state && s == state_side())
+    return invalid("move_pages: the state sub-pool's slots move only by its own compaction (state_free, flush)");
   const AllocatorSide& side = pool_->allocator.side(s);
   if (op.dst.size() != op.src.size())
     return invalid("move_pages: " + num(std::uint64_t{op.dst.size()}) + " destinations for " +
@@ -417,6 +441,16 @@ OpResult Model::on(const MovePages& op) {
                        ")); choose a destination in the gap");
     }
   }
+  // SPEC 11: nor over the state sub-pool's slots in use (its band and its quarantined slots).
+  if (pool_->state)
+    for (std::int64_t p : op.dst) {
+      const std::uint64_t begin = static_cast<std::uint64_t>(p) * side.page_bytes(), end = begin + side.page_bytes();
+      const std::uint64_t state_begin = pool_->state->slots().band_begin_byte(), state_end = pool_->state->frontier_bytes();
+      if (begin < state_end && state_begin < end)
+        return invalid("move_pages: destination page " + num(p) + " of sub-pool '" + side.name() + "' (bytes [" +
+                       num(begin) + ", " + num(end) + ")) overlaps the state sub-pool's slots in use (bytes [" +
+                       num(state_begin) + ", " + num(state_end) + ")); choose a destination in the gap");
+    }
   for (std::size_t i = 0; i < op.src.size(); ++i)
     for (std::int64_t page : {op.src[i], op.dst[i]})
       if (pool_->held[s][static_cast<std::size_t>(page)] > 0)
@@ -444,7 +478,7 @@ OpResult Model::on(const BeginRead& op) {
   if (pool_->readers.count(op.reader))
     return invalid("begin_read: reader " + num(op.reader) + " is already open; end it first or use another id");
   KVTWIN_TRY(std::size_t s, side_named(op.sub_pool));
-  const AllocatorSide& side = pool_->allocator.side(s);
+  const AllocatorSide& side = pool_->state && s == state_side() ? pool_->state->slots() : pool_->allocator.side(s);
   for (std::int64_t p : op.pages)
     if (p < 0 || p >= side.num_pages())
       return out_of_range("begin_read: page " + num(p) + " is outside sub-pool '" + side.name() + "''s pages [0, " +
@@ -462,7 +496,14 @@ OpResult Model::on(const EndRead& op) {
     return invalid("end_read: reader " + num(op.reader) + " is not open; begin_read opens a reader");
   readers_changed_ = true;
   for (std::int64_t p : it->second.pages) --pool_->held[it->second.side][static_cast<std::size_t>(p)];
+  const bool state_reader = pool_->state && it->second.side == state_side();
   pool_->readers.erase(it);
+  // SPEC 10.22: a quarantined slot no reader holds any more may be reused.
+  if (state_reader) {
+    const std::vector<std::uint32_t>& held = pool_->held[state_side()];
+    pool_->state->release_quarantine([&](std::int64_t slot) { return held[static_cast<std::size_t>(slot)] > 0; });
+    state_changed_ = true;
+  }
   return Outcome(Done{});
 }
 
@@ -612,6 +653,7 @@ void Model::write_row(std::size_t side, std::int64_t pt, std::uint32_t layer, st
   if (v >= 1) pool_->ledger.record(side, v, RowSlot{pt % pool_->page_size, layer, part}, token, write_number);
   const std::uint64_t begin = static_cast<std::uint64_t>(row.data() - std::as_const(*pool_->bytes).all().data());
   forget_overlapped_rows(side, begin, begin + row.size());
+  if (pool_->state) forget_state_overlapped(begin, begin + row.size());
 }
 
 void Model::commit_layer_write(const LayerWrite& w, std::uint64_t write_number) {
@@ -856,7 +898,22 @@ Result<PoolTables> Model::tables() const {
     t.watermark = s.watermark();
     t.holes.assign(s.holes().begin(), s.holes().end());
     t.allocated_pages = s.allocated_pages();
+    if (s.floats()) t.span_low = s.span_low();
     out.sides.push_back(std::move(t));
+  }
+  if (pool_->state) {
+    const StateAllocator& st = *pool_->state;
+    SideTables t;
+    t.name = st.slots().name();
+    t.v2p = st.slots().v2p();
+    t.p2v = st.slots().p2v();
+    t.free_queue.assign(st.free_queue().begin(), st.free_queue().end());
+    t.watermark = st.slots().watermark();
+    t.holes.assign(st.slots().holes().begin(), st.slots().holes().end());
+    t.allocated_pages = st.slots().allocated_pages();
+    out.state = std::move(t);
+    out.state_requests.assign(st.requests().begin(), st.requests().end());
+    out.state_quarantine.assign(st.quarantined().begin(), st.quarantined().end());
   }
   return out;
 }
@@ -964,7 +1021,7 @@ Error broken(std::string message) { return make_error(ErrorKind::internal, "inva
 }  // namespace
 
 Status Model::verify_side(std::size_t i) const {
-  const AllocatorSide& s = pool_->allocator.side(i);
+  const AllocatorSide& s = pool_->state && i == state_side() ? pool_->state->slots() : pool_->allocator.side(i);
   const std::string side = "sub-pool '" + s.name() + "': ";
   // The band stays inside the buffer and above the sink's reserved floor.
   if (s.band_begin_byte() < pool_->derived.geometry.reserved_floor_bytes || s.band_end_byte() > pool_->config.total_bytes)
@@ -987,6 +1044,7 @@ Status Model::verify_tables() const {
   KVTWIN_TRY(const PoolTables tables, this->tables());
   KVTWIN_TRY_STATUS(check_table_invariants(tables, pool_->derived, pool_->config.mode));
   for (std::size_t i = 0; i < pool_->allocator.side_count(); ++i) KVTWIN_TRY_STATUS(verify_side(i));
+  if (pool_->state) KVTWIN_TRY_STATUS(verify_state());
   return verify_batches_and_graphs();
 }
 
@@ -1050,11 +1108,36 @@ Status Model::verify_changed() const {
   for (std::size_t i = 0; i < a.side_count(); ++i) {
     const AllocatorSide& s = a.side(i);
     view.sides.push_back(SideTablesView{s.name(), s.v2p(), s.p2v(), s.watermark(), s.allocated_pages(), s.holes().size(),
-                                        [&s](std::int64_t p) { return s.holes().count(p) != 0; }});
+                                        [&s](std::int64_t p) { return s.holes().count(p) != 0; },
+                                        s.floats() ? s.span_low() : 0});
     changes.virtual_pages.push_back(s.changed_virtual());
     changes.physical_pages.push_back(s.changed_physical());
   }
+  if (pool_->state) view.state_frontier_bytes = pool_->state->frontier_bytes();
   KVTWIN_TRY_STATUS(check_table_invariants_changed(view, pool_->derived, pool_->config.mode, changes));
+  // SPEC 11: the state sub-pool has a few slots: its tables alone checked whole after an
+  // operation that changed them (the token sides' changed rows are checked above).
+  if (pool_->state && (state_changed_ || readers_changed_)) {
+    const StateAllocator& st = *pool_->state;
+    PoolTables state_only;
+    SideTables t;
+    t.name = st.slots().name();
+    t.v2p = st.slots().v2p();
+    t.p2v = st.slots().p2v();
+    t.free_queue.assign(st.free_queue().begin(), st.free_queue().end());
+    t.watermark = st.slots().watermark();
+    t.holes.assign(st.slots().holes().begin(), st.slots().holes().end());
+    t.allocated_pages = st.slots().allocated_pages();
+    state_only.state = std::move(t);
+    state_only.state_requests.assign(st.requests().begin(), st.requests().end());
+    state_only.state_quarantine.assign(st.quarantined().begin(), st.quarantined().end());
+    std::uint64_t state_end = 0;
+    KVTWIN_TRY_STATUS(check_state_table_invariants(state_only, pool_->derived, pool_->config.mode, state_end));
+    if (state_end != st.frontier_bytes())
+      return broken("the state sub-pool's frontier is byte " + num(st.frontier_bytes()) + " but its tables end at byte " +
+                    num(state_end));
+    KVTWIN_TRY_STATUS(verify_state());
+  }
   for (std::size_t i = 0; i < a.side_count(); ++i) {
     const AllocatorSide& s = a.side(i);
     if (s.band_begin_byte() < pool_->derived.geometry.reserved_floor_bytes || s.band_end_byte() > pool_->config.total_bytes)
@@ -1134,6 +1217,27 @@ std::uint64_t Model::state_digest(bool with_bytes) const {
       });
   }
   d.add(std::vector<std::int64_t>(pool_->allocator.free_queue().begin(), pool_->allocator.free_queue().end()));
+  for (std::size_t i = 0; i < pool_->allocator.side_count(); ++i)
+    if (pool_->allocator.side(i).floats()) d.add(pool_->allocator.side(i).span_low());
+  if (pool_->state) {
+    const StateAllocator& st = *pool_->state;
+    d.add(st.slots().v2p());
+    d.add(st.slots().p2v());
+    d.add(st.slots().watermark());
+    d.add(std::vector<std::int64_t>(st.slots().holes().begin(), st.slots().holes().end()));
+    d.add(std::vector<std::int64_t>(st.free_queue().begin(), st.free_queue().end()));
+    for (const auto& [request, slot] : st.requests()) {
+      d.add(request);
+      d.add(slot);
+    }
+    d.add(std::vector<std::int64_t>(st.quarantined().begin(), st.quarantined().end()));
+    for (std::uint32_t h : pool_->held[state_side()]) d.add(std::uint64_t{h});
+    for (const auto& [slot, row] : pool_->state_rows) {
+      d.add(slot);
+      d.add(row.first);
+      d.add(row.second);
+    }
+  }
   for (const auto& [id, b] : pool_->batches) {
     d.add(std::uint64_t{id});
     d.add(b.tokens);
@@ -1258,6 +1362,247 @@ bool Model::perturb_for_test(std::string_view what, std::uint64_t pick) {
   }
   KVTWIN_CHECK(false, "perturb_for_test: unknown piece of state");
   return false;
+}
+
+}  // namespace kvtwin::sim
+
+// ---------------------------------------------------------------- the state sub-pool and the float (SPEC 11)
+
+namespace kvtwin::sim {
+namespace {
+// The oracle identity of state bytes names this sub-pool index (token sub-pools are 0 and 1).
+constexpr std::uint32_t kStateOracleSubPool = 7;
+
+Error no_state(const char* op) {
+  return make_error(ErrorKind::invalid_argument, std::string(op) +
+                                                     ": this pool has no state sub-pool; state operations apply to "
+                                                     "hybrid chains (SPEC 11: [state up | full down], [state up | swa "
+                                                     "float | full down])");
+}
+}  // namespace
+
+std::size_t Model::state_side() const { return pool_->allocator.side_count(); }
+
+bool Model::state_slot_quarantined(std::int64_t physical_slot) const {
+  return pool_->state->quarantined().count(physical_slot) != 0;
+}
+
+Status Model::check_relocation_readers(const CompactionPlan& relocation) const {
+  // SPEC 7: a relocation is a move; no open reader may hold a page it moves.
+  const std::vector<std::uint32_t>& held = pool_->held[1];
+  for (const PagePair& m : relocation.moves)
+    for (std::int64_t page : {m.src, m.dst})
+      if (held[static_cast<std::size_t>(page)] > 0)
+        return make_error(ErrorKind::reader_conflict,
+                          "make_room would move the float's page " + num(m.src) + " to page " + num(m.dst) +
+                              " of sub-pool '" + pool_->allocator.side(1).name() + "' while a reader holds page " +
+                              num(page) + "; end the reader first (end_read)");
+  return ok_status();
+}
+
+void Model::copy_relocation(const CompactionPlan& relocation, std::vector<PageMove>& moves) {
+  const AllocatorSide& fl = pool_->allocator.side(1);
+  // In the plan's order: every destination is free when it is written (AllocatorSide::plan_relocation).
+  if (pool_->bytes)
+    for (const PagePair& m : float_copy_order(relocation.moves)) {
+      pool_->bytes->copy_page(fl.geometry(), m.src, m.dst);
+      note_touched(static_cast<std::uint64_t>(m.dst) * fl.page_bytes(), fl.page_bytes());
+    }
+  for (const PagePair& m : relocation.moves) moves.push_back(PageMove{fl.name(), m.src, m.dst});
+}
+
+OpResult Model::alloc_hybrid(std::uint64_t k, const std::vector<std::uint64_t>* split) {
+  // SPEC 11: the owner's band grows down; the float fits between the state and it, relocated
+  // (make_room) when the owner's growth cuts into it; no room changes nothing.
+  const ChainAllocPlan plan = plan_chain_alloc(pool_->allocator, *pool_->state, k);
+  if (!plan.fits) return Outcome(NoRoom{});
+  if (plan.relocation) KVTWIN_TRY_STATUS(check_relocation_readers(*plan.relocation));
+  std::vector<PageMove> moves;
+  if (plan.relocation) copy_relocation(*plan.relocation, moves);
+  const std::vector<std::int64_t> vpages = commit_chain_alloc(pool_->allocator, plan);
+  if (!split) return Outcome(Allocated{vpages, std::move(moves)});
+  // alloc_many: one allocation of the sum, handed out in order (the same pages as one after
+  // another on a token chain; here the float is sized for the whole at once).
+  AllocatedMany out;
+  std::size_t at = 0;
+  for (std::uint64_t n : *split) {
+    out.pages.emplace_back(vpages.begin() + static_cast<std::ptrdiff_t>(at),
+                           vpages.begin() + static_cast<std::ptrdiff_t>(at + n));
+    at += n;
+  }
+  return Outcome(std::move(out));
+}
+
+Status Model::check_state_moves(const CompactionPlan& plan) const {
+  // SPEC 10.22: a move may leave a slot a reader holds (the reader keeps reading the old bytes,
+  // which stay there, quarantined), but never overwrite one.
+  const std::vector<std::uint32_t>& held = pool_->held[state_side()];
+  for (const PagePair& m : plan.moves)
+    if (held[static_cast<std::size_t>(m.dst)] > 0)
+      return make_error(ErrorKind::reader_conflict, "state compaction would move slot " + num(m.src) + " onto slot " +
+                                                        num(m.dst) + ", which an open reader holds; end the reader first");
+  return ok_status();
+}
+
+void Model::commit_state_moves(const CompactionPlan& plan, std::vector<PageMove>& moves) {
+  StateAllocator& st = *pool_->state;
+  const std::vector<std::uint32_t>& held = pool_->held[state_side()];
+  st.quarantine_moved(plan, [&](std::int64_t slot) { return held[static_cast<std::size_t>(slot)] > 0; });
+  for (const PagePair& m : plan.moves) {
+    // A slot's envelope is its whole entry (page size 1); the ledger is keyed by virtual slot.
+    if (pool_->bytes) {
+      pool_->bytes->copy_page(st.slots().geometry(), m.src, m.dst);
+      note_touched(static_cast<std::uint64_t>(m.dst) * st.entry_bytes(), st.entry_bytes());
+    }
+    moves.push_back(PageMove{st.slots().name(), m.src, m.dst});
+  }
+  state_changed_ = true;
+}
+
+OpResult Model::on(const StateAlloc& op) {
+  if (!pool_->state) return no_state("state_alloc");
+  if (pool_->state->slot_of(op.request) >= 0)
+    return invalid("state_alloc: request " + num(op.request) + " already holds state slot " +
+                   num(pool_->state->slot_of(op.request)) + "; free it first (state_free)");
+  const StateAllocPlan plan = plan_state_alloc(pool_->allocator, *pool_->state);
+  // SPEC 10.22: the slot still holds what a reader reads: no room until the reader is done.
+  if (!plan.fits || (plan.quarantined && state_slot_quarantined(pool_->state->next_physical())))
+    return Outcome(NoRoom{});
+  if (plan.relocation) KVTWIN_TRY_STATUS(check_relocation_readers(*plan.relocation));
+  std::vector<PageMove> moves;
+  if (plan.relocation) copy_relocation(*plan.relocation, moves);
+  state_changed_ = true;
+  const std::int64_t v = commit_state_alloc(pool_->allocator, *pool_->state, op.request, plan);
+  return Outcome(Allocated{{v}, std::move(moves)});
+}
+
+OpResult Model::on(const StateFree& op) {
+  if (!pool_->state) return no_state("state_free");
+  const std::int64_t v = pool_->state->slot_of(op.request);
+  if (v < 0)
+    return make_refusal(ErrorKind::double_free, reason::not_allocated,
+                        "state_free: request " + num(op.request) +
+                            " holds no state slot (double free or never allocated); free each state slot once");
+  const CompactionPlan plan = pool_->state->plan_free(op.request, pairing());
+  KVTWIN_TRY_STATUS(check_state_moves(plan));
+  pool_->state->commit_free(op.request, plan);
+  pool_->state_rows.erase(v);  // a freed slot forgets its state
+  Compaction out;
+  commit_state_moves(plan, out.moves);
+  return Outcome(std::move(out));
+}
+
+void Model::write_state_slot(std::int64_t vslot, std::uint64_t request, std::uint64_t write_number) {
+  const StateEntryLayout& layout = *pool_->derived.state_layout;
+  const std::int64_t slot = pool_->state->slots().physical_of(vslot);
+  const std::uint64_t base = static_cast<std::uint64_t>(slot) * layout.entry_bytes;
+  std::span<std::uint8_t> all = pool_->bytes->all();
+  for (std::size_t b = 0; b < layout.blocks.size(); ++b) {
+    const StateBlock& block = layout.blocks[b];
+    for (std::uint32_t l = 0; l < block.layer_num; ++l) {
+      const RowIdentity id{static_cast<std::int64_t>(request), kStateOracleSubPool, l, static_cast<std::uint32_t>(b),
+                           write_number};
+      fill_oracle_row(pool_->config.seed, id, block.dtype,
+                      all.subspan(base + block.offset_bytes + l * block.layer_stride_bytes, block.layer_stride_bytes));
+    }
+  }
+  note_touched(base, layout.entry_bytes);
+  pool_->state_rows[vslot] = {request, write_number};
+}
+
+void Model::forget_state_overlapped(std::uint64_t begin, std::uint64_t end) {
+  // A token row written outside its band may land on a state slot's bytes: that slot's state is
+  // no longer what the ledger remembers.
+  const AllocatorSide& slots = pool_->state->slots();
+  const std::uint64_t e = pool_->state->entry_bytes();
+  for (std::uint64_t slot = begin / e; slot * e < end && slot < static_cast<std::uint64_t>(slots.num_pages()); ++slot) {
+    const std::int64_t v = slots.virtual_of(static_cast<std::int64_t>(slot));
+    if (v >= 1) pool_->state_rows.erase(v);
+  }
+}
+
+OpResult Model::on(const StateWrite& op) {
+  if (!pool_->state) return no_state("state_write");
+  const std::int64_t v = pool_->state->slot_of(op.request);
+  if (v < 0) return invalid("state_write: request " + num(op.request) + " holds no state slot; state_alloc gives it one");
+  state_changed_ = true;
+  if (pool_->bytes) write_state_slot(v, op.request, op.write_number);
+  return Outcome(Done{});
+}
+
+OpResult Model::on(const StateRead& op) {
+  if (!pool_->state) return no_state("state_read");
+  if (!pool_->bytes)
+    return make_error(ErrorKind::unsupported, "state_read: a tables-only pool has no bytes; build with tables_only: false");
+  const StateEntryLayout& layout = *pool_->derived.state_layout;
+  KVTWIN_TRY(const StateBlock* block, layout.block(op.block));
+  if (op.layer >= block->layer_num)
+    return out_of_range("state_read: layer " + num(op.layer) + " is outside block '" + block->name + "''s " +
+                        num(block->layer_num) + " state layers");
+  const AllocatorSide& slots = pool_->state->slots();
+  std::vector<std::uint8_t> data;
+  for (std::size_t i = 0; i < op.slots.size(); ++i) {
+    const std::int64_t slot = op.slots[i];
+    if (slot < 0 || slot >= slots.num_pages())
+      return out_of_range("state_read: slot " + num(slot) + " at position " + num(std::uint64_t{i}) +
+                          " is outside the state sub-pool's slots [0, " + num(slots.num_pages()) + ")");
+  }
+  data.reserve(op.slots.size() * block->layer_stride_bytes);
+  for (std::int64_t slot : op.slots) {
+    if (slot < slots.min_page()) {
+      data.insert(data.end(), block->layer_stride_bytes, 0);  // the sink reads as zeros
+      continue;
+    }
+    KVTWIN_TRY(std::uint64_t at, state_byte_address(layout, slot, *block, op.layer));
+    auto bytes = pool_->bytes->range(at, block->layer_stride_bytes);
+    data.insert(data.end(), bytes.begin(), bytes.end());
+  }
+  return Outcome(Bytes::of(std::move(data)));
+}
+
+OpResult Model::on(const StateSlots& op) {
+  if (!pool_->state) return no_state("state_slots");
+  Ids out;
+  for (std::uint64_t r : op.requests) {
+    const std::int64_t v = pool_->state->slot_of(r);
+    out.values.push_back(v < 0 ? 0 : std::max<std::int64_t>(pool_->state->slots().physical_of(v), 0));
+  }
+  return Outcome(std::move(out));
+}
+
+Status Model::verify_state() const {
+  const StateAllocator& st = *pool_->state;
+  KVTWIN_TRY_STATUS(verify_side(state_side()));
+  // SPEC 10.22: a quarantined slot is held by a reader still.
+  for (std::int64_t q : st.quarantined())
+    if (pool_->held[state_side()][static_cast<std::size_t>(q)] == 0)
+      return broken("state slot " + num(q) + " is quarantined, but no reader holds it; end_read releases it");
+  if (!pool_->bytes) return ok_status();
+  // Every remembered state reads back, through the slot table, the oracle's bytes.
+  const StateEntryLayout& layout = *pool_->derived.state_layout;
+  std::vector<std::uint8_t> expected;
+  for (const auto& [v, row] : pool_->state_rows) {
+    const std::int64_t slot = st.slots().physical_of(v);
+    if (slot < st.slots().min_page())
+      return broken("state slot " + num(v) + "'s state is remembered, but the slot is not bound");
+    for (std::size_t b = 0; b < layout.blocks.size(); ++b) {
+      const StateBlock& block = layout.blocks[b];
+      for (std::uint32_t l = 0; l < block.layer_num; ++l) {
+        const RowIdentity id{static_cast<std::int64_t>(row.first), kStateOracleSubPool, l, static_cast<std::uint32_t>(b),
+                             row.second};
+        expected.resize(block.layer_stride_bytes);
+        fill_oracle_row(pool_->config.seed, id, block.dtype, expected);
+        const std::uint64_t at = static_cast<std::uint64_t>(slot) * layout.entry_bytes + block.offset_bytes +
+                                 l * block.layer_stride_bytes;
+        auto actual = pool_->bytes->range(at, block.layer_stride_bytes);
+        if (!std::equal(actual.begin(), actual.end(), expected.begin()))
+          return broken("state slot " + num(v) + " (physical " + num(slot) + ") block '" + block.name + "' layer " +
+                        num(l) + " does not hold the oracle's state of request " + num(row.first) + " at write " +
+                        num(row.second));
+      }
+    }
+  }
+  return ok_status();
 }
 
 }  // namespace kvtwin::sim

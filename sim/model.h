@@ -41,6 +41,7 @@
 #include "sim/content_ledger.h"
 #include "sim/host_arena.h"
 #include "sim/page_allocator.h"
+#include "sim/state_allocator.h"
 #include "sim/pool_bytes.h"
 #include "sim/write_locs.h"
 
@@ -139,6 +140,14 @@ class Model : public Backend {
   Result<ByteOwner> locate_byte(std::uint64_t offset) const;
 
  protected:
+  // SPEC 10.22: the state slot a fresh allocation would take is quarantined (it still holds
+  // what a reader reads). Virtual so that the self-test can plant a model that reuses it.
+  virtual bool state_slot_quarantined(std::int64_t physical_slot) const;
+  // SPEC 11's make_room: the order the float's page envelopes are copied in (the plan's, in which
+  // every destination is free when written). Virtual so that the self-test can plant a relocation
+  // that copies in source order and overwrites a page before it has left.
+  virtual std::vector<PagePair> float_copy_order(const std::vector<PagePair>& moves) const { return moves; }
+
   // SPEC 4.1: survivors and holes, both ascending, paired in order. Virtual so that a test-only
   // subclass can plant a wrong policy and show that the properties catch it.
   virtual std::vector<PagePair> pair_for_compaction(const std::vector<std::int64_t>& survivors,
@@ -232,6 +241,21 @@ class Model : public Backend {
   OpResult on(const Offload& op);
   OpResult on(const LoadBack& op);
   OpResult on(const TransferWait& op);
+  // The state sub-pool and the float middle (SPEC 11; model_state.cpp's block of model.cpp).
+  OpResult on(const StateAlloc& op);
+  OpResult on(const StateFree& op);
+  OpResult on(const StateWrite& op);
+  OpResult on(const StateRead& op);
+  OpResult on(const StateSlots& op);
+  OpResult alloc_hybrid(std::uint64_t k, const std::vector<std::uint64_t>* split);
+  Status check_relocation_readers(const CompactionPlan& relocation) const;
+  void copy_relocation(const CompactionPlan& relocation, std::vector<PageMove>& moves);
+  Status check_state_moves(const CompactionPlan& plan) const;
+  void commit_state_moves(const CompactionPlan& plan, std::vector<PageMove>& moves);
+  std::size_t state_side() const;
+  void write_state_slot(std::int64_t vslot, std::uint64_t request, std::uint64_t write_number);
+  void forget_state_overlapped(std::uint64_t begin, std::uint64_t end);
+  Status verify_state() const;
 
   // Shared steps.
   PairingRule pairing() const;
@@ -293,6 +317,7 @@ class Model : public Backend {
   mutable RememberedLocs locs_in_range_;
   std::uint64_t batches_epoch_ = 0;  // ops that could change a batch's lanes so far (WriteLoc::Source)
   mutable RememberedLocs duplicate_free_locs_;
+  bool state_changed_ = false;    // the last operation changed the state sub-pool (verify_changed checks it whole)
   mutable LocStamps loc_stamps_;  // check_duplicates' scratch (sim/write_locs.h)
   std::string poisoned_;  // why every operation is refused (an allocation failed); empty: healthy
 };

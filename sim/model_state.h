@@ -13,6 +13,7 @@
 
 #include "core/rng.h"
 
+#include "sim/state_allocator.h"
 #include "sim/content_ledger.h"
 #include "sim/host_arena.h"
 #include "sim/model.h"
@@ -64,6 +65,11 @@ struct Model::Pool {
       host_rows.resize(host->side_count());
       host_held.resize(host->side_count());
     }
+    // SPEC 11: the state sub-pool's slots, with their readers' holds after the token sides'.
+    if (derived.geometry.state) {
+      state.emplace(*derived.geometry.state, config.mode);
+      held.emplace_back(static_cast<std::size_t>(derived.geometry.state->num_pages), 0u);
+    }
   }
 
   PoolConfig config;
@@ -76,6 +82,10 @@ struct Model::Pool {
   std::map<std::uint32_t, Reader> readers;
   std::vector<std::vector<std::uint32_t>> held;  // per side, per physical page: open readers holding it
   std::map<std::uint32_t, Graph> graphs;
+  // Hybrid chains (SPEC 11): the state slots, and what the oracle last wrote in each bound
+  // virtual slot (the whole entry at once): request and write number.
+  std::optional<StateAllocator> state;
+  std::map<std::int64_t, std::pair<std::uint64_t, std::uint64_t>> state_rows;
 
   // ---- SPEC 8 (model_host.cpp; docs/host_arena.md)
   std::optional<HostArena> host;  // nullopt when the configuration has no host_bytes

@@ -19,7 +19,8 @@ std::vector<PagePair> pair_in_order(const std::vector<std::int64_t>& survivors,
 
 // ---------------------------------------------------------------- AllocatorSide
 
-AllocatorSide::AllocatorSide(const SubPoolGeometry& geometry, std::int64_t num_virtual, CompactionMode mode)
+AllocatorSide::AllocatorSide(const SubPoolGeometry& geometry, std::int64_t num_virtual, CompactionMode mode,
+                             std::int64_t float_start_page)
     : geometry_(geometry), mode_(mode) {
   // SPEC 4: v2p[num_virtual + 1] and p2v[num_pages + 1], all -1 except the sink row 0.
   allocation_point();
@@ -30,6 +31,11 @@ AllocatorSide::AllocatorSide(const SubPoolGeometry& geometry, std::int64_t num_v
   // Up side: occupied [min_page_index, wm), wm starts at min_page_index.
   // Down side: occupied [wm + 1, num_pages), wm starts at num_pages - 1.
   watermark_ = grows_up() ? min_page() : num_pages() - 1;
+  // SPEC 11: a float's span [span_low, watermark) starts empty at the middle of the buffer.
+  if (floats()) {
+    span_low_ = std::clamp<std::int64_t>(float_start_page, min_page(), num_pages());
+    watermark_ = span_low_;
+  }
 }
 
 std::int64_t AllocatorSide::physical_of(std::int64_t vpage) const {
@@ -42,9 +48,15 @@ std::int64_t AllocatorSide::virtual_of(std::int64_t ppage) const {
   return p2v_[static_cast<std::size_t>(ppage)];
 }
 
-std::int64_t AllocatorSide::band_begin() const { return grows_up() ? min_page() : watermark_ + 1; }
+std::int64_t AllocatorSide::band_begin() const {
+  if (floats()) return span_low_;
+  return grows_up() ? min_page() : watermark_ + 1;
+}
 
-std::int64_t AllocatorSide::band_end() const { return grows_up() ? watermark_ : num_pages(); }
+std::int64_t AllocatorSide::band_end() const {
+  if (floats()) return watermark_;
+  return grows_up() ? watermark_ : num_pages();
+}
 
 std::vector<std::int64_t> AllocatorSide::pages_for(std::uint64_t k) const {
   std::vector<std::int64_t> pages;
@@ -59,6 +71,7 @@ std::vector<std::int64_t> AllocatorSide::pages_for(std::uint64_t k) const {
 }
 
 std::vector<std::int64_t> AllocatorSide::bind(const std::vector<std::int64_t>& vpages) {
+  KVTWIN_CHECK(!floats(), "a float binds the pages its plan chose (bind_pages)");
   const std::vector<std::int64_t> pages = pages_for(vpages.size());
   std::int64_t band_taken = 0;
   for (std::size_t i = 0; i < vpages.size(); ++i) {
@@ -88,9 +101,138 @@ std::int64_t AllocatorSide::unbind(std::int64_t vpage) {
   changed_virtual_.push_back(vpage);
   changed_physical_.push_back(p);
   --allocated_;
-  // SPEC 4.2: in lazy mode the freed physical page becomes a hole of the band.
-  if (mode_ == CompactionMode::lazy) holes_.insert(p);
+  // SPEC 4.2: in lazy mode the freed physical page becomes a hole of the band. A float's freed
+  // page is always a hole: the float never compacts on a free (SPEC 11).
+  if (mode_ == CompactionMode::lazy || floats()) holes_.insert(p);
   return p;
+}
+
+// ---------------------------------------------------------------- the float middle (SPEC 11)
+
+std::vector<std::int64_t> AllocatorSide::float_pages_for(std::uint64_t k, std::uint64_t low_limit,
+                                                         std::uint64_t high_limit) const {
+  KVTWIN_CHECK(floats(), "float_pages_for is the float's");
+  // Whole pages between the limits, never below the sink's floor.
+  const std::int64_t lo = std::max<std::int64_t>(min_page(), static_cast<std::int64_t>((low_limit + page_bytes() - 1) / page_bytes()));
+  const std::int64_t hi = std::min<std::int64_t>(num_pages(), static_cast<std::int64_t>(high_limit / page_bytes()));
+  std::vector<std::int64_t> pages;
+  if (hi < lo) return pages;
+  std::int64_t low = span_low_, high = watermark_;
+  if (allocated_ == 0) {
+    // An empty float is transparent: its point moves into the gap the ends left.
+    low = high = std::clamp(low, lo, hi);
+  } else if (low < lo || high > hi) {
+    return pages;  // an end cuts into the span: only a relocation can make room
+  }
+  const std::uint64_t capacity = holes_.size() * (allocated_ == 0 ? 0 : 1) + static_cast<std::uint64_t>((low - lo) + (hi - high));
+  if (capacity < k) return pages;
+  // Holes first, ascending: no copy.
+  if (allocated_ != 0)
+    for (auto it = holes_.begin(); it != holes_.end() && pages.size() < k; ++it) pages.push_back(*it);
+  // Then the span grows one page at a time toward the larger gap (in bytes; a tie goes up).
+  const std::vector<std::int64_t> more = float_extension(low, high, k - pages.size(), low_limit, high_limit);
+  pages.insert(pages.end(), more.begin(), more.end());
+  std::sort(pages.begin(), pages.end());
+  return pages;
+}
+
+std::vector<std::int64_t> AllocatorSide::float_extension(std::int64_t low, std::int64_t high, std::uint64_t k,
+                                                         std::uint64_t low_limit, std::uint64_t high_limit) const {
+  const auto epp = static_cast<std::int64_t>(page_bytes());
+  const std::int64_t lo = std::max<std::int64_t>(min_page(), static_cast<std::int64_t>((low_limit + page_bytes() - 1) / page_bytes()));
+  const std::int64_t hi = std::min<std::int64_t>(num_pages(), static_cast<std::int64_t>(high_limit / page_bytes()));
+  std::vector<std::int64_t> pages;
+  while (pages.size() < k) {
+    const std::int64_t gap_below = low * epp - static_cast<std::int64_t>(low_limit);
+    const std::int64_t gap_above = static_cast<std::int64_t>(high_limit) - high * epp;
+    const bool up = high < hi && (gap_above >= gap_below || low <= lo);
+    KVTWIN_CHECK(up || low > lo, "a float extension has the room its caller counted");
+    pages.push_back(up ? high++ : --low);
+  }
+  return pages;
+}
+
+void AllocatorSide::bind_pages(const std::vector<std::int64_t>& vpages, const std::vector<std::int64_t>& pages) {
+  KVTWIN_CHECK(floats() && vpages.size() == pages.size(), "bind_pages binds one float page per virtual page");
+  if (allocated_ == 0) holes_.clear();
+  for (std::size_t i = 0; i < vpages.size(); ++i) {
+    const std::int64_t v = vpages[i], p = pages[i];
+    KVTWIN_CHECK(v >= 1 && v + 1 < static_cast<std::int64_t>(v2p_.size()) && v2p_[v] == -1,
+                 "alloc binds a free virtual page of side '" + name() + "'");
+    KVTWIN_CHECK(p >= min_page() && p < num_pages() && p2v_[p] == -1,
+                 "alloc binds an unbound usable physical page of side '" + name() + "'");
+    holes_.erase(p);
+    v2p_[v] = p;
+    p2v_[p] = v;
+    changed_virtual_.push_back(v);
+    changed_physical_.push_back(p);
+  }
+  if (!pages.empty()) {
+    // The pages are holes of the span and pages next to its ends (float_pages_for): the span
+    // grows over them and gains no hole.
+    const auto [first, last] = std::minmax_element(pages.begin(), pages.end());
+    if (allocated_ == 0) {
+      span_low_ = *first;
+      watermark_ = *last + 1;
+    } else {
+      span_low_ = std::min(span_low_, *first);
+      watermark_ = std::max(watermark_, *last + 1);
+    }
+  }
+  allocated_ += vpages.size();
+}
+
+CompactionPlan AllocatorSide::plan_relocation(std::int64_t new_low) const {
+  KVTWIN_CHECK(floats(), "plan_relocation is the float's");
+  CompactionPlan plan;
+  plan.new_span_low = new_low;
+  plan.new_watermark = new_low + static_cast<std::int64_t>(allocated_);
+  // Live page i (ascending) goes to new_low + i. dst - src never grows with i, so the pages that
+  // move up come first and the ones that move down last, and neither group's destinations are
+  // the other's sources: the downward moves ascending, then the upward ones descending, write
+  // every destination while it is free.
+  std::vector<PagePair> down, up;
+  std::int64_t target = new_low;
+  for (std::int64_t p = span_low_; p < watermark_; ++p) {
+    if (p2v_[static_cast<std::size_t>(p)] < 0) continue;
+    if (target < p) down.push_back(PagePair{p, target});
+    if (target > p) up.push_back(PagePair{p, target});
+    ++target;
+  }
+  plan.moves = std::move(down);
+  plan.moves.insert(plan.moves.end(), up.rbegin(), up.rend());
+  plan.freed.assign(holes_.begin(), holes_.end());
+  return plan;
+}
+
+void AllocatorSide::apply_relocation(const CompactionPlan& plan) {
+  for (const PagePair& m : plan.moves) {
+    const std::int64_t v = virtual_of(m.src);
+    KVTWIN_CHECK(v >= 1 && p2v_[m.dst] == -1, "a relocation moves a live page to a free one");
+    p2v_[m.src] = -1;
+    v2p_[v] = m.dst;
+    p2v_[m.dst] = v;
+    changed_virtual_.push_back(v);
+    changed_physical_.push_back(m.src);
+    changed_physical_.push_back(m.dst);
+  }
+  for (std::int64_t h : holes_) changed_physical_.push_back(h);
+  holes_.clear();
+  span_low_ = plan.new_span_low;
+  watermark_ = plan.new_watermark;
+}
+
+void AllocatorSide::absorb_boundary_holes() {
+  KVTWIN_CHECK(floats(), "absorb_boundary_holes is the float's");
+  if (allocated_ == 0) {
+    // Transparent when empty: no holes, a point.
+    for (std::int64_t h : holes_) changed_physical_.push_back(h);
+    holes_.clear();
+    watermark_ = span_low_;
+    return;
+  }
+  while (span_low_ < watermark_ && holes_.erase(span_low_)) changed_physical_.push_back(span_low_++);
+  while (watermark_ > span_low_ && holes_.erase(watermark_ - 1)) changed_physical_.push_back(--watermark_);
 }
 
 CompactionPlan AllocatorSide::plan_compaction(const std::vector<std::int64_t>& freed,
@@ -153,9 +295,17 @@ PageAllocator::PageAllocator(const PoolGeometry& geometry, CompactionMode mode) 
   // docs/decisions.md: the full side (chain index 0) owns the virtual ids; the SWA side's v2p has
   // the same length.
   const auto num_virtual = static_cast<std::int64_t>(geometry.sub_pools.front().num_pages);
-  for (const SubPoolGeometry& g : geometry.sub_pools) sides_.emplace_back(g, num_virtual, mode);
+  for (const SubPoolGeometry& g : geometry.sub_pools)
+    sides_.emplace_back(g, num_virtual, mode, static_cast<std::int64_t>(geometry.float_start_page));
   // SPEC 4: the owner's free queue starts min_page_index .. num_pages - 1, ascending.
   for (std::int64_t v = owner().min_page(); v < owner().num_pages(); ++v) free_queue_.push_back(v);
+}
+
+std::vector<std::int64_t> PageAllocator::take_free_ids(std::uint64_t k) {
+  KVTWIN_CHECK(k <= free_queue_.size(), "take_free_ids takes ids the queue holds");
+  std::vector<std::int64_t> vpages(free_queue_.begin(), free_queue_.begin() + static_cast<std::ptrdiff_t>(k));
+  free_queue_.erase(free_queue_.begin(), free_queue_.begin() + static_cast<std::ptrdiff_t>(k));
+  return vpages;
 }
 
 std::uint64_t PageAllocator::gap_bytes() const {
@@ -201,6 +351,12 @@ SideFreeStep PageAllocator::plan_side_free(std::size_t side, const std::vector<s
   step.release_virtual_ids = release;
   for (std::int64_t v : vpages) step.physical_pages.push_back(s.physical_of(v));
   std::sort(step.physical_pages.begin(), step.physical_pages.end());
+  // SPEC 11: a float never compacts on a free; its boundary holes leave the span at once in eager
+  // mode (at the flush in lazy mode).
+  if (s.floats()) {
+    step.absorb = mode_ == CompactionMode::eager;
+    return step;
+  }
   // SPEC 4.1: eager mode packs the side again right after the free; lazy mode leaves holes (4.2).
   if (mode_ == CompactionMode::eager) {
     step.compact = true;
@@ -237,6 +393,11 @@ FreePlan PageAllocator::plan_flush(const PairingRule& pairing) const {
   for (std::size_t i = sides_.size(); i-- > 0;) {
     SideFreeStep step;
     step.side = i;
+    if (sides_[i].floats()) {
+      step.absorb = true;  // SPEC 11: a flush absorbs the float's boundary holes, moving nothing
+      plan.steps.push_back(std::move(step));
+      continue;
+    }
     step.compact = true;
     const std::vector<std::int64_t> holes(sides_[i].holes().begin(), sides_[i].holes().end());
     step.compaction = sides_[i].plan_compaction(holes, pairing);
@@ -250,6 +411,7 @@ void PageAllocator::commit(const FreePlan& plan) {
     AllocatorSide& s = sides_.at(step.side);
     for (std::int64_t v : step.virtual_pages) s.unbind(v);
     if (step.compact) s.apply_compaction(step.compaction);
+    if (s.floats() && (step.absorb || s.allocated_pages() == 0)) s.absorb_boundary_holes();
     // SPEC 4: freed ids are appended to the queue's back in ascending order.
     if (step.release_virtual_ids)
       for (std::int64_t v : step.virtual_pages) free_queue_.push_back(v);

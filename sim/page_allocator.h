@@ -27,6 +27,7 @@
 
 namespace kvtwin::sim {
 
+
 // One page move of a compaction: copy the envelope of physical page `src` to `dst`.
 struct PagePair {
   std::int64_t src = 0;
@@ -43,6 +44,7 @@ std::vector<PagePair> pair_in_order(const std::vector<std::int64_t>& survivors,
 // What compacting one side will do (SPEC 4.1). Pure data; AllocatorSide::apply_compaction commits it.
 struct CompactionPlan {
   std::int64_t new_watermark = 0;
+  std::int64_t new_span_low = 0;        // a float's relocation (SPEC 11): the packed span's first page
   std::vector<std::int64_t> freed;      // the freed physical pages (holes of the band), ascending
   std::vector<std::int64_t> survivors;  // still-bound pages in the band's shrinking end, ascending
   std::vector<std::int64_t> holes;      // freed pages that stay inside the new band, ascending
@@ -51,11 +53,16 @@ struct CompactionPlan {
 
 class AllocatorSide {
  public:
-  AllocatorSide(const SubPoolGeometry& geometry, std::int64_t num_virtual, CompactionMode mode);
+  // A float middle (SPEC 11, direction float_middle) starts as the empty span [start, start).
+  AllocatorSide(const SubPoolGeometry& geometry, std::int64_t num_virtual, CompactionMode mode,
+                std::int64_t float_start_page = 0);
 
   const SubPoolGeometry& geometry() const { return geometry_; }
   const std::string& name() const { return geometry_.name; }
   bool grows_up() const { return geometry_.direction == GrowDirection::up; }
+  // The float middle of a tri-pool (SPEC 11): its band is the span [span_low, watermark).
+  bool floats() const { return geometry_.direction == GrowDirection::float_middle; }
+  std::int64_t span_low() const { return span_low_; }
   std::int64_t page_size() const { return static_cast<std::int64_t>(geometry_.page_size); }
   std::int64_t num_pages() const { return static_cast<std::int64_t>(geometry_.num_pages); }
   std::int64_t min_page() const { return static_cast<std::int64_t>(geometry_.min_page_index); }
@@ -76,8 +83,9 @@ class AllocatorSide {
     std::int64_t& watermark;
     std::set<std::int64_t>& holes;
     std::uint64_t& allocated;
+    std::int64_t& span_low;
   };
-  TablesForTest tables_for_test() { return {v2p_, p2v_, watermark_, holes_, allocated_}; }
+  TablesForTest tables_for_test() { return {v2p_, p2v_, watermark_, holes_, allocated_, span_low_}; }
 
   // What changed since clear_changes(): the virtual pages whose v2p row and the physical pages
   // whose p2v row or hole status bind, unbind and apply_compaction wrote (repeats allowed). The
@@ -131,6 +139,26 @@ class AllocatorSide {
   // hole set, sets the watermark.
   void apply_compaction(const CompactionPlan& plan);
 
+  // ---- the float middle (SPEC 11); floats() only.
+  // The pages an allocation of k pages takes between the byte limits [low_limit, high_limit)
+  // (the state frontier and the owner's band): its holes first, ascending (no copy), then the span
+  // extended one page at a time on the side with the larger gap in bytes (a tie goes up); an empty
+  // float (no live page) first moves its point into the limits. Empty when they do not fit.
+  std::vector<std::int64_t> float_pages_for(std::uint64_t k, std::uint64_t low_limit, std::uint64_t high_limit) const;
+  // k pages that extend the span [low, high) one at a time toward the larger gap between the byte
+  // limits (a tie goes up); the caller has counted the room.
+  std::vector<std::int64_t> float_extension(std::int64_t low, std::int64_t high, std::uint64_t k,
+                                            std::uint64_t low_limit, std::uint64_t high_limit) const;
+  // Binds vpages[i] -> pages[i] and widens the span over them.
+  void bind_pages(const std::vector<std::int64_t>& vpages, const std::vector<std::int64_t>& pages);
+  // make_room: the live pages laid side by side, ascending, on [new_low, new_low + live); each
+  // live page moves at most once, in an order where every destination is free when it is written.
+  CompactionPlan plan_relocation(std::int64_t new_low) const;
+  void apply_relocation(const CompactionPlan& plan);
+  // Holes at either end of the span leave it (flush; at once in eager mode). An empty float keeps
+  // no holes: its span collapses to a point (transparency).
+  void absorb_boundary_holes();
+
  private:
   SubPoolGeometry geometry_;
   CompactionMode mode_;
@@ -139,6 +167,7 @@ class AllocatorSide {
   std::int64_t watermark_ = 0;
   std::set<std::int64_t> holes_;  // lazy mode: unbound pages inside the band
   std::uint64_t allocated_ = 0;
+  std::int64_t span_low_ = 0;  // floats() only
   std::vector<std::int64_t> changed_virtual_;
   std::vector<std::int64_t> changed_physical_;
 };
@@ -152,6 +181,7 @@ struct SideFreeStep {
   bool compact = false;
   CompactionPlan compaction;
   bool release_virtual_ids = false;  // the owner side: append the virtual pages to the free queue
+  bool absorb = false;               // a float side: its boundary holes leave the span (SPEC 11)
 };
 
 // A free, free_swa or flush, as the ordered steps it will take (SWA side first; docs/decisions.md).
@@ -203,6 +233,11 @@ class PageAllocator {
   FreePlan plan_flush(const PairingRule& pairing) const;
   // Applies a plan made on the current state.
   void commit(const FreePlan& plan);
+
+  // Hybrid chains (sim/chain_alloc.h) bind through these: the k ids at the queue front, and a side.
+  std::vector<std::int64_t> take_free_ids(std::uint64_t k);
+  AllocatorSide& side_mut(std::size_t i) { return sides_.at(i); }
+
 
  private:
   SideFreeStep plan_side_free(std::size_t side, const std::vector<std::int64_t>& vpages, bool release,

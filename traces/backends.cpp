@@ -41,6 +41,8 @@ class PlantedModel : public sim::Model {
     // this thread, for as long as this model lives, so every user of core here shares them.
     if (fault_ == "model_one_sided_floor") sizing_bug_.emplace(PlantedSizingBug::one_sided_floor);
     if (fault_ == "model_row_address_32bit") sizing_bug_.emplace(PlantedSizingBug::row_address_32bit);
+    if (fault_ == "model_state_sink_per_page") sizing_bug_.emplace(PlantedSizingBug::state_sink_per_page);
+    if (fault_ == "model_state_entry_padded") sizing_bug_.emplace(PlantedSizingBug::state_entry_padded);
   }
 
   std::string_view name() const override { return name_; }
@@ -197,6 +199,21 @@ class PlantedModel : public sim::Model {
     return sim::Model::pair_for_compaction(reversed, holes);
   }
 
+  // SPEC 11's make_room: the float's envelopes copied in source order, so a page moving up lands
+  // on the next live page before that one has left.
+  std::vector<sim::PagePair> float_copy_order(const std::vector<sim::PagePair>& moves) const override {
+    if (fault_ != "model_float_relocation_overwrites") return sim::Model::float_copy_order(moves);
+    std::vector<sim::PagePair> by_source = moves;
+    std::sort(by_source.begin(), by_source.end(), [](const sim::PagePair& a, const sim::PagePair& b) { return a.src < b.src; });
+    return by_source;
+  }
+
+  // SPEC 10.22: a state slot moved away from under a reader is reused at once.
+  bool state_slot_quarantined(std::int64_t physical_slot) const override {
+    if (fault_ != "model_state_reuse_before_readers_done") return sim::Model::state_slot_quarantined(physical_slot);
+    return false;
+  }
+
  private:
   // A read's answer with every non-sink row taken from the shape-stride address (the model
   // validated the read already).
@@ -309,6 +326,8 @@ const std::vector<FaultInfo>& model_faults() {
       {"model_attention_stride_from_shape", FaultSite::model, "8",
        "the decode attention takes the in-page token stride from the row shape, not the entry"},
       {"model_drop_free_swa", FaultSite::model, "10", "free_swa is acknowledged but no tombstone is made"},
+      {"model_float_relocation_overwrites", FaultSite::model, "",
+       "the float's make_room copies its pages in source order, overwriting a page moving up before it has left"},
       {"model_negative_not_sink", FaultSite::model, "9", "translate passes a negative id through instead of the sink"},
       {"model_one_sided_floor", FaultSite::model, "",
        "core sizes the reserved floor from the first sub-pool of the chain only (every backend shares it)"},
@@ -319,6 +338,12 @@ const std::vector<FaultInfo>& model_faults() {
        "core computes a row's byte address in 32 bits, wrapping past 4 GiB (every backend shares it)"},
       {"model_skipped_write_lane", FaultSite::model, "", "the write door skips the last lane of a multi-lane write"},
       {"model_stale_write", FaultSite::model, "", "the write door puts down the previous write's rows"},
+      {"model_state_entry_padded", FaultSite::model, "23",
+       "the state entry is padded to 32 bytes as a token entry (core's state layout), so views and budget grow"},
+      {"model_state_reuse_before_readers_done", FaultSite::model, "22",
+       "a state slot compaction moved away from under a reader is reused before the reader is done"},
+      {"model_state_sink_per_page", FaultSite::model, "23",
+       "the state entry is charged page_size times in the sink (core's reserved floor counts page_size * E_state)"},
       {"model_wrong_refusal_reason", FaultSite::model, "",
        "free_swa of a page already out of the window is refused as a page never allocated"},
   };

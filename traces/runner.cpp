@@ -62,6 +62,33 @@ std::string Failure::describe() const {
   return s;
 }
 
+// SPEC 11: the state sub-pool's tables, its request table and its quarantine.
+static std::optional<std::string> diff_state_tables(const PoolTables& a, const PoolTables& b, std::string_view na,
+                                             std::string_view nb) {
+  if (a.state.has_value() != b.state.has_value())
+    return std::string(na) + (a.state ? " has" : " has no") + " state sub-pool, " + std::string(nb) +
+           (b.state ? " has one" : " none");
+  if (!a.state) return std::nullopt;
+  const SideTables& x = *a.state;
+  const SideTables& y = *b.state;
+  if (auto d = diff_list(x.name, "v2p", x.v2p, y.v2p, na, nb)) return d;
+  if (auto d = diff_list(x.name, "p2v", x.p2v, y.p2v, na, nb)) return d;
+  if (auto d = diff_list(x.name, "free_queue", x.free_queue, y.free_queue, na, nb)) return d;
+  if (auto d = diff_list(x.name, "holes", x.holes, y.holes, na, nb)) return d;
+  if (auto d = diff_list(x.name, "quarantine", a.state_quarantine, b.state_quarantine, na, nb)) return d;
+  if (x.watermark != y.watermark || x.allocated_pages != y.allocated_pages)
+    return "the state sub-pool's watermark / allocated slots: " + std::string(na) + " has " + std::to_string(x.watermark) +
+           " / " + std::to_string(x.allocated_pages) + ", " + std::string(nb) + " has " + std::to_string(y.watermark) +
+           " / " + std::to_string(y.allocated_pages);
+  if (a.state_requests != b.state_requests) {
+    std::string ta, tb;
+    for (const auto& [r, v] : a.state_requests) ta += (ta.empty() ? "" : ", ") + std::to_string(r) + "->" + std::to_string(v);
+    for (const auto& [r, v] : b.state_requests) tb += (tb.empty() ? "" : ", ") + std::to_string(r) + "->" + std::to_string(v);
+    return "the state request tables differ: " + std::string(na) + " [" + ta + "], " + std::string(nb) + " [" + tb + "]";
+  }
+  return std::nullopt;
+}
+
 std::optional<std::string> diff_tables(const PoolTables& a, const PoolTables& b, std::string_view na,
                                        std::string_view nb) {
   if (a.sides.size() != b.sides.size())
@@ -83,8 +110,11 @@ std::optional<std::string> diff_tables(const PoolTables& a, const PoolTables& b,
     if (x.allocated_pages != y.allocated_pages)
       return "side '" + x.name + "' allocated_pages: " + std::string(na) + " has " + std::to_string(x.allocated_pages) +
              ", " + std::string(nb) + " has " + std::to_string(y.allocated_pages);
+    if (x.span_low != y.span_low)
+      return "side '" + x.name + "' span_low (the float's first page): " + std::string(na) + " has " +
+             std::to_string(x.span_low) + ", " + std::string(nb) + " has " + std::to_string(y.span_low);
   }
-  return std::nullopt;
+  return diff_state_tables(a, b, na, nb);
 }
 
 std::uint64_t resolve_verify_every(const CheckCadence& cadence, const PoolConfig& config) {

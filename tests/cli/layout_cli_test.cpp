@@ -346,6 +346,39 @@ TEST(LayoutCli, LlamaJsonReportsTheDoneCriterion) {
   check_json(j, llama());
 }
 
+// SPEC 11, numbers by hand (tests/core/state_layout_test.cpp derives them from the public
+// config): Qwen3.5-9B's state entry, blocks, views and the chain, in JSON and text.
+TEST(LayoutCli, HybridModelShowsItsStateEntryAndChain) {
+  const CliRun js = kvtwin({"layout", "--model", "qwen3.5-9b", "--json"});
+  ASSERT_EQ(js.exit_code, 0) << js.err;
+  const json j = json::parse(js.out);
+  EXPECT_EQ(j.at("chain"), json({"state", "full"}));
+  const json& st = j.at("state");
+  EXPECT_EQ(st.at("entry_bytes"), 24u * 49152 + 24u * 2097152);
+  EXPECT_EQ(st.at("entry_formula"), "E_state = 24 * 49152 + 24 * 2097152 = 51511296");
+  EXPECT_EQ(st.at("token_cost"), 1572u);
+  EXPECT_EQ(st.at("sizing").at("max_slots"), 4294967296ULL / 51511296);
+  EXPECT_EQ(st.at("sizing").at("min_slot_index"), 1u);
+  EXPECT_EQ(j.at("reserved_floor_bytes"), 51511296u);  // charged once, never 64 * E_state
+  const json& temporal = st.at("blocks").at(1);
+  EXPECT_EQ(temporal.at("name"), "temporal");
+  EXPECT_EQ(temporal.at("offset_bytes"), 24u * 49152);
+  EXPECT_EQ(temporal.at("views").at(2).at("view").at("strides"), json({51511296 / 4, 128 * 128, 128, 1}));
+  EXPECT_EQ(temporal.at("views").at(2).at("view").at("storage_offset"), (1179648 + 2 * 2097152) / 4);
+  EXPECT_EQ(j.at("sub_pools").at(0).at("direction"), "down");
+  const CliRun text = kvtwin({"layout", "--model", "qwen3.5-9b"});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("E_state = 24 * 49152 + 24 * 2097152 = 51511296 bytes (no padding)"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("chain        [state, full]"), std::string::npos) << text.out;
+  // The tri-pool's float.
+  const CliRun tri = kvtwin({"layout", "--model", "kvtwin-tripool-8l", "--json"});
+  ASSERT_EQ(tri.exit_code, 0) << tri.err;
+  const json t = json::parse(tri.out);
+  EXPECT_EQ(t.at("chain"), json({"state", "swa", "full"}));
+  EXPECT_EQ(t.at("sub_pools").at(1).at("direction"), "float");
+  EXPECT_EQ(t.at("float_start_page"), 4294967296ULL / 2 / (64 * 12288));
+}
+
 TEST(LayoutCli, LlamaText) {
   const CliRun r = kvtwin({"layout", "--model", "llama-3.1-8b"});
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -103,6 +103,12 @@ std::vector<Op> every_op() {
       Op(LoadBack{9, 2, 3, 6, {{0, 1}, {-1, 1}}}),
       Op(LoadBack{10, 0, 1, std::nullopt, {{4}}}),
       Op(TransferWait{9}),
+      // the state sub-pool (SPEC 11)
+      Op(StateAlloc{7}),
+      Op(StateFree{7}),
+      Op(StateWrite{7, 12}),
+      Op(StateRead{{1, 2, 0}, "temporal", 3}),
+      Op(StateSlots{{7, 8}}),
   };
 }
 
@@ -137,6 +143,7 @@ std::vector<OpResult> every_result() {
       OpResult(Outcome(NoRoom{})),
       OpResult(Outcome(Allocated{{5, 6, 7}})),
       OpResult(Outcome(Allocated{{}})),
+      OpResult(Outcome(Allocated{{4}, {PageMove{"swa", 14, 2}, PageMove{"swa", 15, 3}}})),  // a float's make_room
       OpResult(Outcome(AllocatedMany{{{5}, {}, {6, 7}}})),
       OpResult(Outcome(AllocatedMany{{}})),
       OpResult(Outcome(Compaction{{PageMove{"swa", 9, 3}, PageMove{"full", 12, 4}}})),

@@ -15,6 +15,19 @@
 //   BM_FuzzStep      one fuzz step as `kvtwin fuzz` plays it: generate an operation (props/),
 //                    predict it with the shadow, apply it to the model (with bytes), verify().
 //                    items/s = operations.
+//   BM_StateAllocFree  SPEC 11, tables-only: Qwen3.5-9B's [state up | full down] chain in 64 GiB
+//                    (1,333 state slots of 51,511,296 bytes), kept three quarters full of request
+//                    states: a random live state freed, a new one allocated (eager compaction
+//                    moves a slot; lazy leaves a hole, flushed every 64 frees). items/s = slot
+//                    operations (state_alloc + state_free).
+//   BM_StateSlotMove with bytes: kvtwin's tri-pool model in 512 MiB (states of 4,390,912 bytes):
+//                    the lowest slot freed, so eager compaction moves the top slot's whole
+//                    envelope down, then a new state allocated. bytes/s = state bytes moved;
+//                    compare with BM_MemcpyPage.
+//   BM_FloatChurn    SPEC 11, tables-only: the tri-pool [state up | swa float | full down] in
+//                    64 GiB, allocations of 1-8 pages (1/5 or 1/4 of the owner's pages), a random one leaving the
+//                    window (free_swa) or freed, state slots coming and going: the float's holes,
+//                    extension, absorption and make_room. items/s = page and slot operations.
 // Run it from a Release build: build/default/tools/bench/kvtwin_model_bench.
 #include <benchmark/benchmark.h>
 
@@ -203,6 +216,126 @@ void BM_FuzzStep(benchmark::State& state) {
   state.SetLabel(config.shape.name + ", " + std::to_string(config.total_bytes >> 10) + " KiB");
 }
 BENCHMARK(BM_FuzzStep)->Arg(1)->Arg(2)->Arg(3);
+
+// ---------------------------------------------------------------- the state sub-pool and the float (SPEC 11)
+
+void BM_StateAllocFree(benchmark::State& state) {
+  const auto mode = state.range(0) == 0 ? CompactionMode::eager : CompactionMode::lazy;
+  sim::Model model;
+  KVTWIN_CHECK(model.apply(BuildPool{real_pool("qwen3.5-9b", std::uint64_t{64} << 30, mode, true)}).ok(), "build");
+  const std::uint64_t slots = model.derived().geometry.state->usable_pages();
+  Rng rng(5);
+  std::vector<std::uint64_t> live;
+  std::uint64_t next_request = 0;
+  while (live.size() < slots * 3 / 4) {
+    KVTWIN_CHECK(model.apply(StateAlloc{next_request}).ok(), "state_alloc");
+    live.push_back(next_request++);
+  }
+  std::uint64_t slot_ops = 0, frees = 0;
+  for (auto _ : state) {
+    const std::size_t i = rng.below(live.size());
+    KVTWIN_CHECK(model.apply(StateFree{live[i]}).ok(), "state_free");
+    live[i] = live.back();
+    live.pop_back();
+    if (mode == CompactionMode::lazy && ++frees % 64 == 0) KVTWIN_CHECK(model.apply(Flush{}).ok(), "flush");
+    OpResult r = model.apply(StateAlloc{next_request});
+    KVTWIN_CHECK(r.ok() && std::holds_alternative<Allocated>(r.value()), "state_alloc has room");
+    live.push_back(next_request++);
+    slot_ops += 2;
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(slot_ops));
+  state.SetLabel(std::string("qwen3.5-9b ") + (mode == CompactionMode::eager ? "eager" : "lazy") + ", " +
+                 std::to_string(slots) + " state slots");
+}
+BENCHMARK(BM_StateAllocFree)->Arg(0)->Arg(1);
+
+void BM_StateSlotMove(benchmark::State& state) {
+  sim::Model model;
+  KVTWIN_CHECK(
+      model.apply(BuildPool{real_pool("kvtwin-tripool-8l", std::uint64_t{512} << 20, CompactionMode::eager, false)}).ok(),
+      "build");
+  const std::uint64_t e_state = model.derived().state_layout->entry_bytes;
+  // As many states as fit with room for the tokens' first pages: 64 of them.
+  std::deque<std::uint64_t> live;
+  std::uint64_t next_request = 0;
+  for (int i = 0; i < 64; ++i) {
+    KVTWIN_CHECK(model.apply(StateAlloc{next_request}).ok(), "state_alloc");
+    KVTWIN_CHECK(model.apply(StateWrite{next_request, 1}).ok(), "state_write");
+    live.push_back(next_request++);
+  }
+  std::uint64_t moved = 0;
+  for (auto _ : state) {
+    // The oldest request holds the lowest slot: freeing it moves the top slot down into it.
+    const OpResult r = model.apply(StateFree{live.front()});
+    live.pop_front();
+    moved += std::get<Compaction>(r.value()).moves.size() * e_state;
+    KVTWIN_CHECK(model.apply(StateAlloc{next_request}).ok(), "state_alloc");
+    live.push_back(next_request++);
+  }
+  state.SetBytesProcessed(static_cast<std::int64_t>(moved));
+  state.SetLabel("kvtwin-tripool-8l, " + std::to_string(e_state) + "-byte states, the top slot moved down at most frees");
+}
+BENCHMARK(BM_StateSlotMove);
+
+void BM_FloatChurn(benchmark::State& state) {
+  sim::Model model;
+  KVTWIN_CHECK(
+      model.apply(BuildPool{real_pool("kvtwin-tripool-8l", std::uint64_t{64} << 30, CompactionMode::eager, true)}).ok(),
+      "build");
+  const std::uint64_t ps = model.config().page_size;
+  // 1/5 of the owner's pages live, with their float pages (3x larger): the float fits beside the
+  // owner; 1/4: a tight pool, where the owner's growth cuts into the float and make_room runs.
+  const std::uint64_t target = model.derived().geometry.sub_pools[0].usable_pages() / static_cast<std::uint64_t>(state.range(0));
+  Rng rng(9);
+  std::vector<std::vector<std::int64_t>> live;  // allocations still in the window
+  std::vector<std::uint64_t> states;
+  std::uint64_t live_pages = 0, next_request = 0, ops = 0, relocated = 0;
+  const auto alloc = [&] {
+    const std::uint64_t pages = 1 + rng.below(8);
+    OpResult r = model.apply(Alloc{pages * ps});
+    if (const auto* a = std::get_if<Allocated>(&r.value())) {
+      relocated += a->moves.size();
+      live.push_back(a->pages);
+      live_pages += pages;
+      return pages;
+    }
+    return std::uint64_t{0};
+  };
+  while (live_pages < target && alloc() != 0) {
+  }
+  for (auto _ : state) {
+    const std::size_t i = rng.below(live.size());
+    std::vector<std::int64_t> pages = std::move(live[i]);
+    live[i] = std::move(live.back());
+    live.pop_back();
+    // Half leave the window first (free_swa: the float's holes), all are freed.
+    if (rng.below(2) == 0) {
+      KVTWIN_CHECK(model.apply(FreeSwa{IdUnit::pages, pages}).ok(), "free_swa");
+      ops += pages.size();
+    }
+    KVTWIN_CHECK(model.apply(Free{IdUnit::pages, pages}).ok(), "free");
+    ops += pages.size();
+    live_pages -= pages.size();
+    ops += alloc();
+    if (rng.below(4) == 0) {
+      OpResult r = model.apply(StateAlloc{next_request});
+      if (const auto* a = std::get_if<Allocated>(&r.value())) {
+        relocated += a->moves.size();
+        states.push_back(next_request++);
+        ++ops;
+      }
+      if (states.size() > 8) {
+        KVTWIN_CHECK(model.apply(StateFree{states.front()}).ok(), "state_free");
+        states.erase(states.begin());
+        ++ops;
+      }
+    }
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(ops));
+  state.SetLabel("kvtwin-tripool-8l eager, 1/" + std::to_string(state.range(0)) + " of the owner's pages live, " +
+                 std::to_string(relocated) + " float pages relocated by make_room in " + std::to_string(ops) + " operations");
+}
+BENCHMARK(BM_FloatChurn)->Arg(5)->Arg(4);
 
 }  // namespace
 

@@ -312,7 +312,7 @@ std::vector<Item> gate_items(const CheckOptions& o, const GateSetup& g) {
   std::vector<Item> items;
   // Properties.
   std::vector<std::string> configs = {"random"};
-  for (const std::string& c : props::catalogue_config_names()) configs.push_back(c);
+  for (const std::string& c : props::catalogue_config_names(!with_gpu)) configs.push_back(c);
   const std::uint64_t property_items = configs.size();
   if (o.cases_per_item != 0) {
     // Small items, case-major (cases 0..k-1 of every configuration, then the next k, ...): a

@@ -57,7 +57,47 @@ std::string human_bytes(std::uint64_t bytes) {
   return buf;
 }
 
-std::string direction_name(GrowDirection d) { return d == GrowDirection::up ? "up" : "down"; }
+std::string direction_name(GrowDirection d) { return std::string(grow_direction_name(d)); }
+
+std::string u32_list(const std::vector<std::uint32_t>& v) {
+  std::string out;
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? " x " : "") + std::to_string(v[i]);
+  return out;
+}
+
+// SPEC 11: E_state = L * (conv_0 + ... ) + L * temporal, with its numbers.
+std::string state_entry_formula(const StateEntryLayout& l) {
+  const std::uint32_t layers = l.blocks.front().layer_num;
+  std::string conv;
+  for (std::size_t i = 0; i + 1 < l.blocks.size(); ++i) conv += (i ? " + " : "") + std::to_string(l.blocks[i].tensor_bytes());
+  std::string out = "E_state = ";
+  if (!conv.empty()) out += std::to_string(layers) + " * " + (l.blocks.size() > 2 ? "(" + conv + ")" : conv) + " + ";
+  return out + std::to_string(layers) + " * " + std::to_string(l.blocks.back().tensor_bytes()) + " = " +
+         std::to_string(l.entry_bytes);
+}
+
+Result<StateReport> build_state_report(const PoolDerived& d) {
+  StateReport r;
+  r.layout = *d.state_layout;
+  r.geometry = *d.geometry.state;
+  r.entry_formula = state_entry_formula(r.layout);
+  r.token_cost = d.geometry.state_token_cost;
+  r.boot_floor_bytes = kBootStates * r.layout.entry_bytes;
+  for (const SubPoolGeometry& g : d.geometry.sub_pools) r.boot_floor_bytes += g.page_bytes;
+  r.first_usable_byte = r.geometry.min_page_index * r.geometry.page_bytes;
+  for (const StateBlock& b : r.layout.blocks) {
+    StateBlockReport br;
+    br.block = b;
+    br.formula = "byte(slot, " + b.name + ", l) = slot * " + std::to_string(r.layout.entry_bytes) + " + " +
+                 std::to_string(b.offset_bytes) + " + l * " + std::to_string(b.layer_stride_bytes);
+    for (std::uint32_t l = 0; l < b.layer_num; ++l) {
+      KVTWIN_TRY(ViewDescriptor v, state_view(r.layout, b, l, r.geometry.max_slots));
+      br.views.push_back(std::move(v));
+    }
+    r.blocks.push_back(std::move(br));
+  }
+  return r;
+}
 
 // The byte law with the numbers filled in (SPEC 2): byte(pt, part, l) = pt * E + offset + l * stride.
 std::string formula_text(const DenseEntryLayout& layout, const DensePart& part) {
@@ -115,9 +155,20 @@ Result<LayoutReport> build_layout_report(const ModelShape& shape_in, const Layou
       return layout.error().with_context("model '" + report.shape.name + "', TP " + std::to_string(options.tp) + ": ");
     layouts.push_back(*layout);
   }
-  auto geometry = size_pool(layouts, options.page_size, options.total_bytes);
-  if (!geometry.ok()) return geometry.error().with_context("model '" + report.shape.name + "': ");
-  report.geometry = *geometry;
+  // The model's own chain (SPEC 11: a hybrid model's state sub-pool at the low end).
+  PoolConfig config;
+  config.shape = report.shape;
+  config.tp = options.tp;
+  config.page_size = options.page_size;
+  config.total_bytes = options.total_bytes;
+  auto derived = derive_pool(config);
+  if (!derived.ok()) return derived.error().with_context("model '" + report.shape.name + "': ");
+  report.geometry = derived->geometry;
+  report.chain = derived->chain;
+  if (derived->has_state()) {
+    KVTWIN_TRY(StateReport state, build_state_report(*derived));
+    report.state = std::move(state);
+  }
 
   for (std::size_t i = 0; i < layouts.size(); ++i) {
     SubPoolReport s;
@@ -172,7 +223,12 @@ Result<LayoutReport> build_layout_report(const ModelShape& shape_in, const Layou
     report.sub_pools.push_back(std::move(s));
   }
 
-  if (report.sub_pools.size() == 2) {
+  if (report.state) {
+    // SPEC 11: the state frontier starts at its first usable slot; the owner grows down from its top.
+    const SubPoolReport& owner = report.sub_pools[0];
+    KVTWIN_TRY(std::uint64_t top, checked_mul(owner.geometry.num_pages, owner.geometry.page_bytes, "down frontier"));
+    report.initial_gap_bytes = top > report.state->first_usable_byte ? top - report.state->first_usable_byte : 0;
+  } else if (report.sub_pools.size() == 2) {
     // SPEC 4: up frontier starts at min_page_index * epp; the down frontier at num_pages * epp.
     const SubPoolReport& up = report.sub_pools[0];
     const SubPoolReport& down = report.sub_pools[1];
@@ -209,24 +265,66 @@ std::string render_text(const LayoutReport& r) {
     o << "\n";
   }
   o << "  pool         tp " << r.options.tp << ", page size " << r.options.page_size << ", total " << r.geometry.total_bytes
-    << " bytes (" << human_bytes(r.geometry.total_bytes) << "), " << r.sub_pools.size() << " sub-pool"
-    << (r.sub_pools.size() == 1 ? "" : "s") << "\n";
+    << " bytes (" << human_bytes(r.geometry.total_bytes) << "), " << r.sub_pools.size() + (r.state ? 1 : 0)
+    << " sub-pool" << (r.sub_pools.size() + (r.state ? 1 : 0) == 1 ? "" : "s") << "\n";
   std::string floor_terms;
   for (const SubPoolReport& s : r.sub_pools)
     floor_terms += (floor_terms.empty() ? "" : ", ") + std::to_string(s.layout.entry_bytes) + ", " +
                    std::to_string(r.options.page_size) + " * " + std::to_string(s.layout.entry_bytes);
+  if (r.state) floor_terms += ", " + std::to_string(r.state->layout.entry_bytes) + " (the state sink, charged once)";
   o << "  floor        reserved_floor = max(" << floor_terms << ") = " << r.geometry.reserved_floor_bytes << " bytes\n";
-  if (r.initial_gap_bytes)
+  if (r.state) {
+    const SubPoolReport& owner = r.sub_pools[0];
+    o << "  chain        " << chain_text(r.chain) << ": state grows up from byte " << r.state->first_usable_byte << ", "
+      << owner.layout.sub_pool << " grows down from byte " << owner.geometry.num_pages * owner.geometry.page_bytes;
+    if (r.sub_pools.size() == 2)
+      o << ", " << r.sub_pools[1].layout.sub_pool << " floats in the middle (an empty float starts at page "
+        << r.geometry.float_start_page << ", byte " << r.geometry.float_start_page * r.sub_pools[1].geometry.page_bytes << ")";
+    o << "; initial gap " << *r.initial_gap_bytes << " bytes\n";
+  } else if (r.initial_gap_bytes)
     o << "  chain        " << r.sub_pools[0].layout.sub_pool << " grows up from byte " << r.sub_pools[0].first_usable_byte
       << ", " << r.sub_pools[1].layout.sub_pool << " grows down from byte "
       << r.sub_pools[1].geometry.num_pages * r.sub_pools[1].geometry.page_bytes << "; initial gap "
       << *r.initial_gap_bytes << " bytes\n";
 
+  if (r.state) {
+    const StateReport& st = *r.state;
+    const SubPoolGeometry& g = st.geometry;
+    o << "\nsub-pool " << st.layout.sub_pool << " (chain low end, grows up, page size 1: one slot per request)\n";
+    o << "  entry        " << st.entry_formula << " bytes (no padding)\n";
+    o << "  blocks       name        offset  layer_stride  layers  dtype  shape\n";
+    for (const StateBlockReport& b : st.blocks)
+      o << "               " << pad_right(b.block.name, 9) << pad_left(std::to_string(b.block.offset_bytes), 9)
+        << pad_left(std::to_string(b.block.layer_stride_bytes), 14) << pad_left(std::to_string(b.block.layer_num), 8) << "  "
+        << pad_right(std::string(dtype_name(b.block.dtype)), 5) << "  " << u32_list(b.block.shape) << "\n";
+    for (std::size_t b = 0; b < st.blocks.size(); ++b)
+      o << (b == 0 ? "  formula      " : "               ") << st.blocks[b].formula << "\n";
+    o << "  sizing       max_slots = " << r.geometry.total_bytes << " // " << g.entry_bytes << " = " << g.max_slots << "\n";
+    o << "               min_slot_index = ceil(" << r.geometry.reserved_floor_bytes << " / " << g.entry_bytes << ") = "
+      << g.min_slot_index << " (" << g.usable_pages() << " usable slots, " << g.min_slot_index << ".." << g.max_slots - 1
+      << ")\n";
+    o << "               boot floor 3 * " << g.entry_bytes << " + a page of each token sub-pool = " << st.boot_floor_bytes
+      << " bytes above the floor\n";
+    o << "               a fresh state slot costs ceil(" << g.entry_bytes << " / token entries) = " << st.token_cost
+      << " tokens\n";
+    for (const StateBlockReport& b : st.blocks) {
+      const ViewDescriptor& first = b.views.front();
+      o << "  views of " << b.block.name << " (in " << dtype_name(b.block.dtype)
+        << " elements; the slot stride is the whole entry, " << first.strides[0] << " elements)\n";
+      o << "               shape " << pad_right(tuple_text(first.shape), 24) << "strides " << tuple_text(first.strides)
+        << "\n";
+      o << "               storage offset of layer l = " << first.storage_offset << " + l * "
+        << b.block.layer_stride_bytes / dtype_size_bytes(b.block.dtype) << " (layer " << b.views.size() - 1 << ": "
+        << b.views.back().storage_offset << ")\n";
+    }
+  }
+
   for (std::size_t i = 0; i < r.sub_pools.size(); ++i) {
     const SubPoolReport& s = r.sub_pools[i];
     const SubPoolGeometry& g = s.geometry;
     const std::uint32_t is = dtype_size_bytes(s.spec.dtype);
-    o << "\nsub-pool " << s.layout.sub_pool << " (chain " << i << ", grows " << direction_name(g.direction)
+    o << "\nsub-pool " << s.layout.sub_pool << " (chain " << i << ", "
+      << (g.direction == GrowDirection::float_middle ? "floats in the middle" : "grows " + direction_name(g.direction))
       << "; model layers " << format_index_ranges(s.model_layers) << ")\n";
     o << "  per rank     " << s.spec.layers << " layers, " << s.spec.heads_per_rank << " head"
       << (s.spec.heads_per_rank == 1 ? "" : "s") << ", " << dtype_name(s.spec.dtype) << " (" << is << " bytes)\n";
@@ -374,6 +472,40 @@ json render_json(const LayoutReport& r) {
     pools.push_back(sp);
   }
   j["sub_pools"] = pools;
+  j["chain"] = r.chain;
+  if (r.state) {
+    const StateReport& st = *r.state;
+    const SubPoolGeometry& g = st.geometry;
+    json blocks = json::array();
+    for (const StateBlockReport& b : st.blocks) {
+      json views = json::array();
+      for (std::size_t l = 0; l < b.views.size(); ++l) views.push_back(json{{"layer", l}, {"view", view_json(b.views[l])}});
+      blocks.push_back(json{{"name", b.block.name},
+                            {"offset_bytes", b.block.offset_bytes},
+                            {"layer_stride_bytes", b.block.layer_stride_bytes},
+                            {"layer_num", b.block.layer_num},
+                            {"shape", b.block.shape},
+                            {"dtype", std::string(dtype_name(b.block.dtype))},
+                            {"itemsize", dtype_size_bytes(b.block.dtype)},
+                            {"formula", b.formula},
+                            {"views", views}});
+    }
+    j["state"] = json{{"name", st.layout.sub_pool},
+                      {"direction", "up"},
+                      {"entry_bytes", st.layout.entry_bytes},
+                      {"entry_formula", st.entry_formula},
+                      {"blocks", blocks},
+                      {"sizing", json{{"max_slots", g.max_slots},
+                                      {"min_slot_index", g.min_slot_index},
+                                      {"usable_slots", g.usable_pages()},
+                                      {"reserved_floor_bytes", r.geometry.reserved_floor_bytes},
+                                      {"first_usable_byte", st.first_usable_byte},
+                                      {"boot_floor_bytes", st.boot_floor_bytes}}},
+                      {"token_cost", st.token_cost}};
+    j["float_start_page"] = r.sub_pools.size() == 2 ? json(r.geometry.float_start_page) : json(nullptr);
+  } else {
+    j["state"] = nullptr;
+  }
   return j;
 }
 

@@ -19,6 +19,7 @@
 #include "core/dtype.h"
 #include "core/layout.h"
 #include "core/model.h"
+#include "core/pool_config.h"
 #include "core/result.h"
 #include "core/sizing.h"
 
@@ -63,6 +64,23 @@ struct SubPoolReport {
   std::string page_major_note;              // why it is absent, or how it compares
 };
 
+// SPEC 11: the state sub-pool of a hybrid chain, one slot per request.
+struct StateBlockReport {
+  StateBlock block;
+  std::string formula;                 // byte(slot, block, l) = slot * E_state + offset + l * stride
+  std::vector<ViewDescriptor> views;   // one per layer: (max_slots, *shape)
+};
+
+struct StateReport {
+  StateEntryLayout layout;
+  SubPoolGeometry geometry;            // page size 1, grows up
+  std::vector<StateBlockReport> blocks;
+  std::string entry_formula;           // E_state = L * (conv bytes) + L * temporal = ...
+  std::uint64_t token_cost = 0;        // ceil(E_state / sum of token entries)
+  std::uint64_t boot_floor_bytes = 0;  // 3 * E_state plus a page of every token sub-pool, above the floor
+  std::uint64_t first_usable_byte = 0;
+};
+
 struct LayoutReport {
   ModelShape shape;  // after the dtype override
   LayoutOptions options;
@@ -70,6 +88,10 @@ struct LayoutReport {
   std::vector<SubPoolReport> sub_pools;  // chain order: [up] or [up, down]
   // Composite pools: the bytes between the up side's first usable page and the down side's top.
   std::optional<std::uint64_t> initial_gap_bytes;
+  // The chain low end first (["full"], ["full", "swa"], ["state", "swa", "full"], ...) and the
+  // state sub-pool of a hybrid one.
+  std::vector<std::string> chain;
+  std::optional<StateReport> state;
 };
 
 // Computes everything; an error names the model, the sub-pool and the way out (from core/).

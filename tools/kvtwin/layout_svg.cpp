@@ -202,16 +202,21 @@ std::string render_svg(const LayoutReport& r) {
     body << "  <rect x=\"" << num(kMargin) << "\" y=\"" << num(y) << "\" width=\"" << num(kContent)
          << "\" height=\"22\" fill=\"#f4f4f4\"/>\n";
     const SubPoolReport& up = r.sub_pools.front();
-    const double floor_w = std::max(3.0, pool_px(up.first_usable_byte) - kMargin);
+    // SPEC 11: a hybrid chain's low end is the state sub-pool; its owner grows down.
+    const std::uint64_t low_start = r.state ? r.state->first_usable_byte : up.first_usable_byte;
+    const double floor_w = std::max(3.0, pool_px(low_start) - kMargin);
     body << "  <rect x=\"" << num(kMargin) << "\" y=\"" << num(y) << "\" width=\"" << num(floor_w)
-         << "\" height=\"22\" fill=\"#555\"><title>sink floor: bytes [0, " << up.first_usable_byte
-         << ")</title></rect>\n";
+         << "\" height=\"22\" fill=\"#555\"><title>sink floor: bytes [0, " << low_start << ")</title></rect>\n";
+    const std::string low_text =
+        r.state ? "state slots (" + std::to_string(r.state->layout.entry_bytes) + " bytes each) grow up from byte " +
+                      std::to_string(low_start) +
+                      (r.sub_pools.size() == 2 ? "; " + r.sub_pools[1].layout.sub_pool + " floats in the middle" : "")
+                : up.layout.sub_pool + " pages (" + std::to_string(up.geometry.page_bytes) + " bytes each) grow up from byte " +
+                      std::to_string(up.first_usable_byte);
     body << "  <text x=\"" << num(kMargin + floor_w + 6) << "\" y=\"" << num(y + 15) << "\" class=\"sub\">"
-         << escape_xml("\u2192 " + up.layout.sub_pool + " pages (" + std::to_string(up.geometry.page_bytes) +
-                       " bytes each) grow up from byte " + std::to_string(up.first_usable_byte))
-         << "</text>\n";
-    if (r.sub_pools.size() == 2) {
-      const SubPoolReport& down = r.sub_pools[1];
+         << escape_xml("\u2192 " + low_text) << "</text>\n";
+    if (r.sub_pools.size() == 2 || r.state) {
+      const SubPoolReport& down = r.state ? r.sub_pools[0] : r.sub_pools[1];
       const std::uint64_t top = down.geometry.num_pages * down.geometry.page_bytes;
       const double tail_x = pool_px(top);
       if (top < r.geometry.total_bytes)
@@ -240,7 +245,9 @@ std::string render_svg(const LayoutReport& r) {
     // Heading.
     y += 22;
     body << "  <text x=\"" << num(kMargin) << "\" y=\"" << num(y) << "\" class=\"head\">"
-         << escape_xml("sub-pool " + s.layout.sub_pool + " (grows " + (g.direction == GrowDirection::up ? "up" : "down") +
+         << escape_xml("sub-pool " + s.layout.sub_pool + " (" +
+                       (g.direction == GrowDirection::float_middle ? std::string("floats in the middle")
+                                                                    : "grows " + std::string(grow_direction_name(g.direction))) +
                        "; model layers " + format_index_ranges(s.model_layers) + ")")
          << "</text>\n";
     y += 18;
