@@ -6,7 +6,7 @@
 //   [12, 16)        space_bytes s
 //   [16, 24)        page hash
 //   [24, 32)        payload bytes n
-//   [32, 40)        payload digest (page_digest below)
+//   [32, 40)        payload digest (page_store_digest)
 //   [40, 48)        write sequence number (the store's logical clock when it was written)
 //   [48, 48+s)      the space
 //   [48+s, 56+s)    header digest: digest_bytes (core/oracle.h) of [0, 48+s)
@@ -54,34 +54,6 @@ std::uint64_t get_u64(const std::uint8_t* p) {
   std::uint64_t v = 0;
   for (int i = 0; i < 8; ++i) v |= std::uint64_t{p[i]} << (8 * i);
   return v;
-}
-
-// The payload's digest: eight interleaved chains, each word folded in by h = rotl((h ^ w) * K, 31)
-// with K odd. Every step is a bijection of the chain's state for a given word, so a page that
-// differs from the stored one in any single 8-byte word always digests differently (several
-// words: a 2^-64 chance); the eight chains run side by side, about five times as fast as
-// digest_bytes (core/oracle.h), which a read would otherwise spend most of its time in.
-std::uint64_t page_digest(std::span<const std::uint8_t> bytes) {
-  constexpr std::size_t kLanes = 8;
-  constexpr std::uint64_t kOdd = 0x9e3779b97f4a7c15ULL;
-  std::uint64_t h[kLanes];
-  for (std::size_t l = 0; l < kLanes; ++l) h[l] = splitmix64_mix(0x6a09e667f3bcc909ULL ^ bytes.size() ^ (l << 56));
-  std::size_t i = 0;
-  for (; i + 8 * kLanes <= bytes.size(); i += 8 * kLanes) {
-    std::uint64_t w[kLanes];
-    std::memcpy(w, bytes.data() + i, sizeof w);
-    for (std::size_t l = 0; l < kLanes; ++l) h[l] = std::rotl((h[l] ^ w[l]) * kOdd, 31);
-  }
-  for (std::size_t l = 0; i + 8 <= bytes.size(); i += 8, ++l) {
-    std::uint64_t w = 0;
-    std::memcpy(&w, bytes.data() + i, 8);
-    h[l] = std::rotl((h[l] ^ w) * kOdd, 31);
-  }
-  std::uint64_t tail = 0;
-  for (std::size_t s = 0; i < bytes.size(); ++i, s += 8) tail |= std::uint64_t{bytes[i]} << s;
-  std::uint64_t out = splitmix64_mix(tail ^ 0xff51afd7ed558ccdULL);
-  for (std::size_t l = 0; l < kLanes; ++l) out = splitmix64_mix(out ^ h[l]);
-  return out;
 }
 
 std::string hex16(std::uint64_t v) {
@@ -324,6 +296,34 @@ std::string_view store_io_step_name(StoreIoStep step) {
     case StoreIoStep::read: return "read";
   }
   return "?";
+}
+
+// The payload's digest: eight interleaved chains, each word folded in by h = rotl((h ^ w) * K, 31)
+// with K odd. Every step is a bijection of the chain's state for a given word, so a page that
+// differs from the stored one in any single 8-byte word always digests differently (several
+// words: a 2^-64 chance); the eight chains run side by side, about five times as fast as
+// digest_bytes (core/oracle.h), which a read would otherwise spend most of its time in.
+std::uint64_t page_store_digest(std::span<const std::uint8_t> bytes) {
+  constexpr std::size_t kLanes = 8;
+  constexpr std::uint64_t kOdd = 0x9e3779b97f4a7c15ULL;
+  std::uint64_t h[kLanes];
+  for (std::size_t l = 0; l < kLanes; ++l) h[l] = splitmix64_mix(0x6a09e667f3bcc909ULL ^ bytes.size() ^ (l << 56));
+  std::size_t i = 0;
+  for (; i + 8 * kLanes <= bytes.size(); i += 8 * kLanes) {
+    std::uint64_t w[kLanes];
+    std::memcpy(w, bytes.data() + i, sizeof w);
+    for (std::size_t l = 0; l < kLanes; ++l) h[l] = std::rotl((h[l] ^ w[l]) * kOdd, 31);
+  }
+  for (std::size_t l = 0; i + 8 <= bytes.size(); i += 8, ++l) {
+    std::uint64_t w = 0;
+    std::memcpy(&w, bytes.data() + i, 8);
+    h[l] = std::rotl((h[l] ^ w) * kOdd, 31);
+  }
+  std::uint64_t tail = 0;
+  for (std::size_t s = 0; i < bytes.size(); ++i, s += 8) tail |= std::uint64_t{bytes[i]} << s;
+  std::uint64_t out = splitmix64_mix(tail ^ 0xff51afd7ed558ccdULL);
+  for (std::size_t l = 0; l < kLanes; ++l) out = splitmix64_mix(out ^ h[l]);
+  return out;
 }
 
 std::uint64_t stored_page_file_bytes(std::string_view space, std::uint64_t payload_bytes) {
@@ -610,7 +610,7 @@ Result<StorePut> PageStore::put_many(std::span<const StorePage> pages) {
                           " bytes, more than storage_bytes " + std::to_string(config_.storage_bytes) +
                           "; give a larger capacity");
   for (const StorePage& p : pages) {
-    const std::uint64_t digest = page_digest(p.bytes);
+    const std::uint64_t digest = page_store_digest(p.bytes);
     auto it = index_.find(p.key);
     if (it != index_.end() && it->second.payload_bytes == p.bytes.size() && it->second.payload_digest == digest) {
       touch(p.key, it->second);
@@ -789,7 +789,7 @@ Result<StoreRead> PageStore::get(const StoredPageKey& key) {
         if (code == 0 && why.empty()) {
           read.bytes.resize(entry.payload_bytes);
           code = read_exactly(fd, read.bytes);
-          if (code == 0 && page_digest(read.bytes) != entry.payload_digest)
+          if (code == 0 && page_store_digest(read.bytes) != entry.payload_digest)
             why = "the payload digest does not match";
         }
       }

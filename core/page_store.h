@@ -128,6 +128,11 @@ struct PageStoreConfig {
   StoreIoHook io_hook;                                       // tests only
 };
 
+// The payload digest a page file records and every read checks: eight interleaved chains, a word
+// folded in by h = rotl((h ^ w) * K, 31), K odd; each step is a bijection of the chain's state, so
+// any one 8-byte word changed always changes the digest.
+std::uint64_t page_store_digest(std::span<const std::uint8_t> bytes);
+
 // The bytes of the file that stores a page of `payload_bytes` under `space`.
 std::uint64_t stored_page_file_bytes(std::string_view space, std::uint64_t payload_bytes);
 

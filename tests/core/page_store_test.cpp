@@ -508,6 +508,25 @@ TEST_F(PageStoreTest, OpenRemovesLeftoversAndBadHeadersAndLeavesOtherFilesAlone)
   EXPECT_EQ(store.get(key(1))->bytes, page_of(1, 100));
 }
 
+TEST(PageStoreDigest, AnyOneWordChangedChangesTheDigest) {
+  // Every byte of a page of 1,003 bytes (125 words and a 3-byte tail) changed in turn, by three
+  // values, and two words swapped: each digest differs from the page's.
+  std::vector<std::uint8_t> page = page_of(5, 1003);
+  const std::uint64_t base = page_store_digest(page);
+  for (std::size_t i = 0; i < page.size(); ++i) {
+    for (std::uint8_t x : {0x01, 0x80, 0xff}) {
+      page[i] ^= x;
+      ASSERT_NE(page_store_digest(page), base) << "byte " << i << " ^ " << int{x};
+      page[i] ^= x;
+    }
+  }
+  std::swap_ranges(page.begin(), page.begin() + 8, page.begin() + 64);
+  EXPECT_NE(page_store_digest(page), base);
+  // The length is part of it: a page and the same page one zero byte longer differ.
+  std::vector<std::uint8_t> zeros(64, 0), longer(65, 0);
+  EXPECT_NE(page_store_digest(zeros), page_store_digest(longer));
+}
+
 // ---------------------------------------------------------------- failing system calls
 
 // Fails every call of `step` (optionally only for paths containing `only`) with `code`.
@@ -609,10 +628,14 @@ TEST_F(PageStoreTest, AReadOnlyFolderIsRefusedByTheFileSystemToo) {
     ASSERT_TRUE(store.put(key(1), page_of(1, 100)).ok());
   }
   fs::permissions(dir_, fs::perms::owner_read | fs::perms::owner_exec);
-  Result<PageStore> s = PageStore::open(config());
-  if (s.ok()) {
+  {
+    // The lock file exists and is writable, so the store opens; its pages cannot be written.
+    Result<PageStore> s = PageStore::open(config());
+    ASSERT_TRUE(s.ok()) << s.error().message;
     Result<StorePut> denied = s->put(key(2), page_of(2, 100));
-    EXPECT_FALSE(denied.ok());
+    ASSERT_FALSE(denied.ok());
+    EXPECT_THAT(denied.error().message, HasSubstr("create_temp"));
+    EXPECT_THAT(denied.error().message, HasSubstr("no permission"));
     EXPECT_EQ(s->get(key(1))->bytes, page_of(1, 100));
   }
   fs::permissions(dir_, fs::perms::owner_all);
