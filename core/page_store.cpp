@@ -361,7 +361,11 @@ PageStore::~PageStore() {
 }
 
 int PageStore::hook(StoreIoStep step, const std::string& path) const {
-  return config_.io_hook ? config_.io_hook(step, path) : 0;
+  if (!config_.io_hook) return 0;
+  const int code = config_.io_hook(step, path);
+  if (code >= 0) return code;
+  // kStoreIoSkip is passed on for the two sync steps, which skip their call on it.
+  return code == kStoreIoSkip && (step == StoreIoStep::sync_file || step == StoreIoStep::sync_folder) ? code : EINVAL;
 }
 
 std::string PageStore::page_path(const StoredPageKey& key) const {
@@ -422,6 +426,7 @@ Status PageStore::remove_file(const std::string& path, std::string_view why) {
 
 Status PageStore::sync_folder() {
   int code = hook(StoreIoStep::sync_folder, config_.folder);
+  if (code == kStoreIoSkip) return ok_status();
   if (code == 0) {
     const int fd = ::open(config_.folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) {
@@ -664,7 +669,10 @@ Result<StorePut> PageStore::put_many(std::span<const StorePage> pages) {
     if (code == 0) {
       step = StoreIoStep::sync_file;
       code = hook(step, temp);
-      if (code == 0 && ::fsync(fd) != 0) code = errno;
+      if (code == kStoreIoSkip)
+        code = 0;
+      else if (code == 0 && ::fsync(fd) != 0)
+        code = errno;
     }
     if (fd >= 0 && ::close(fd) != 0 && code == 0) {
       step = StoreIoStep::write;

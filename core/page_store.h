@@ -113,10 +113,12 @@ enum class StoreIoStep : std::uint8_t {
 };
 std::string_view store_io_step_name(StoreIoStep step);
 
-// Called before each system call with the path it concerns; a non-zero return is taken as that
-// call's errno and the call is not made. A test may also end the process there (the crash test
-// does). Empty: every call is made.
+// Called before each system call with the path it concerns; a positive return is taken as that
+// call's errno and the call is not made. kStoreIoSkip before a sync_file or sync_folder skips
+// that sync as if it had succeeded (a test that needs no durability; anywhere else it is EINVAL).
+// A test may also end the process there (the crash test does). Empty: every call is made.
 using StoreIoHook = std::function<int(StoreIoStep step, const std::string& path)>;
+inline constexpr int kStoreIoSkip = -1;
 
 // ------------------------------------------------------------------ the store
 
