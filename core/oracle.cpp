@@ -1,7 +1,10 @@
 // Content oracle rows and the byte digest.
 #include "core/oracle.h"
 
+#include <compare>
 #include <cstring>
+#include <map>
+#include <vector>
 
 #include "core/check.h"
 #include "core/rng.h"
@@ -43,46 +46,93 @@ inline void encode_element(DType dtype, std::uint32_t bits, std::uint8_t* out) {
   }
 }
 
-}  // namespace
-
-// The row's elements, four from each 64-bit draw (16 bits each, low first), encoded by Encode
-// (one of the cases of encode_element, chosen once per row rather than once per element: the
-// oracle runs for every row a replay writes and every row a verify reads back).
-template <std::size_t kItem, class Encode>
-void fill_elements(std::uint64_t base, std::size_t elements, std::uint8_t* out, Encode encode) {
-  const std::size_t whole = elements / 4;
-  for (std::size_t block = 0; block < whole; ++block) {
-    const std::uint64_t draw = splitmix64_mix(base + block * 0x9e3779b97f4a7c15ULL);
-    std::uint8_t* o = out + block * 4 * kItem;
-    encode(static_cast<std::uint32_t>(draw) & 0xffff, o);
-    encode(static_cast<std::uint32_t>(draw >> 16) & 0xffff, o + kItem);
-    encode(static_cast<std::uint32_t>(draw >> 32) & 0xffff, o + 2 * kItem);
-    encode(static_cast<std::uint32_t>(draw >> 48) & 0xffff, o + 3 * kItem);
+// The bits of one element that the per-row key may flip: the sign and the mantissa. The exponent
+// stays the pattern's (in range: finite and non-zero), so every row is finite and non-zero too.
+std::uint64_t key_mask(DType dtype) {
+  switch (dtype) {
+    case DType::bf16: return 0x807f807f807f807fULL;
+    case DType::fp16: return 0x83ff83ff83ff83ffULL;
+    case DType::fp8_e4m3: return 0x8787878787878787ULL;
+    case DType::fp32: return 0x807fffff807fffffULL;
   }
-  if (whole * 4 < elements) {
-    const std::uint64_t draw = splitmix64_mix(base + whole * 0x9e3779b97f4a7c15ULL);
-    for (std::size_t i = whole * 4, lane = 0; i < elements; ++i, ++lane)
-      encode(static_cast<std::uint32_t>(draw >> (16 * lane)) & 0xffff, out + i * kItem);
-  }
+  return 0;
 }
 
+// A row's pattern: random elements of `dtype` (encode_element), four from each 64-bit draw (16
+// bits each, low first). One per (seed, sub-pool, layer, part, dtype, length), made once.
+std::vector<std::uint8_t> make_pattern(std::uint64_t base, DType dtype, std::size_t bytes) {
+  const std::size_t itemsize = dtype_size_bytes(dtype);
+  const std::size_t elements = bytes / itemsize;
+  std::vector<std::uint8_t> out(bytes);
+  for (std::size_t i = 0; i < elements; ++i) {
+    const std::uint64_t draw = splitmix64_mix(base + (i / 4) * 0x9e3779b97f4a7c15ULL);
+    encode_element(dtype, static_cast<std::uint32_t>(draw >> (16 * (i % 4))) & 0xffff, out.data() + i * itemsize);
+  }
+  return out;
+}
+
+struct PatternKey {
+  std::uint64_t seed = 0;
+  std::uint32_t sub_pool = 0, layer = 0, part = 0;
+  DType dtype = DType::bf16;
+  std::size_t bytes = 0;
+  auto operator<=>(const PatternKey&) const = default;
+};
+
+// The patterns this thread has made (a cache: which rows exist never depends on it). Bounded: a
+// thread that has made more than kPatternCacheBytes starts over.
+constexpr std::size_t kPatternCacheBytes = std::size_t{64} << 20;
+
+const std::vector<std::uint8_t>& pattern(const PatternKey& key) {
+  thread_local std::map<PatternKey, std::vector<std::uint8_t>> cache;
+  thread_local std::size_t cached_bytes = 0;
+  thread_local const std::vector<std::uint8_t>* last = nullptr;
+  thread_local PatternKey last_key;
+  if (last != nullptr && last_key == key) return *last;
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    if (cached_bytes + key.bytes > kPatternCacheBytes) {
+      cache.clear();
+      cached_bytes = 0;
+    }
+    std::uint64_t base = mix_seed(key.seed, 0x0a77e4e5ULL);  // the pattern's own domain
+    base = mix_seed(base, (std::uint64_t{key.sub_pool} << 40) ^ (std::uint64_t{key.layer} << 8) ^ key.part);
+    it = cache.emplace(key, make_pattern(base, key.dtype, key.bytes)).first;
+    cached_bytes += key.bytes;
+  }
+  last = &it->second;
+  last_key = key;
+  return it->second;
+}
+
+}  // namespace
+
+// A row is its (sub-pool, layer, part) pattern with the sign and mantissa bits of every element
+// flipped by a per-row key: word i (8 bytes) of the row is pattern[i] ^ ((key + i * golden) & mask).
+// Distinct identities give distinct keys, so two rows differ in nearly every element (a row written
+// to the wrong place, or half written, shows anywhere in it), and the fill is one xor per 8 bytes:
+// the oracle runs for every row a replay writes and every row a verify reads back, so it costs
+// about what copying the row would.
 void fill_oracle_row(std::uint64_t seed, const RowIdentity& id, DType dtype, std::span<std::uint8_t> out) {
   const std::uint32_t itemsize = dtype_size_bytes(dtype);
   KVTWIN_CHECK(out.size() % itemsize == 0, "oracle row is not a whole number of elements");
-  std::uint64_t base = mix_seed(seed, static_cast<std::uint64_t>(id.source_token));
-  base = mix_seed(base, (std::uint64_t{id.sub_pool} << 40) ^ (std::uint64_t{id.layer} << 8) ^ id.part);
-  base = mix_seed(base, id.write_number);
-  const std::size_t elements = out.size() / itemsize;
-  switch (dtype) {
-    case DType::bf16:
-      return fill_elements<2>(base, elements, out.data(), [](std::uint32_t bits, std::uint8_t* o) { encode_element(DType::bf16, bits, o); });
-    case DType::fp16:
-      return fill_elements<2>(base, elements, out.data(), [](std::uint32_t bits, std::uint8_t* o) { encode_element(DType::fp16, bits, o); });
-    case DType::fp8_e4m3:
-      return fill_elements<1>(base, elements, out.data(), [](std::uint32_t bits, std::uint8_t* o) { encode_element(DType::fp8_e4m3, bits, o); });
-    case DType::fp32:
-      return fill_elements<4>(base, elements, out.data(), [](std::uint32_t bits, std::uint8_t* o) { encode_element(DType::fp32, bits, o); });
+  const std::vector<std::uint8_t>& pat = pattern(PatternKey{seed, id.sub_pool, id.layer, id.part, dtype, out.size()});
+  std::uint64_t key = mix_seed(seed, static_cast<std::uint64_t>(id.source_token));
+  key = mix_seed(key, (std::uint64_t{id.sub_pool} << 40) ^ (std::uint64_t{id.layer} << 8) ^ id.part);
+  key = mix_seed(key, id.write_number);
+  const std::uint64_t mask = key_mask(dtype);
+  const std::size_t words = out.size() / 8;
+  for (std::size_t i = 0; i < words; ++i) {
+    std::uint64_t w = 0;
+    std::memcpy(&w, pat.data() + i * 8, 8);
+    w ^= (key + i * 0x9e3779b97f4a7c15ULL) & mask;
+    std::memcpy(out.data() + i * 8, &w, 8);
   }
+  // A row shorter than a word's multiple (rows are multiples of 16 bytes in a pool; other callers
+  // may ask for any whole number of elements): the tail, byte by byte, little-endian.
+  const std::uint64_t tail_key = (key + words * 0x9e3779b97f4a7c15ULL) & mask;
+  for (std::size_t b = words * 8; b < out.size(); ++b)
+    out[b] = static_cast<std::uint8_t>(pat[b] ^ (tail_key >> (8 * (b - words * 8))));
 }
 
 float oracle_query_value(std::uint64_t query_seed, std::uint32_t request, std::uint32_t head, std::uint32_t index) {

@@ -150,7 +150,14 @@ void Model::note_touched(std::uint64_t offset, std::uint64_t length) {
 OpResult Model::apply(const Op& op) {
   touched_.clear();
   built_this_op_ = std::holds_alternative<BuildPool>(op);
-  locs_without_duplicates_ = {SIZE_MAX, {}};
+  // Batch lanes change only through these (WriteLoc::Source).
+  if (std::holds_alternative<BuildPool>(op) || std::holds_alternative<MakeBatch>(op) || std::holds_alternative<Rebind>(op) ||
+      std::holds_alternative<Split>(op) || std::holds_alternative<DropBatch>(op))
+    ++batches_epoch_;
+  if (built_this_op_) {
+    locs_in_range_.clear();
+    duplicate_free_locs_.clear();
+  }
   readers_changed_ = false;
   if (pool_) {
     pool_->allocator.clear_changes();
@@ -502,25 +509,38 @@ Result<Model::LayerWrite> Model::plan_layer_write(std::uint32_t model_layer, con
   w.tokens = loc.tokens;
   // The loc is in the owner's (full or MLA) physical id space; an SWA layer derives its own.
   const std::size_t loc_side = place.kind == LayerKind::swa ? 0 : place.sub_pool;
-  for (std::size_t i = 0; i < loc.loc.size(); ++i)
-    if (loc.loc[i] < 0 || loc.loc[i] >= slot_count(loc_side))
-      return out_of_range("write to layer " + num(model_layer) + ": lane " + num(std::uint64_t{i}) + " has loc " +
-                          num(loc.loc[i]) + ", outside sub-pool '" + pool_->allocator.side(loc_side).name() +
-                          "''s slots [0, " + num(slot_count(loc_side)) + "); give physical token ids of the pool (0 is the sink)");
+  // A loc inside the slots stays inside them until the pool is rebuilt: the layers of a batch,
+  // written one op each, share their loc and are bounds-checked once.
+  if (!locs_in_range_.holds(loc_side, loc, loc.loc)) {
+    const std::int64_t loc_slots = slot_count(loc_side);
+    for (std::size_t i = 0; i < loc.loc.size(); ++i)
+      if (loc.loc[i] < 0 || loc.loc[i] >= loc_slots)
+        return out_of_range("write to layer " + num(model_layer) + ": lane " + num(std::uint64_t{i}) + " has loc " +
+                            num(loc.loc[i]) + ", outside sub-pool '" + pool_->allocator.side(loc_side).name() +
+                            "''s slots [0, " + num(loc_slots) + "); give physical token ids of the pool (0 is the sink)");
+    locs_in_range_.remember(loc_side, loc, loc.loc);
+  }
   if (place.kind == LayerKind::swa) {
     // SPEC 4.3: the SWA loc from the full physical id; a tombstoned page goes to the sink.
     const AllocatorSide& full = pool_->allocator.side(0);
     const AllocatorSide& swa = pool_->allocator.side(1);
-    for (std::int64_t k : loc.loc) w.locs.push_back(swa_token(full.p2v(), swa.v2p(), pool_->page_size, k));
+    w.derived = true;
+    w.derived_locs.reserve(loc.loc.size());
+    for (std::int64_t k : loc.loc) w.derived_locs.push_back(swa_token(full.p2v(), swa.v2p(), pool_->page_size, k));
   } else {
-    w.locs = loc.loc;
+    w.given_locs = loc.loc;
   }
   // SPEC 6: two lanes with one non-sink loc are refused (docs/decisions.md: on the final loc).
-  // The layers of one sub-pool share their locs: checked once per operation, not once per layer.
-  if (locs_without_duplicates_.first != w.side || locs_without_duplicates_.second != w.locs) {
-    KVTWIN_TRY_STATUS(check_duplicates(w.locs, sink_end(w.side), model_layer, pool_->allocator.side(w.side).name(),
+  // Whether a loc has duplicates depends only on its lanes and the pool (the sink's end), so the
+  // last duplicate-free loc of each sub-pool is remembered until the pool is rebuilt.
+  const std::span<const std::int64_t> locs = w.locs();
+  // An SWA layer's locs derive from the tables as well as the lanes: compared by content only.
+  WriteLoc from = loc;
+  if (w.derived) from.source.reset();
+  if (!duplicate_free_locs_.holds(w.side, from, locs)) {
+    KVTWIN_TRY_STATUS(check_duplicates(locs, sink_end(w.side), model_layer, pool_->allocator.side(w.side).name(),
                                        &loc_stamps_, slot_count(w.side)));
-    locs_without_duplicates_ = {w.side, w.locs};
+    duplicate_free_locs_.remember(w.side, from, locs);
   }
   return w;
 }
@@ -568,10 +588,11 @@ void Model::write_row(std::size_t side, std::int64_t pt, std::uint32_t layer, st
 void Model::commit_layer_write(const LayerWrite& w, std::uint64_t write_number) {
   if (!pool_->bytes) return;  // tables-only: validated, nothing to write
   const std::int64_t sink = sink_end(w.side);
-  for (std::size_t i = 0; i < w.locs.size(); ++i) {
-    if (w.locs[i] < sink) continue;  // SPEC 6: a lane at the sink is discarded
+  const std::span<const std::int64_t> locs = w.locs();
+  for (std::size_t i = 0; i < locs.size(); ++i) {
+    if (locs[i] < sink) continue;  // SPEC 6: a lane at the sink is discarded
     for (std::size_t part = 0; part < pool_->derived.layouts[w.side].parts.size(); ++part)
-      write_row(w.side, w.locs[i], w.local_layer, part, w.tokens[i], write_number);
+      write_row(w.side, locs[i], w.local_layer, part, w.tokens[i], write_number);
   }
 }
 
@@ -586,13 +607,15 @@ OpResult Model::on(const Write& op) {
     auto it = pool_->batches.find(*op.batch);
     if (it == pool_->batches.end()) return invalid("write: no batch " + num(*op.batch) + "; declare it with a batch op");
     // SPEC 6: for_layer(batch, layer).
-    KVTWIN_TRY(loc, for_layer(it->second, pool_->derived.plan.layer_map[op.layer].kind, op.layer));
+    const LayerKind kind = pool_->derived.plan.layer_map[op.layer].kind;
+    KVTWIN_TRY(loc, for_layer(it->second, kind, op.layer));
+    loc.source = WriteLoc::Source{*op.batch, batches_epoch_, kind == LayerKind::cross};
   } else {
     if (op.loc.size() != op.tokens.size())
       return invalid("write: " + num(std::uint64_t{op.loc.size()}) + " locs but " + num(std::uint64_t{op.tokens.size()}) +
                      " tokens; give the virtual token of every lane");
     if (op.loc.size() > kMaxLanes) return invalid("write: more than " + num(kMaxLanes) + " lanes");
-    loc = WriteLoc{op.loc, op.physical, op.tokens};  // SPEC 6: a loc translated elsewhere states its own mark
+    loc = WriteLoc{op.loc, op.physical, op.tokens, std::nullopt};  // SPEC 6: a loc translated elsewhere states its own mark
   }
   // SPEC 6: the unified pool's door checks the mark first, on every call (a flag read).
   KVTWIN_TRY_STATUS(check_mark(loc, op.layer));
@@ -728,7 +751,7 @@ OpResult Model::on(const Replay& op) {
   std::vector<LayerWrite> writes;
   for (std::uint32_t l = 0; l < pool_->derived.plan.layer_map.size(); ++l) {
     if (pool_->derived.plan.layer_map[l].kind == LayerKind::cross) continue;
-    KVTWIN_TRY(LayerWrite w, plan_layer_write(l, WriteLoc{loc, true, new_tokens}));
+    KVTWIN_TRY(LayerWrite w, plan_layer_write(l, WriteLoc{loc, true, new_tokens, std::nullopt}));
     writes.push_back(std::move(w));
   }
   // ---- commit
@@ -1097,6 +1120,7 @@ bool Model::perturb_for_test(std::string_view what, std::uint64_t pick) {
     return true;
   }
   if (what == "batch") {
+    ++batches_epoch_;
     for (auto& [id, b] : pool_->batches) {
       if (b.loc.empty()) continue;
       b.loc[static_cast<std::size_t>(pick % b.loc.size())] += 1;

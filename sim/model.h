@@ -136,8 +136,12 @@ class Model : public Backend {
   struct LayerWrite {
     std::size_t side = 0;
     std::uint32_t local_layer = 0;
-    std::vector<std::int64_t> locs;    // final per-lane locs in the layer's sub-pool
-    std::vector<std::int64_t> tokens;  // per lane: whose rows
+    std::vector<std::int64_t> derived_locs;   // an SWA layer's locs, derived from the full ones
+    bool derived = false;                     // locs() are derived_locs, else the given loc
+    std::span<const std::int64_t> given_locs;
+    std::span<const std::int64_t> tokens;     // per lane: whose rows (borrowed, as WriteLoc)
+    // Final per-lane locs in the layer's sub-pool.
+    std::span<const std::int64_t> locs() const { return derived ? std::span<const std::int64_t>(derived_locs) : given_locs; }
   };
   // Puts down the rows of a validated write (bytes and ledger) and nothing else. Virtual so that
   // the harness's self-test (traces/backends.cpp) can plant a write door that skips a lane.
@@ -219,8 +223,12 @@ class Model : public Backend {
   std::vector<ByteRange> touched_;
   bool built_this_op_ = false;    // the last operation built a pool: verify_changed() checks it all
   bool readers_changed_ = false;  // the last operation opened or closed a reader
-  // The (side, locs) this operation already found free of duplicate locs (plan_layer_write).
-  mutable std::pair<std::size_t, std::vector<std::int64_t>> locs_without_duplicates_{SIZE_MAX, {}};
+  // Per sub-pool, the last loc found inside its slots and the last found free of duplicate locs
+  // (plan_layer_write): both verdicts depend only on the lanes and the pool, so they hold until
+  // the pool is rebuilt (cleared on a build).
+  mutable RememberedLocs locs_in_range_;
+  std::uint64_t batches_epoch_ = 0;  // ops that could change a batch's lanes so far (WriteLoc::Source)
+  mutable RememberedLocs duplicate_free_locs_;
   mutable LocStamps loc_stamps_;  // check_duplicates' scratch (sim/write_locs.h)
   std::string poisoned_;  // why every operation is refused (an allocation failed); empty: healthy
 };

@@ -72,7 +72,7 @@ Result<std::pair<Batch, Batch>> split_batch(const Batch& batch, std::uint64_t at
   return std::make_pair(slice(0, at), slice(at, n));
 }
 
-WriteLoc for_batch(const Batch& batch) { return WriteLoc{batch.loc, batch.physical, batch.tokens}; }
+WriteLoc for_batch(const Batch& batch) { return WriteLoc{batch.loc, batch.physical, batch.tokens, std::nullopt}; }
 
 Result<WriteLoc> for_layer(const Batch& batch, LayerKind kind, std::uint32_t model_layer) {
   if (kind != LayerKind::cross) return for_batch(batch);
@@ -83,7 +83,7 @@ Result<WriteLoc> for_layer(const Batch& batch, LayerKind kind, std::uint32_t mod
                       "layer " + num(std::uint64_t{model_layer}) +
                           " is a cross-attention layer, which writes through the batch's encoder loc, but the batch "
                           "has none; declare the batch with encoder_tokens");
-  return WriteLoc{batch.encoder_loc, false, batch.encoder_loc};
+  return WriteLoc{batch.encoder_loc, false, batch.encoder_loc, std::nullopt};
 }
 
 Status check_mark(const WriteLoc& loc, std::uint32_t model_layer) {
@@ -95,7 +95,7 @@ Status check_mark(const WriteLoc& loc, std::uint32_t model_layer) {
                         "elsewhere, give the explicit loc with physical: true");
 }
 
-Status check_duplicates(const std::vector<std::int64_t>& locs, std::int64_t sink_end, std::uint32_t model_layer,
+Status check_duplicates(std::span<const std::int64_t> locs, std::int64_t sink_end, std::uint32_t model_layer,
                         const std::string& sub_pool,
                         LocStamps* stamps, std::int64_t slots) {
   // (loc, lane) pairs of the non-sink lanes, sorted: equal locs end up adjacent, each group's lanes

@@ -10,8 +10,12 @@
 // What it does not cover: writing bytes (the model scatters rows through pool_bytes.h).
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <span>
 #include <vector>
 
 #include "core/model.h"
@@ -30,11 +34,46 @@ struct Batch {
 };
 
 // A write loc (SPEC 6): the ids a write door writes to, with the mark saying which space they
-// are in, and per lane the virtual token whose row it writes.
+// are in, and per lane the virtual token whose row it writes. A view: it borrows the lanes of the
+// batch (or op) it was made from, which outlive the write it is made for.
 struct WriteLoc {
-  std::vector<std::int64_t> loc;
+  std::span<const std::int64_t> loc;
   bool physical = false;
-  std::vector<std::int64_t> tokens;
+  std::span<const std::int64_t> tokens;
+  // Where the lanes come from, when they are a batch's that no op changed since `epoch` (the
+  // model's count of batch-changing ops): equal sources have equal lanes. Empty: compare lanes.
+  struct Source {
+    std::uint32_t batch = 0;
+    std::uint64_t epoch = 0;
+    bool encoder = false;  // the batch's encoder loc, not its out_cache_loc
+    bool operator==(const Source&) const = default;
+  };
+  std::optional<Source> source;
+};
+
+// Per sub-pool, the last loc a check passed: a write door validates the same loc once for all the
+// layers of a batch, each written by an op of its own. Compared by content, so a loc that changed
+// (or another batch's) is checked again.
+class RememberedLocs {
+ public:
+  bool holds(std::size_t side, const WriteLoc& from, std::span<const std::int64_t> locs) const {
+    if (side >= by_side_.size() || !by_side_[side]) return false;
+    const Entry& e = *by_side_[side];
+    if (from.source && e.source == from.source) return true;  // the same unchanged lanes
+    return std::equal(locs.begin(), locs.end(), e.locs.begin(), e.locs.end());
+  }
+  void remember(std::size_t side, const WriteLoc& from, std::span<const std::int64_t> locs) {
+    if (by_side_.size() <= side) by_side_.resize(side + 1);
+    by_side_[side] = Entry{std::vector<std::int64_t>(locs.begin(), locs.end()), from.source};
+  }
+  void clear() { by_side_.clear(); }
+
+ private:
+  struct Entry {
+    std::vector<std::int64_t> locs;
+    std::optional<WriteLoc::Source> source;
+  };
+  std::vector<std::optional<Entry>> by_side_;
 };
 
 // The most lanes one batch or loc may have (a bound against runaway widths in traces).
@@ -73,7 +112,7 @@ inline constexpr std::uint64_t kMaxLocStampSlots = std::uint64_t{1} << 23;
 // Duplicate non-sink locs in one write are invalid input (SPEC 6). `sink_end` is the first
 // token id past the sink pages; ids below it are sink lanes and are ignored.
 // With `stamps` and the sub-pool's `slots`, it costs the lanes; without, a sort.
-Status check_duplicates(const std::vector<std::int64_t>& locs, std::int64_t sink_end, std::uint32_t model_layer,
+Status check_duplicates(std::span<const std::int64_t> locs, std::int64_t sink_end, std::uint32_t model_layer,
                         const std::string& sub_pool,
                         LocStamps* stamps = nullptr, std::int64_t slots = 0);
 

@@ -125,14 +125,17 @@ class PlantedModel : public sim::Model {
     const std::uint64_t sink_end = derived().geometry.sub_pools[w.side].min_page_index * config().page_size;
     std::optional<std::size_t> last;
     std::size_t lanes = 0;
-    for (std::size_t i = 0; i < w.locs.size(); ++i)
-      if (w.locs[i] >= 0 && static_cast<std::uint64_t>(w.locs[i]) >= sink_end) {
+    const std::span<const std::int64_t> locs = w.locs();
+    for (std::size_t i = 0; i < locs.size(); ++i)
+      if (locs[i] >= 0 && static_cast<std::uint64_t>(locs[i]) >= sink_end) {
         last = i;
         ++lanes;
       }
     if (lanes < 2) return sim::Model::commit_layer_write(w, write_number);
     LayerWrite skipped = w;
-    skipped.locs[*last] = 0;  // the sink: discarded
+    skipped.derived_locs.assign(locs.begin(), locs.end());
+    skipped.derived = true;
+    skipped.derived_locs[*last] = 0;  // the sink: discarded
     sim::Model::commit_layer_write(skipped, write_number);
   }
 

@@ -6,8 +6,9 @@
 // references is evictable, and eviction takes the least recently used unreferenced leaf first
 // (ties: the older node), which may make its parent an evictable leaf in turn. The cache never
 // talks to a pool: evict() returns the pages the caller must free, insert() takes pages the
-// caller already filled. Everything is ordered (std::map / std::set), so eviction order depends
-// only on the sequence of calls. It does not model offload to a host arena.
+// caller already filled. Everything is ordered (node ids are handed out in sequence and index a
+// vector; children and the evictable set are std::map / std::set), so eviction order depends only
+// on the sequence of calls. It does not model offload to a host arena.
 #pragma once
 
 #include <cstdint>
@@ -41,10 +42,10 @@ class RadixCache {
   // released or nothing is evictable; returns the released pages in eviction order.
   std::vector<std::int64_t> evict(std::uint64_t pages_wanted);
 
-  const std::vector<std::int64_t>& pages(NodeId node) const { return nodes_.at(node).pages; }
+  const std::vector<std::int64_t>& pages(NodeId node) const { return live(node).pages; }
   std::uint64_t cached_pages() const { return cached_pages_; }
   std::uint64_t evictable_pages() const { return evictable_pages_; }
-  std::uint64_t node_count() const { return nodes_.size() - 1; }
+  std::uint64_t node_count() const { return live_nodes_; }
   std::uint64_t block_pages() const { return block_pages_; }
 
   // Recounts everything from scratch and compares with the counters (for tests); true when sound.
@@ -58,14 +59,18 @@ class RadixCache {
     std::map<std::int64_t, NodeId> children;
     std::uint64_t refs = 0;
     std::uint64_t last_used = 0;
+    bool alive = false;  // false once evicted (its id is never handed out again)
   };
+
+  Node& live(NodeId id);
+  const Node& live(NodeId id) const;
 
   bool is_evictable_leaf(const Node& n) const { return n.refs == 0 && n.children.empty(); }
   void touch(NodeId id, std::uint64_t now);
 
   std::uint64_t block_pages_;
-  std::map<NodeId, Node> nodes_;
-  NodeId next_id_ = 1;
+  std::vector<Node> nodes_;  // indexed by id; evicted nodes stay as dead rows
+  std::uint64_t live_nodes_ = 0;  // root excluded
   std::set<std::pair<std::uint64_t, NodeId>> evictable_leaves_;  // (last_used, id)
   std::uint64_t cached_pages_ = 0;
   std::uint64_t evictable_pages_ = 0;

@@ -118,6 +118,10 @@ std::string report_text(const ReplayReport& r) {
     std::snprintf(seconds, sizeof seconds, "%.1f", static_cast<double>(v.simulated_us) / 1e6);
     t += "\n  simulated " + std::string(seconds) + " s in " + std::to_string(v.steps) + " steps";
     if (r.parameters.contains("token_scale")) t += ", token scale " + r.parameters["token_scale"].dump();
+    if (r.parameters.contains("shrink_entries") && r.parameters["shrink_entries"] == true)
+      t += ", entries shrunk (pages and tables of the full model, bytes of " +
+           (r.parameters.contains("pool_model") ? r.parameters["pool_model"].get<std::string>() : std::string("a smaller entry")) +
+           "; --entries full for real entries)";
     if (r.parameters.contains("block_tokens") && r.parameters["block_tokens"] != 0) {
       t += ", " + r.parameters["block_tokens"].dump() + "-token prefix blocks";
       if (r.parameters.contains("share_within_step"))

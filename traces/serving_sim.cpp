@@ -2,6 +2,8 @@
 #include "traces/serving_sim.h"
 
 #include <algorithm>
+#include <map>
+#include <numeric>
 
 #include <nlohmann/json.hpp>
 
@@ -44,6 +46,53 @@ Result<PoolConfig> serving_pool_config(const ServingParams& p) {
   c.seed = p.seed;
   Result<PoolDerived> d = derive_pool(c);
   if (!d.ok()) return d.error().with_context("the pool cannot be built: ");
+  if (!p.shrink_entries || p.tables_only) return c;
+  const PoolConfig shrunk = shrunk_pool_config(c);
+  Result<PoolDerived> ds = derive_pool(shrunk);
+  if (!ds.ok()) return ds.error().with_context("the pool with shrunk entries cannot be built (use full entries): ");
+  return shrunk;
+}
+
+PoolConfig shrunk_pool_config(const PoolConfig& full) {
+  PoolConfig c = full;
+  ModelShape& shape = c.shape;
+  // Layer counts per kind, and the layers kept: kinds in proportion, 2 of each at least.
+  std::map<LayerKind, std::uint64_t> count;
+  for (LayerKind k : shape.layers) ++count[k];
+  std::uint64_t g = 0;
+  for (const auto& [kind, n] : count) g = std::gcd(g, n);
+  std::uint64_t smallest = UINT64_MAX;
+  for (const auto& [kind, n] : count) smallest = std::min(smallest, n / g);
+  const std::uint64_t factor = ceil_div(2, smallest);
+  std::map<LayerKind, std::uint64_t> keep;
+  for (const auto& [kind, n] : count) keep[kind] = std::min(n, n / g * factor);
+  std::vector<LayerKind> layers;
+  std::map<LayerKind, std::uint64_t> taken;
+  for (LayerKind k : shape.layers)
+    if (taken[k] < keep[k]) {
+      layers.push_back(k);
+      ++taken[k];
+    }
+  const std::uint64_t full_layers = shape.layers.size();
+  shape.layers = std::move(layers);
+  if (shape.attention == AttentionKind::mha) {
+    shape.num_kv_heads = full.tp;
+    if (shape.swa_num_kv_heads != 0) shape.swa_num_kv_heads = full.tp;
+  }
+  shape.name = full.shape.name + " (entries shrunk: " + std::to_string(shape.layers.size()) + " of " +
+               std::to_string(full_layers) + " layers" + (shape.attention == AttentionKind::mha ? ", 1 KV head per rank" : "") +
+               ")";
+  // The bytes shrink with the owner side's entry: floor(total * E_small / E_full) holds exactly as
+  // many whole shrunk entries as the full pool holds full ones (the remainder stays below one).
+  const Result<PoolDerived> big = derive_pool(full);
+  c.total_bytes = std::uint64_t{1} << 34;  // any size that builds, to learn the shrunk entry
+  const Result<PoolDerived> small = derive_pool(c);
+  c.total_bytes = full.total_bytes;  // if either fails, the caller's derive_pool names what is wrong
+  if (big.ok() && small.ok()) {
+    const unsigned __int128 scaled =
+        static_cast<unsigned __int128>(full.total_bytes) * small->layouts[0].entry_bytes / big->layouts[0].entry_bytes;
+    c.total_bytes = static_cast<std::uint64_t>(scaled);
+  }
   return c;
 }
 
@@ -59,6 +108,13 @@ nlohmann::json serving_params_json(const ServingParams& p, const RequestTrace& t
   j["host_bytes"] = p.host_bytes;
   j["host_arena"] = "not modelled";
   j["token_scale"] = p.token_scale;
+  j["shrink_entries"] = p.shrink_entries && !p.tables_only;
+  if (p.shrink_entries && !p.tables_only) {
+    if (Result<PoolConfig> c = serving_pool_config(p); c.ok()) {
+      j["pool_model"] = c->shape.name;
+      j["pool_total_bytes"] = c->total_bytes;
+    }
+  }
   j["max_running"] = p.max_running;
   j["mode"] = p.mode == CompactionMode::lazy ? "lazy" : "eager";
   j["tables_only"] = p.tables_only;

@@ -79,6 +79,12 @@ struct ServingParams {
   std::uint64_t checkpoint_every = 0;  // steps between checkpoints; 0 = none (the runner checks at the end)
   // Stop admitting after this many requests (0 = all): a slice.
   std::uint64_t max_requests = 0;
+  // Shrunk entries (shrink_entries): the pool keeps every sub-pool's page and slot counts, but each
+  // entry holds only a few of the model's layers and one KV head per rank, and the pool's bytes
+  // shrink with it (shrunk_pool_shape). Tables, pages, compaction and the prefix cache are the full
+  // model's; the bytes written, moved and checked are those of the shrunk entry (2 layers of each
+  // kind at least, so layer strides still show), a fraction of the full model's. Off: real entries.
+  bool shrink_entries = false;
   // Requests admitted in the same step share each other's prefix blocks (the blocks enter the
   // cache at admission, as engines insert a prefix being prefilled); false: a step's requests
   // see only the blocks of earlier steps.
@@ -91,6 +97,14 @@ struct ServingParams {
 
 // Checks the parameters against the trace and the model, and derives the pool configuration.
 Result<PoolConfig> serving_pool_config(const ServingParams& params);
+
+// The shrunk pool of `shrink_entries` for a full-size configuration: per layer kind the first
+// max(2, share) layers (the kinds keep their proportions: counts divided by their gcd, times the
+// least factor that gives every kind 2 layers, never more than the model has), one KV head per
+// rank (MLA rows unchanged), and total_bytes scaled by the entries' ratio so that every sub-pool
+// keeps its slot and page counts (on a composite whose sides shrink by different ratios, within a
+// page). The shape's name says what was kept.
+PoolConfig shrunk_pool_config(const PoolConfig& full);
 
 // The parameters and the result counters, as recorded in a trace header's "origin" and in --json.
 nlohmann::json serving_params_json(const ServingParams& params, const RequestTrace& trace);

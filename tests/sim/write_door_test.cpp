@@ -86,11 +86,11 @@ TEST(Batches, ForLayerHandsACrossLayerTheUnmarkedEncoderLoc) {
   b.encoder_loc = {40, 41};
   auto self = for_layer(b, LayerKind::full, 0);
   ASSERT_TRUE(self.ok());
-  EXPECT_EQ(self->loc, b.loc);
+  EXPECT_EQ(std::vector<std::int64_t>(self->loc.begin(), self->loc.end()), b.loc);
   EXPECT_TRUE(self->physical);
   auto cross = for_layer(b, LayerKind::cross, 1);
   ASSERT_TRUE(cross.ok());
-  EXPECT_EQ(cross->loc, b.encoder_loc);
+  EXPECT_EQ(std::vector<std::int64_t>(cross->loc.begin(), cross->loc.end()), b.encoder_loc);
   EXPECT_FALSE(cross->physical);
   b.encoder_loc.clear();
   EXPECT_EQ(for_layer(b, LayerKind::cross, 1).error().kind, ErrorKind::invalid_argument);

@@ -449,6 +449,59 @@ TEST(ServingSim, MlaAndTablesOnlyPoolsRunToo) {
   expect_empty_at_the_end(big);
 }
 
+// --entries shrunk (ServingParams::shrink_entries): every sub-pool keeps its slots and pages, each
+// entry keeps 2 layers of each kind (in proportion) and one KV head per rank, so the simulator
+// makes exactly the decisions it makes on real entries; only the bytes per entry shrink.
+TEST(ServingSim, ShrunkEntriesKeepThePagesAndEveryDecisionOfTheFullPool) {
+  struct Case {
+    const char* model;
+    std::uint64_t pool_bytes;
+    std::size_t layers;  // kept
+    std::uint64_t entry_bytes;  // the shrunk owner entry, by hand
+  };
+  // llama-3.1-8b: 2 of 32 full layers, one head of 128 bf16: 2 * (256 + 256) = 1 KiB (of 128 KiB).
+  // gpt-oss-20b: 12 SWA + 12 full in proportion 1:1, 2 of each; one head of 64 bf16: 2 * 256 = 512.
+  // deepseek-v2-lite (MLA, 27 layers): 2 latent rows of (512 + 64) * 2 = 2304 bytes.
+  for (const Case& c : {Case{"llama-3.1-8b", 64ull << 20, 2, 1024}, Case{"gpt-oss-20b", 96ull << 20, 4, 512},
+                        Case{"deepseek-v2-lite", 64ull << 20, 2, 2304}}) {
+    SCOPED_TRACE(c.model);
+    ServingParams full = params(c.model, 1, c.pool_bytes, 16);
+    ServingParams shrunk = full;
+    shrunk.shrink_entries = true;
+    const Result<PoolConfig> a = serving_pool_config(full);
+    const Result<PoolConfig> b = serving_pool_config(shrunk);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(b->shape.layers.size(), c.layers);
+    EXPECT_THAT(b->shape.name, HasSubstr("entries shrunk"));
+    const PoolDerived da = derive_pool(*a).value(), db = derive_pool(*b).value();
+    EXPECT_EQ(db.layouts[0].entry_bytes, c.entry_bytes);
+    ASSERT_EQ(da.geometry.sub_pools.size(), db.geometry.sub_pools.size());
+    for (std::size_t s = 0; s < da.geometry.sub_pools.size(); ++s) {
+      EXPECT_EQ(da.geometry.sub_pools[s].num_pages, db.geometry.sub_pools[s].num_pages) << "side " << s;
+      EXPECT_EQ(da.geometry.sub_pools[s].min_page_index, db.geometry.sub_pools[s].min_page_index) << "side " << s;
+    }
+    // The same decisions as real entries (which need no bytes to decide: tables only here):
+    // admissions, evictions, moves, prefix hits, the final tables.
+    const RequestTrace t = mooncake(16);
+    ServingParams full_tables = full;
+    full_tables.tables_only = true;
+    const SimRun ra = simulate(t, full_tables), rb = simulate(t, shrunk);
+    ASSERT_TRUE(ra.report.passed() && rb.report.passed());
+    const ServingSummary &sa = *ra.report.serving, &sb = *rb.report.serving;
+    EXPECT_EQ(sa.admissions, sb.admissions);
+    EXPECT_EQ(sa.retractions, sb.retractions);
+    EXPECT_EQ(sa.cached_tokens, sb.cached_tokens);
+    EXPECT_EQ(sa.compaction_moves, sb.compaction_moves);
+    EXPECT_EQ(sa.cache_evicted_pages, sb.cache_evicted_pages);
+    EXPECT_EQ(sa.steps, sb.steps);
+    EXPECT_EQ(ra.final_tables, rb.final_tables);
+  }
+  // Tables only has no bytes to shrink: the configuration is the full one.
+  ServingParams tables = params("llama-3.1-8b", 1, 64ull << 20, 16);
+  tables.tables_only = tables.shrink_entries = true;
+  EXPECT_EQ(serving_pool_config(tables)->shape.layers.size(), 32u);
+}
+
 TEST(ServingSim, APromptLargerThanThePoolIsRejectedNotStuck) {
   RequestTrace t = azure(10);
   t.requests[3].input_tokens = 1000000;  // far beyond 32 MiB of pool

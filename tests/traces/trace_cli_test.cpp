@@ -261,6 +261,9 @@ TEST(ReplayCli, BlockTokensAndSameStepSharingAreOptionsOfReplayAndRecord) {
   CliRun share = kvtwin({"replay", requests.string(), "--block-tokens", "64", "--share-within-step", "maybe"});
   EXPECT_EQ(share.exit_code, 2);
   EXPECT_THAT(share.err, HasSubstr("--share-within-step 'maybe' is neither on nor off"));
+  CliRun entries = kvtwin({"replay", requests.string(), "--block-tokens", "64", "--entries", "half"});
+  EXPECT_EQ(entries.exit_code, 2);
+  EXPECT_THAT(entries.err, HasSubstr("--entries 'half' is not auto, full or shrunk"));
 }
 
 TEST(FuzzCli, APlantedFailureIsFoundShrunkWrittenAndReplaysAlone) {

@@ -48,6 +48,11 @@ void add_serving_options(CLI::App& app, ServingOptions& o) {
                  "on: requests admitted in the same step share the prefix blocks being prefilled; off: only "
                  "blocks of earlier steps")
       ->capture_default_str();
+  app.add_option("--entries", o.entries,
+                 "full: every layer's rows in every entry; shrunk: the pool keeps its pages and slots but each entry "
+                 "holds 2 layers of each kind and one KV head per rank, so a whole trace's bytes are written, moved "
+                 "and checked in minutes; auto: shrunk with bytes")
+      ->capture_default_str();
 }
 
 traces::RequestReadOptions request_read_options(const ServingOptions& o) {
@@ -92,6 +97,10 @@ Result<traces::ServingParams> serving_params(const ServingOptions& o) {
     return make_error(ErrorKind::invalid_argument,
                       "--share-within-step '" + printable(o.share_within_step) + "' is neither on nor off; use on (the default) or off");
   p.share_within_step = o.share_within_step == "on";
+  if (o.entries != "auto" && o.entries != "full" && o.entries != "shrunk")
+    return make_error(ErrorKind::invalid_argument,
+                      "--entries '" + printable(o.entries) + "' is not auto, full or shrunk; use full for real entries");
+  p.shrink_entries = o.entries == "shrunk" || (o.entries == "auto" && !o.tables_only);
   return p;
 }
 

@@ -38,6 +38,7 @@ struct ServingOptions {
   std::uint64_t prefill_budget_tokens = 16384;
   std::uint64_t block_tokens = 0;  // tokens per hash_ids block; 0: the format's (Mooncake: 512)
   std::string share_within_step = "on";
+  std::string entries = "auto";  // auto: shrunk with bytes (ServingParams::shrink_entries), full tables-only
 };
 void add_serving_options(CLI::App& app, ServingOptions& options);
 Result<traces::ServingParams> serving_params(const ServingOptions& options);
