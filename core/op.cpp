@@ -83,6 +83,28 @@ void write_ids(json& j, IdUnit unit, const std::vector<std::int64_t>& ids) {
   j[unit == IdUnit::tokens ? "tokens" : "pages"] = ids;
 }
 
+json moves_json(const std::vector<PageMove>& moves) {
+  json out = json::array();
+  for (const PageMove& m : moves) out.push_back(json::array({m.sub_pool, m.src, m.dst}));
+  return out;
+}
+
+// [[sub_pool, src, dst], ...] with 64-bit page ids.
+Result<std::vector<PageMove>> moves_from(const JsonFields& f, const json& m, const char* field) {
+  if (!m.is_array()) return f.error(std::string("field '") + field + "' must be an array of [sub_pool, src, dst]");
+  std::vector<PageMove> out;
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    const json& e = m[i];
+    const auto is_i64 = [](const json& v) {
+      return v.is_number_integer() && !(v.is_number_unsigned() && v.get<std::uint64_t>() > INT64_MAX);
+    };
+    if (!e.is_array() || e.size() != 3 || !e[0].is_string() || !is_i64(e[1]) || !is_i64(e[2]))
+      return f.error(std::string(field) + "[" + std::to_string(i) + "] must be [sub_pool, src, dst] with 64-bit page ids");
+    out.push_back(PageMove{e[0].get<std::string>(), e[1].get<std::int64_t>(), e[2].get<std::int64_t>()});
+  }
+  return out;
+}
+
 json bytes_json(const Bytes& b) { return json{{"bytes", b.size}, {"digest", hex64(b.digest)}}; }
 
 Result<Bytes> bytes_from(const json& j, std::string_view where) {
@@ -129,8 +151,23 @@ std::string_view op_name(const Op& op) {
                         [](const Capture&) { return std::string_view("capture"); },
                         [](const Replay&) { return std::string_view("replay"); },
                         [](const Checkpoint&) { return std::string_view("checkpoint"); },
+                        [](const HostAlloc&) { return std::string_view("host_alloc"); },
+                        [](const HostFree&) { return std::string_view("host_free"); },
+                        [](const LeaseAcquire&) { return std::string_view("lease_acquire"); },
+                        [](const LeaseRelease&) { return std::string_view("lease_release"); },
+                        [](const RecordEvent&) { return std::string_view("record_event"); },
+                        [](const Offload&) { return std::string_view("offload"); },
+                        [](const LoadBack&) { return std::string_view("load_back"); },
+                        [](const TransferWait&) { return std::string_view("transfer_wait"); },
                     },
                     op);
+}
+
+bool is_host_op(const Op& op) {
+  return std::holds_alternative<HostAlloc>(op) || std::holds_alternative<HostFree>(op) ||
+         std::holds_alternative<LeaseAcquire>(op) || std::holds_alternative<LeaseRelease>(op) ||
+         std::holds_alternative<RecordEvent>(op) || std::holds_alternative<Offload>(op) ||
+         std::holds_alternative<LoadBack>(op) || std::holds_alternative<TransferWait>(op);
 }
 
 json op_to_json(const Op& op) {
@@ -222,6 +259,37 @@ json op_to_json(const Op& op) {
                    j["query_seed"] = o.query_seed;
                  },
                  [&](const Checkpoint&) {},
+                 [&](const HostAlloc& o) {
+                   j["thread"] = o.thread;
+                   j["pages"] = o.pages;
+                 },
+                 [&](const HostFree& o) {
+                   j["side"] = o.side;
+                   j["pages"] = o.pages;
+                 },
+                 [&](const LeaseAcquire& o) { j["thread"] = o.thread; },
+                 [&](const LeaseRelease& o) { j["thread"] = o.thread; },
+                 [&](const RecordEvent& o) {
+                   j["event"] = o.event;
+                   j["stream"] = o.stream;
+                 },
+                 [&](const Offload& o) {
+                   j["transfer"] = o.transfer;
+                   j["thread"] = o.thread;
+                   j["stream"] = o.stream;
+                   if (o.wait_event) j["wait_event"] = *o.wait_event;
+                   j["side"] = o.side;
+                   write_ids(j, o.unit, o.ids);
+                   j["host"] = o.host;
+                 },
+                 [&](const LoadBack& o) {
+                   j["transfer"] = o.transfer;
+                   j["thread"] = o.thread;
+                   j["stream"] = o.stream;
+                   if (o.wait_event) j["wait_event"] = *o.wait_event;
+                   j["host"] = o.host;
+                 },
+                 [&](const TransferWait& o) { j["transfer"] = o.transfer; },
              },
              op);
   return j;
@@ -414,10 +482,72 @@ Result<Op> op_from_json(const json& j, std::string_view where) {
     KVTWIN_TRY_STATUS(f.only({"op", "expect"}));
     return Op(Checkpoint{});
   }
+  if (name == "host_alloc") {
+    KVTWIN_TRY_STATUS(f.only({"op", "thread", "pages", "expect"}));
+    HostAlloc o;
+    KVTWIN_TRY(o.thread, u32_field(f, "thread", std::nullopt));
+    KVTWIN_TRY(o.pages, f.u64_array("pages"));
+    return Op(std::move(o));
+  }
+  if (name == "host_free") {
+    KVTWIN_TRY_STATUS(f.only({"op", "side", "pages", "expect"}));
+    HostFree o;
+    KVTWIN_TRY(o.side, f.string_required("side"));
+    KVTWIN_TRY(o.pages, f.i64_array("pages"));
+    return Op(std::move(o));
+  }
+  if (name == "lease_acquire" || name == "lease_release") {
+    KVTWIN_TRY_STATUS(f.only({"op", "thread", "expect"}));
+    KVTWIN_TRY(std::uint32_t thread, u32_field(f, "thread", std::nullopt));
+    if (name == "lease_acquire") return Op(LeaseAcquire{thread});
+    return Op(LeaseRelease{thread});
+  }
+  if (name == "record_event") {
+    KVTWIN_TRY_STATUS(f.only({"op", "event", "stream", "expect"}));
+    RecordEvent o;
+    KVTWIN_TRY(o.event, u32_field(f, "event", std::nullopt));
+    KVTWIN_TRY(o.stream, u32_field(f, "stream", std::nullopt));
+    return Op(o);
+  }
+  if (name == "offload") {
+    KVTWIN_TRY_STATUS(
+        f.only({"op", "transfer", "thread", "stream", "wait_event", "side", "tokens", "pages", "host", "expect"}));
+    Offload o;
+    KVTWIN_TRY(o.transfer, u32_field(f, "transfer", std::nullopt));
+    KVTWIN_TRY(o.thread, u32_field(f, "thread", std::nullopt));
+    KVTWIN_TRY(o.stream, u32_field(f, "stream", std::nullopt));
+    if (f.has("wait_event")) {
+      KVTWIN_TRY(std::uint32_t event, u32_field(f, "wait_event", std::nullopt));
+      o.wait_event = event;
+    }
+    KVTWIN_TRY(o.side, f.string_required("side"));
+    KVTWIN_TRY_STATUS(read_ids(f, o.unit, o.ids));
+    KVTWIN_TRY(o.host, f.i64_array("host"));
+    return Op(std::move(o));
+  }
+  if (name == "load_back") {
+    KVTWIN_TRY_STATUS(f.only({"op", "transfer", "thread", "stream", "wait_event", "host", "expect"}));
+    LoadBack o;
+    KVTWIN_TRY(o.transfer, u32_field(f, "transfer", std::nullopt));
+    KVTWIN_TRY(o.thread, u32_field(f, "thread", std::nullopt));
+    KVTWIN_TRY(o.stream, u32_field(f, "stream", std::nullopt));
+    if (f.has("wait_event")) {
+      KVTWIN_TRY(std::uint32_t event, u32_field(f, "wait_event", std::nullopt));
+      o.wait_event = event;
+    }
+    KVTWIN_TRY(o.host, f.i64_matrix("host"));
+    return Op(std::move(o));
+  }
+  if (name == "transfer_wait") {
+    KVTWIN_TRY_STATUS(f.only({"op", "transfer", "expect"}));
+    KVTWIN_TRY(std::uint32_t transfer, u32_field(f, "transfer", std::nullopt));
+    return Op(TransferWait{transfer});
+  }
   return f.error("unknown operation '" + printable(name) +
                  "'; known: build, alloc, alloc_many, free, free_swa, flush, move_pages, begin_read, end_read, batch, "
                  "rebind, split, drop_batch, write, read, translate, swa_translate, page_table, remap_indices, capture, "
-                 "replay, checkpoint");
+                 "replay, checkpoint, host_alloc, host_free, lease_acquire, lease_release, record_event, offload, "
+                 "load_back, transfer_wait");
 }
 
 json result_to_json(const OpResult& r) {
@@ -437,11 +567,7 @@ json result_to_json(const OpResult& r) {
                    // An empty list would read back as Allocated{}: say which it is.
                    if (o.pages.empty()) j["many"] = true;
                  },
-                 [&](const Compaction& o) {
-                   json moves = json::array();
-                   for (const PageMove& m : o.moves) moves.push_back(json::array({m.sub_pool, m.src, m.dst}));
-                   j["moves"] = moves;
-                 },
+                 [&](const Compaction& o) { j["moves"] = moves_json(o.moves); },
                  [&](const Ids& o) { j["ids"] = o.values; },
                  [&](const Table& o) { j["table"] = o.rows; },
                  [&](const Bytes& o) { j = bytes_json(o); },
@@ -450,6 +576,15 @@ json result_to_json(const OpResult& r) {
                    j["loc"] = o.loc;
                    j["table"] = o.table;
                    j["attention"] = bytes_json(o.attention);
+                 },
+                 [&](const HostAllocated& o) {
+                   j["host_pages"] = o.logical;
+                   j["host_physical"] = o.physical;
+                   if (!o.moves.empty()) j["host_moves"] = moves_json(o.moves);
+                 },
+                 [&](const TransferStarted& o) {
+                   j["transfer"] = o.transfer;
+                   j["device_pages"] = o.pages;
                  },
              },
              r.value());
@@ -492,19 +627,26 @@ Result<OpResult> result_from_json(const json& j, std::string_view where) {
   }
   if (f.has("moves")) {
     KVTWIN_TRY_STATUS(f.only({"moves"}));
-    const json& m = j.at("moves");
-    if (!m.is_array()) return f.error("field 'moves' must be an array of [sub_pool, src, dst]");
     Compaction c;
-    for (std::size_t i = 0; i < m.size(); ++i) {
-      const json& e = m[i];
-      const auto is_i64 = [](const json& v) {
-        return v.is_number_integer() && !(v.is_number_unsigned() && v.get<std::uint64_t>() > INT64_MAX);
-      };
-      if (!e.is_array() || e.size() != 3 || !e[0].is_string() || !is_i64(e[1]) || !is_i64(e[2]))
-        return f.error("moves[" + std::to_string(i) + "] must be [sub_pool, src, dst] with 64-bit page ids");
-      c.moves.push_back(PageMove{e[0].get<std::string>(), e[1].get<std::int64_t>(), e[2].get<std::int64_t>()});
-    }
+    KVTWIN_TRY(c.moves, moves_from(f, j.at("moves"), "moves"));
     return OpResult(Outcome(std::move(c)));
+  }
+  if (f.has("host_pages")) {
+    KVTWIN_TRY_STATUS(f.only({"host_pages", "host_physical", "host_moves"}));
+    HostAllocated h;
+    KVTWIN_TRY(h.logical, f.i64_matrix("host_pages"));
+    KVTWIN_TRY(h.physical, f.i64_matrix("host_physical"));
+    if (f.has("host_moves")) {
+      KVTWIN_TRY(h.moves, moves_from(f, j.at("host_moves"), "host_moves"));
+    }
+    return OpResult(Outcome(std::move(h)));
+  }
+  if (f.has("transfer")) {
+    KVTWIN_TRY_STATUS(f.only({"transfer", "device_pages"}));
+    TransferStarted t;
+    KVTWIN_TRY(t.transfer, u32_field(f, "transfer", std::nullopt));
+    KVTWIN_TRY(t.pages, f.i64_array("device_pages"));
+    return OpResult(Outcome(std::move(t)));
   }
   if (f.has("loc")) {
     KVTWIN_TRY_STATUS(f.only({"loc", "table", "attention"}));
@@ -537,7 +679,7 @@ Result<OpResult> result_from_json(const json& j, std::string_view where) {
     return OpResult(Outcome(Marks{m[0].get<bool>(), m[1].get<bool>()}));
   }
   return f.error("unrecognized result; expected one of ok, no_room, pages, moves, ids, table, bytes/digest, marks, "
-                 "loc/table/attention, error");
+                 "loc/table/attention, host_pages/host_physical, transfer/device_pages, error");
 }
 
 bool same_result(const OpResult& a, const OpResult& b) {

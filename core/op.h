@@ -228,14 +228,109 @@ struct Replay {
   bool operator==(const Replay&) const = default;
 };
 
-// A point where the runner compares whole pools (page digests). Backends answer Done.
+// A point where the runner compares whole pools (page digests). Backends answer Done. Every
+// in-flight transfer's copy lands first (a device synchronizes its copy streams); the transfers
+// stay in flight (leases, held pages) until their transfer_wait.
 struct Checkpoint {
   bool operator==(const Checkpoint&) const = default;
 };
 
+// ---------------------------------------------------------------- host arena and transfers (SPEC 8)
+//
+// docs/host_arena.md states the rules; in short:
+//  - The pool's host arena (PoolConfig::host_bytes) has one side per device sub-pool, in chain
+//    order ("full" then "swa", or "mla"); host pages are that side's device page envelope.
+//  - Threads are simulated: `thread` names the caller (leases are per thread and reentrant).
+//    Streams: 0 is the compute stream, where every other op runs, synchronously; transfers run on
+//    copy streams 1 and up, in submission order per stream (FIFO).
+//  - A transfer starts (offload, load_back) and completes later (transfer_wait). It resolves its
+//    ids at start, inside a lease it takes itself and hands to its finish event; its copy lands at
+//    the latest at its transfer_wait, after every earlier transfer of its stream and every transfer
+//    its wait_event captured. While it is in flight its device pages may not move, be freed or be
+//    written, its host pages may not be freed, and no host compaction runs.
+
+// Allocates host pages, all or nothing: pages[s] on side s (one count per side, chain order).
+// Compacts the arena first when the request fits only once packed (refused while a lease is held
+// or a transfer is in flight). Outcome: HostAllocated or NoRoom.
+struct HostAlloc {
+  std::uint32_t thread = 0;
+  std::vector<std::uint64_t> pages;  // per side
+  bool operator==(const HostAlloc&) const = default;
+};
+
+// Frees host logical pages of one side. Outcome: Done.
+struct HostFree {
+  std::string side;                 // "full", "swa" or "mla"
+  std::vector<std::int64_t> pages;  // host logical
+  bool operator==(const HostFree&) const = default;
+};
+
+// A thread takes (deepens) or lets go of its lease on the host arena's layout (synchronous
+// storage access; nesting). Outcome: Done.
+struct LeaseAcquire {
+  std::uint32_t thread = 0;
+  bool operator==(const LeaseAcquire&) const = default;
+};
+struct LeaseRelease {
+  std::uint32_t thread = 0;
+  bool operator==(const LeaseRelease&) const = default;
+};
+
+// Records event `event` on `stream` (cudaEventRecord): it captures every transfer submitted on
+// that stream so far and not yet complete (on stream 0, the synchronous compute stream, nothing).
+// Recording an event id again replaces what it captured. Outcome: Done.
+struct RecordEvent {
+  std::uint32_t event = 0;
+  std::uint32_t stream = 0;
+  bool operator==(const RecordEvent&) const = default;
+};
+
+// Starts copying device pages of one side to host pages (device -> host). The selection: the
+// whole pages the ids cover (tokens: a page counts only when every one of its tokens is listed)
+// that are bound on the side; a page partly listed, or tombstoned on the SWA side, is skipped as
+// a whole page. `host` names one host logical page of the same side per selected page, in
+// ascending virtual page order. Outcome: TransferStarted (the selected virtual pages).
+struct Offload {
+  std::uint32_t transfer = 0;              // a new transfer id
+  std::uint32_t thread = 0;
+  std::uint32_t stream = 1;                // a copy stream, >= 1
+  std::optional<std::uint32_t> wait_event; // the producer's event, waited on before ids resolve
+  std::string side;                        // "full", "swa" or "mla"
+  IdUnit unit = IdUnit::pages;
+  std::vector<std::int64_t> ids;           // virtual
+  std::vector<std::int64_t> host;          // host logical, one per selected page
+  bool operator==(const Offload&) const = default;
+};
+
+// Starts copying host pages to newly allocated device pages (host -> device): allocates
+// k = host[0].size() virtual pages as alloc does (on a composite the same virtual pages on the SWA
+// side), and copies host[s][i] into side s of virtual page i; host[1] (composite) is empty or has
+// k entries, -1 where that page's SWA half is bound but not loaded. The pages are visible (free,
+// write, read, replay, offload) only after the transfer's wait. Outcome: TransferStarted (the new
+// virtual pages) or NoRoom (nothing changed).
+struct LoadBack {
+  std::uint32_t transfer = 0;
+  std::uint32_t thread = 0;
+  std::uint32_t stream = 1;
+  std::optional<std::uint32_t> wait_event;
+  std::vector<std::vector<std::int64_t>> host;  // per side, host logical
+  bool operator==(const LoadBack&) const = default;
+};
+
+// Waits for a transfer's finish event: its copy has landed, its lease is released, its pages are
+// let go (a load-back's become visible). Outcome: Done.
+struct TransferWait {
+  std::uint32_t transfer = 0;
+  bool operator==(const TransferWait&) const = default;
+};
+
 using Op = std::variant<BuildPool, Alloc, AllocMany, Free, FreeSwa, Flush, MovePages, BeginRead, EndRead, MakeBatch,
                         Rebind, Split, DropBatch, Write, Read, Translate, SwaTranslate, PageTable, RemapIndices,
-                        Capture, Replay, Checkpoint>;
+                        Capture, Replay, Checkpoint, HostAlloc, HostFree, LeaseAcquire, LeaseRelease, RecordEvent,
+                        Offload, LoadBack, TransferWait>;
+
+// Whether an op belongs to the host arena and its transfers (backends without one refuse them).
+bool is_host_op(const Op& op);
 
 // The trace name of an op ("alloc", "free_swa", ...).
 std::string_view op_name(const Op& op);
@@ -294,7 +389,25 @@ struct Decode {
   bool operator==(const Decode&) const = default;
 };
 
-using Outcome = std::variant<Done, NoRoom, Allocated, AllocatedMany, Compaction, Ids, Table, Bytes, Marks, Decode>;
+// A fitting host_alloc: per side, the logical ids taken (ascending) and the physical host page
+// each was bound to; `moves` the compaction's page moves (side name, src, dst physical host
+// pages) in the order they ran, empty when it did not compact.
+struct HostAllocated {
+  std::vector<std::vector<std::int64_t>> logical;
+  std::vector<std::vector<std::int64_t>> physical;
+  std::vector<PageMove> moves;
+  bool operator==(const HostAllocated&) const = default;
+};
+// A transfer that started: its id and its device virtual pages (an offload's selection, a
+// load-back's new pages), ascending for an offload, in binding order for a load-back.
+struct TransferStarted {
+  std::uint32_t transfer = 0;
+  std::vector<std::int64_t> pages;
+  bool operator==(const TransferStarted&) const = default;
+};
+
+using Outcome = std::variant<Done, NoRoom, Allocated, AllocatedMany, Compaction, Ids, Table, Bytes, Marks, Decode,
+                             HostAllocated, TransferStarted>;
 using OpResult = Result<Outcome>;
 
 // Equality of results: same outcome, or errors of the same kind and reason code (messages may

@@ -39,12 +39,13 @@ nlohmann::json pool_config_to_json(const PoolConfig& c) {
   j["mode"] = c.mode == CompactionMode::lazy ? "lazy" : "eager";
   j["tables_only"] = c.tables_only;
   j["seed"] = c.seed;
+  if (c.host_bytes != 0) j["host_bytes"] = c.host_bytes;  // configurations before the host arena read as 0
   return j;
 }
 
 Result<PoolConfig> pool_config_from_json(const nlohmann::json& j, std::string_view where) {
   JsonFields f(j, where);
-  KVTWIN_TRY_STATUS(f.only({"model", "tp", "page_size", "total_bytes", "mode", "tables_only", "seed"}));
+  KVTWIN_TRY_STATUS(f.only({"model", "tp", "page_size", "total_bytes", "mode", "tables_only", "seed", "host_bytes"}));
   PoolConfig c;
   if (!j.is_object() || !j.contains("model")) return f.error("missing field 'model' (a catalogue name or a shape object)");
   const nlohmann::json& m = j.at("model");
@@ -67,6 +68,7 @@ Result<PoolConfig> pool_config_from_json(const nlohmann::json& j, std::string_vi
   c.mode = mode == "lazy" ? CompactionMode::lazy : CompactionMode::eager;
   KVTWIN_TRY(c.tables_only, f.boolean("tables_only", false));
   KVTWIN_TRY(c.seed, f.u64("seed", 0));
+  KVTWIN_TRY(c.host_bytes, f.u64("host_bytes", 0));
   return c;
 }
 

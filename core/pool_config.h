@@ -29,6 +29,9 @@ struct PoolConfig {
   CompactionMode mode = CompactionMode::eager;
   bool tables_only = false;   // no bytes: tables and decisions only (real-scale replays)
   std::uint64_t seed = 0;     // content oracle seed
+  // Bytes of the pinned host arena shared by the full and SWA sides (SPEC 8); 0: no host arena
+  // (host operations are refused). A trace writes it only when it is not 0.
+  std::uint64_t host_bytes = 0;
 
   bool operator==(const PoolConfig&) const = default;
 };

@@ -10,6 +10,10 @@ const std::vector<Info>& catalogue() {
       {ErrorKind::out_of_range, past_last_page, "a page at or past the end of the page table"},
       {ErrorKind::double_free, not_allocated, "a virtual page that is not allocated (v2p < 0)"},
       {ErrorKind::double_free, left_window, "free_swa of a page whose SWA page is already a tombstone"},
+      {ErrorKind::reader_conflict, transfer_in_flight,
+       "the operation would move, free, write or read pages an in-flight transfer holds, or compact the host arena "
+       "while a transfer is in flight"},
+      {ErrorKind::reader_conflict, lease_held, "a host compaction would have to wait for another thread's lease"},
   };
   return kAll;
 }

@@ -20,6 +20,10 @@ inline constexpr std::string_view past_last_page = "past_last_page";  // a page 
 // double_free (SPEC 4, docs/decisions.md):
 inline constexpr std::string_view not_allocated = "not_allocated";              // v2p[v] < 0
 inline constexpr std::string_view left_window = "already_left_window";  // free_swa of an SWA tombstone
+// reader_conflict (SPEC 7, 8; docs/host_arena.md). A conflict with an open reader has no code
+// (traces written before transfers).
+inline constexpr std::string_view transfer_in_flight = "transfer_in_flight";  // pages or a compaction an in-flight transfer holds
+inline constexpr std::string_view lease_held = "lease_held";  // a host compaction would wait for another thread's lease
 
 struct Info {
   ErrorKind kind;

@@ -154,6 +154,14 @@ OpResult GpuPool::apply(const Op& op) {
   return result;
 }
 
+namespace {
+OpResult host_op_unsupported(const Op& op) {
+  return make_error(ErrorKind::unsupported, "'" + std::string(op_name(op)) +
+                                                "': the GPU backend has no host arena or transfers yet (SPEC 8); "
+                                                "replay host operations with --backend model");
+}
+}  // namespace
+
 OpResult GpuPool::dispatch(const Op& op) {
   return std::visit(Overloaded{
                         [&](const BuildPool& o) { return build(o); },
@@ -178,6 +186,15 @@ OpResult GpuPool::dispatch(const Op& op) {
                         [&](const Capture& o) { return capture(o); },
                         [&](const Replay& o) { return replay(o); },
                         [&](const Checkpoint&) { return ok(Done{}); },
+                        // SPEC 8's host arena and transfers are the model's so far (docs/host_arena.md).
+                        [&](const HostAlloc&) { return host_op_unsupported(op); },
+                        [&](const HostFree&) { return host_op_unsupported(op); },
+                        [&](const LeaseAcquire&) { return host_op_unsupported(op); },
+                        [&](const LeaseRelease&) { return host_op_unsupported(op); },
+                        [&](const RecordEvent&) { return host_op_unsupported(op); },
+                        [&](const Offload&) { return host_op_unsupported(op); },
+                        [&](const LoadBack&) { return host_op_unsupported(op); },
+                        [&](const TransferWait&) { return host_op_unsupported(op); },
                     },
                     op);
 }

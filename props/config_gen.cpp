@@ -160,4 +160,18 @@ PoolConfig generate_config(Choices& c, const ConfigLimits& limits) {
   return config;
 }
 
+std::uint64_t generate_host_bytes(Choices& choices, const PoolConfig& config) {
+  if (choices.chance(1, 8)) return 0;
+  Result<PoolDerived> d = derive_pool(config);
+  if (!d.ok()) return 0;
+  std::uint64_t largest = 0;
+  for (const SubPoolGeometry& g : d->geometry.sub_pools) largest = std::max(largest, g.page_bytes);
+  const std::uint64_t pages = static_cast<std::uint64_t>(choices.between(1, 24));
+  const std::uint64_t bytes = pages * largest + static_cast<std::uint64_t>(choices.below(largest));
+  // The model's byte buffer limit (4 GiB) for a pool with bytes; a tables-only one keeps none.
+  constexpr std::uint64_t kLimit = std::uint64_t{4} << 30;
+  if (!config.tables_only && bytes > kLimit) return largest <= kLimit ? largest : 0;
+  return bytes;
+}
+
 }  // namespace kvtwin::props

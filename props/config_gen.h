@@ -32,4 +32,10 @@ inline constexpr std::int64_t kLargeUsablePages = 4096;
 
 PoolConfig generate_config(Choices& choices, const ConfigLimits& limits = {});
 
+// A host arena for a configuration (SPEC 8): host_bytes of 1 to 24 of its largest pages, plus a
+// few stray bytes; one draw in eight gives none (0). At most the model's byte buffer limit, so
+// that a configuration that builds still builds with it. Drawn apart from generate_config, so
+// that runs without host operations draw exactly the configurations they drew before.
+std::uint64_t generate_host_bytes(Choices& choices, const PoolConfig& config);
+
 }  // namespace kvtwin::props

@@ -157,13 +157,23 @@ Result<CaseResult> run_case(const CaseSpec& spec, const BackendFactory& make_bac
   CaseResult result;
   result.spec = spec;
   KVTWIN_TRY(result.config, case_config(spec, choices));
-  const SwarmWeights weights = draw_swarm(choices);
-  result.swarm = weights.describe();
   KVTWIN_TRY(BackendSet backends, make_backends());
+  // SPEC 8's host operations only where every backend has a host arena; its size drawn apart
+  // (the case's seed, derived), so that a run without them draws what it always drew.
+  const bool host_ops = backends.host_ops;
+  if (host_ops && result.config.host_bytes == 0) {
+    RngChoices host_choices(Rng(spec.seed).derive("host_bytes"));
+    result.config.host_bytes = generate_host_bytes(host_choices, result.config);
+  }
+  if (!host_ops) result.config.host_bytes = 0;
+  const SwarmWeights weights = draw_swarm(choices, host_ops);
+  result.swarm = weights.describe();
+  OpGenOptions options;
+  options.host_ops = host_ops;
   CaseRun run(std::move(backends), result.config);
   std::vector<Op> ops;
   for (std::uint64_t i = 0; !run.failure && i < spec.ops; ++i) {
-    ops.push_back(generate_op(choices, run.observers->shadow.shadow(), weights));
+    ops.push_back(generate_op(choices, run.observers->shadow.shadow(), weights, options));
     run.play(ops.back(), i);
   }
   run.finish();

@@ -43,21 +43,30 @@ void PlayCommand::run(const PoolShadow& shadow, PropertySystem& system) const {
 }
 
 void runner_matches_shadow(const BackendsFactory& make_backends) {
-  const PoolConfig config = *rc::gen::exec([] {
+  Result<traces::BackendSet> backends = make_backends();
+  if (!backends.ok()) RC_FAIL("the backends cannot be made: " + backends.error().message);
+  // SPEC 8's host operations only where every backend has a host arena.
+  const bool host_ops = backends->host_ops;
+  PoolConfig config = *rc::gen::exec([] {
     RapidCheckChoices choices;
     return generate_config(choices);
   });
-  const SwarmWeights weights = *rc::gen::exec([] {
+  if (host_ops)
+    config.host_bytes = *rc::gen::exec([config] {
+      RapidCheckChoices choices;
+      return generate_host_bytes(choices, config);
+    });
+  const SwarmWeights weights = *rc::gen::exec([host_ops] {
     RapidCheckChoices choices;
-    return draw_swarm(choices);
+    return draw_swarm(choices, host_ops);
   });
+  OpGenOptions options;
+  options.host_ops = host_ops;
   // The distribution RapidCheck prints on success: which kinds of pool the cases ran on.
   const bool composite = std::count(config.shape.layers.begin(), config.shape.layers.end(), LayerKind::swa) > 0;
   RC_TAG(config.shape.attention == AttentionKind::mla ? "mla" : composite ? "full+swa" : "full",
          config.shape.name.find("-scaled") != std::string::npos ? "catalogue" : "synthetic",
          config.mode == CompactionMode::lazy ? "lazy" : "eager", config.tables_only ? "tables-only" : "bytes");
-  Result<traces::BackendSet> backends = make_backends();
-  if (!backends.ok()) RC_FAIL("the backends cannot be made: " + backends.error().message);
   PropertySystem system;
   system.backends = std::move(backends).value();
   system.runner = std::make_unique<traces::Runner>(system.backends.players);
@@ -67,10 +76,10 @@ void runner_matches_shadow(const BackendsFactory& make_backends) {
   system.observers->attach(*system.runner);
   using CommandPtr = std::shared_ptr<const rc::state::Command<PoolShadow, PropertySystem>>;
   // Generators are kept by RapidCheck past this call while it shrinks: capture by value.
-  rc::state::check(PoolShadow(config), system, [weights](const PoolShadow& shadow) {
-    return rc::gen::exec([shadow, weights]() -> CommandPtr {
+  rc::state::check(PoolShadow(config), system, [weights, options](const PoolShadow& shadow) {
+    return rc::gen::exec([shadow, weights, options]() -> CommandPtr {
       RapidCheckChoices choices;
-      return std::make_shared<const PlayCommand>(generate_op(choices, shadow, weights));
+      return std::make_shared<const PlayCommand>(generate_op(choices, shadow, weights, options));
     });
   });
   if (!system.runner->finish()) RC_FAIL(system.runner->failure()->describe());

@@ -48,6 +48,14 @@ class Generator {
       case OpKind::replay: return replay();
       case OpKind::checkpoint: return Checkpoint{};
       case OpKind::rebuild: return rebuild();
+      case OpKind::host_alloc: return host_alloc();
+      case OpKind::host_free: return host_free();
+      case OpKind::lease_acquire: return LeaseAcquire{thread()};
+      case OpKind::lease_release: return lease_release();
+      case OpKind::record_event: return record_event();
+      case OpKind::offload: return offload();
+      case OpKind::load_back: return load_back();
+      case OpKind::transfer_wait: return transfer_wait();
     }
     return Checkpoint{};
   }
@@ -640,6 +648,197 @@ class Generator {
     return BuildPool{config};
   }
 
+  // ------------------------------------------------------------ host arena and transfers (SPEC 8)
+  //
+  // Simulated concurrency: four threads and three copy streams, interleaved by the draws. Valid
+  // operations name live host pages, transfers in flight and events that capture them, so that
+  // runs reach the orderings that matter (a load-back of a host page an offload still fills, on
+  // another stream, after an event; a free, a move or a host compaction under a transfer).
+
+  std::uint32_t thread() { return static_cast<std::uint32_t>(c_.below(4)); }
+  std::uint32_t stream() { return static_cast<std::uint32_t>(c_.between(1, 3)); }
+  std::uint32_t transfer_id() { return fresh_id(s_.transfers(), 12); }
+  std::size_t host_side() { return static_cast<std::size_t>(c_.below(std::max<std::size_t>(1, s_.host_sides().size()))); }
+
+  // Allocated host pages of a side no transfer uses (`with_rows`: only those an offload filled).
+  Ids free_host_pages(std::size_t side, bool with_rows) const {
+    Ids out;
+    if (side >= s_.host_sides().size()) return out;
+    for (const auto& [l, p] : s_.host_sides()[side].l2p)
+      if (!s_.host_page_in_use(side, l) && (!with_rows || s_.host_page_has_rows(side, l))) out.push_back(l);
+    return out;
+  }
+
+  // n distinct host pages from `pool` (fewer when it has fewer).
+  Ids pick_distinct(Ids pool, std::size_t n) {
+    Ids out;
+    while (out.size() < n && !pool.empty()) {
+      const std::size_t i = c_.below(pool.size());
+      out.push_back(pool[i]);
+      pool.erase(pool.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    return out;
+  }
+
+  Op host_alloc() {
+    HostAlloc op;
+    op.thread = thread();
+    const std::size_t sides = std::max<std::size_t>(1, s_.host_sides().size());
+    for (std::size_t i = 0; i < sides; ++i) {
+      // Mostly a few pages; now and then up to the whole arena (compaction, no room).
+      const std::int64_t most = std::max<std::int64_t>(1, s_.host_page_num());
+      op.pages.push_back(static_cast<std::uint64_t>(c_.chance(1, 5) ? c_.between(0, most) : c_.between(0, 3)));
+    }
+    if (invalid()) op.pages.push_back(1);  // one count too many
+    return op;
+  }
+
+  Op host_free() {
+    HostFree op;
+    const std::size_t side = host_side();
+    op.side = side < s_.host_sides().size() ? s_.host_sides()[side].name : "full";
+    Ids live;
+    if (side < s_.host_sides().size())
+      for (const auto& [l, p] : s_.host_sides()[side].l2p) live.push_back(l);
+    op.pages = pick_distinct(live, static_cast<std::size_t>(c_.between(1, 3)));
+    if (op.pages.empty() || invalid()) {
+      // A page not allocated, past the arena, negative, or one a transfer uses.
+      op.pages.push_back(c_.chance(1, 2) ? c_.between(0, s_.host_page_num()) : -1);
+    }
+    return op;
+  }
+
+  Op lease_release() {
+    std::vector<std::uint32_t> holders;
+    for (const auto& [t, depth] : s_.leases()) holders.push_back(t);
+    if (holders.empty() || invalid()) return LeaseRelease{thread()};
+    return LeaseRelease{c_.pick(holders)};
+  }
+
+  Op record_event() {
+    RecordEvent op;
+    op.event = static_cast<std::uint32_t>(c_.below(4));
+    // Mostly on a stream with transfers in flight (an event worth waiting for).
+    std::vector<std::uint32_t> busy;
+    for (const auto& [id, t] : s_.transfers()) busy.push_back(t.stream);
+    op.stream = !busy.empty() && c_.chance(3, 4) ? c_.pick(busy) : static_cast<std::uint32_t>(c_.between(0, 3));
+    return op;
+  }
+
+  // A wait_event and stream for a transfer that reads or writes `host_pages` of `side`: for pages
+  // another transfer still uses, mostly one that orders it after that one (its stream, or an
+  // event recorded after it there), sometimes none (a race, refused).
+  void order_after_users(std::size_t side, const Ids& host_pages, std::uint32_t& stream_out,
+                         std::optional<std::uint32_t>& wait_event) {
+    stream_out = stream();
+    if (c_.chance(1, 4) && !s_.events().empty()) {
+      std::vector<std::uint32_t> ids;
+      for (const auto& [id, captured] : s_.events()) ids.push_back(id);
+      wait_event = c_.pick(ids);
+    }
+    for (const auto& [id, t] : s_.transfers())
+      for (const ShadowCopy& copy : t.copies)
+        if (copy.side == side && std::find(host_pages.begin(), host_pages.end(), copy.host) != host_pages.end()) {
+          if (c_.chance(1, 8)) return;  // leave the race in
+          // An event that captured it, on another stream, when one exists; else its stream.
+          std::vector<std::uint32_t> events;
+          for (const auto& [event, captured] : s_.events())
+            if (std::find(captured.begin(), captured.end(), t.sequence) != captured.end()) events.push_back(event);
+          if (!events.empty() && c_.chance(7, 8)) {
+            wait_event = c_.pick(events);
+            if (stream_out == t.stream) stream_out = t.stream % 3 + 1;
+          } else {
+            stream_out = t.stream;
+          }
+          return;
+        }
+  }
+
+  Op offload() {
+    Offload op;
+    op.transfer = transfer_id();
+    op.thread = thread();
+    const std::size_t side = side_index();
+    op.side = s_.sides()[side].name;
+    // The pages of a live allocation (some of them), as pages, or as a token window that may
+    // start and end inside a page (a sliding window's tokens: partial pages are skipped whole).
+    // Mostly pages with rows, so that what travels can be checked.
+    Ids pages = some_allocation_pages();
+    for (int tries = 0; tries < 3 && !pages.empty() && !s_.page_has_rows(side, pages.front()); ++tries)
+      pages = some_allocation_pages();
+    if (!pages.empty() && c_.chance(1, 2)) {
+      op.unit = IdUnit::tokens;
+      const std::int64_t cut_front = ps_ > 1 && c_.chance(1, 3) ? c_.between(1, ps_ - 1) : 0;
+      const std::int64_t cut_back = ps_ > 1 && c_.chance(1, 4) ? c_.between(0, ps_ - 1) : 0;
+      for (std::size_t i = 0; i < pages.size(); ++i)
+        for (std::int64_t t = 0; t < ps_; ++t) {
+          if (i == 0 && t < cut_front) continue;
+          if (i + 1 == pages.size() && t >= ps_ - cut_back) continue;
+          op.ids.push_back(pages[i] * ps_ + t);
+        }
+    } else {
+      op.unit = IdUnit::pages;
+      op.ids = pages;
+    }
+    if (op.ids.empty() || invalid()) op.ids.push_back(wrong_page());
+    if (op.unit == IdUnit::tokens)
+      for (std::int64_t& t : op.ids)
+        if (t < 0) t = -1;
+    // One host page per selected page, from the pages no transfer uses (or any, sometimes).
+    Result<Ids> selected = s_.offload_pages(side, op.unit, op.ids);
+    const std::size_t wanted = selected.ok() ? selected->size() : static_cast<std::size_t>(c_.between(0, 2));
+    Ids pool = free_host_pages(side, false);
+    if (c_.chance(1, 6) && side < s_.host_sides().size())
+      for (const auto& [l, p] : s_.host_sides()[side].l2p) pool.push_back(l);
+    op.host = pick_distinct(pool, wanted);
+    std::sort(op.host.begin(), op.host.end());
+    if (invalid()) op.host.push_back(c_.chance(1, 2) ? s_.host_page_num() : 0);
+    order_after_users(side, op.host, op.stream, op.wait_event);
+    if (invalid() && c_.chance(1, 2)) op.stream = 0;
+    return op;
+  }
+
+  Op load_back() {
+    LoadBack op;
+    op.transfer = transfer_id();
+    op.thread = thread();
+    // Host pages with rows mostly (a prefix cache hit brings back what was offloaded).
+    Ids full = free_host_pages(0, c_.chance(3, 4));
+    // Including pages an offload still fills: the load-back must land after it.
+    Ids filling;
+    for (const auto& [id, t] : s_.transfers())
+      for (const ShadowCopy& copy : t.copies)
+        if (t.offload && copy.side == 0) filling.push_back(copy.host);
+    std::sort(filling.begin(), filling.end());
+    filling.erase(std::unique(filling.begin(), filling.end()), filling.end());
+    if (!filling.empty() && c_.chance(3, 4)) full = filling;
+    op.host.push_back(pick_distinct(full, static_cast<std::size_t>(c_.between(0, 3))));
+    const std::size_t k = op.host[0].size();
+    if (s_.is_composite() && c_.chance(2, 3)) {
+      Ids swa = pick_distinct(free_host_pages(1, false), k);
+      Ids row;
+      for (std::size_t i = 0; i < k; ++i) row.push_back(i < swa.size() && c_.chance(2, 3) ? swa[i] : -1);
+      op.host.push_back(row);
+    }
+    if (invalid()) {
+      if (c_.chance(1, 2))
+        op.host[0].push_back(c_.chance(1, 2) ? -1 : s_.host_page_num());
+      else
+        op.host.push_back({0});
+    }
+    Ids all = op.host[0];
+    order_after_users(0, all, op.stream, op.wait_event);
+    if (invalid() && c_.chance(1, 2)) op.stream = 0;
+    return op;
+  }
+
+  Op transfer_wait() {
+    std::vector<std::uint32_t> ids;
+    for (const auto& [id, t] : s_.transfers()) ids.push_back(id);
+    if (ids.empty() || invalid()) return TransferWait{static_cast<std::uint32_t>(c_.below(12))};
+    return TransferWait{c_.pick(ids)};
+  }
+
   Choices& c_;
   const PoolShadow& s_;
   const OpGenOptions& o_;
@@ -651,6 +850,10 @@ class Generator {
 
 Op generate_op(Choices& choices, const PoolShadow& shadow, const SwarmWeights& weights, const OpGenOptions& options) {
   std::vector<std::uint32_t> w(weights.weight.begin(), weights.weight.end());
+  // Host operations only where every backend has a host arena (OpGenOptions::host_ops).
+  if (!options.host_ops)
+    for (std::size_t i = 0; i < w.size(); ++i)
+      if (is_host_kind(static_cast<OpKind>(i))) w[i] = 0;
   if (std::all_of(w.begin(), w.end(), [](std::uint32_t x) { return x == 0; })) w[static_cast<std::size_t>(OpKind::alloc)] = 1;
   OpKind kind = static_cast<OpKind>(choices.weighted(w));
   // An operation with nothing to act on is mostly replaced by the one that makes its subject,
@@ -687,9 +890,38 @@ Op generate_op(Choices& choices, const PoolShadow& shadow, const SwarmWeights& w
         if (shadow.graphs().empty()) kind = OpKind::capture;
         if (no_allocations) kind = OpKind::alloc;
         break;
+      case OpKind::host_free:
+        if (shadow.has_host() && std::all_of(shadow.host_sides().begin(), shadow.host_sides().end(),
+                                             [](const ShadowHostSide& s) { return s.l2p.empty(); }))
+          kind = OpKind::host_alloc;
+        break;
+      case OpKind::offload:
+        if (no_allocations) kind = OpKind::alloc;
+        break;
+      case OpKind::transfer_wait:
+        if (shadow.transfers().empty()) kind = OpKind::offload;
+        break;
+      case OpKind::load_back:
+        if (shadow.has_host() && shadow.host_sides().front().l2p.empty()) {
+          kind = OpKind::host_alloc;
+          break;
+        }
+        // An offload in flight that no event captured yet: mostly record one after it first, so
+        // that a load-back of its host page can wait for it from another stream.
+        for (const auto& [id, t] : shadow.transfers()) {
+          if (!t.offload) continue;
+          bool captured = false;
+          for (const auto& [event, seqs] : shadow.events())
+            captured = captured || std::find(seqs.begin(), seqs.end(), t.sequence) != seqs.end();
+          if (!captured && choices.chance(1, 2)) kind = OpKind::record_event;
+          break;
+        }
+        break;
       default:
         break;
     }
+    // Without a host arena a host operation is refused; mostly, do something else.
+    if (is_host_kind(kind) && !shadow.has_host()) kind = OpKind::alloc;
   }
   Generator g(choices, shadow, options);
   return g.make(kind);

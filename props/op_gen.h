@@ -32,6 +32,11 @@ struct OpGenOptions {
   // the configuration generator's larger pools (ConfigLimits::large_one_in) are where these reach
   // thousands. Small operations stay the common case, so shrinking still ends short.
   std::uint32_t large_one_in = 16;
+  // Host arena operations (SPEC 8: host_alloc ... transfer_wait) at their swarm weights; off for a
+  // run whose backends do not all have a host arena (the GPU's has none yet), so that such a run
+  // never sees one. With it on but a pool without host_bytes, they are mostly replaced by alloc
+  // (the rest are refused: no host arena).
+  bool host_ops = false;
 };
 
 inline constexpr std::int64_t kLargeLanes = 4096;

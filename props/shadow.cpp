@@ -116,6 +116,16 @@ PoolShadow::PoolShadow(const PoolConfig& config) : config_(config) {
   }
   for (std::int64_t v = sides_[0].min_page; v < sides_[0].num_pages; ++v) free_queue_.push_back(v);
   rows_.assign(sides_.size(), {});
+  // SPEC 8: one host side per sub-pool; page_num = host_bytes // the largest page.
+  if (config.host_bytes != 0) {
+    std::uint64_t largest = 0;
+    for (const ShadowSide& side : sides_) largest = std::max(largest, side.page_bytes);
+    host_page_num_ = static_cast<std::int64_t>(config.host_bytes / largest);
+    KVTWIN_CHECK(host_page_num_ > 0, "the shadow needs a host arena that builds");
+    for (std::size_t i = 0; i < sides_.size(); ++i)
+      host_sides_.push_back(ShadowHostSide{sides_[i].name, i == 0, sides_[i].page_bytes, {}, {}, {}});
+    host_rows_.assign(sides_.size(), {});
+  }
 }
 
 PoolTables PoolShadow::tables() const {
@@ -178,6 +188,13 @@ Expectation PoolShadow::on(const BuildPool& op) {
   for (const SubPoolGeometry& g : d->geometry.sub_pools)
     if (g.num_pages > kMaxPages) return refuse(ErrorKind::unsupported);
   if (!op.config.tables_only && op.config.total_bytes > kMaxPoolBytes) return refuse(ErrorKind::unsupported);
+  if (op.config.host_bytes != 0) {
+    if (!op.config.tables_only && op.config.host_bytes > kMaxPoolBytes) return refuse(ErrorKind::unsupported);
+    std::uint64_t largest = 0;
+    for (const SubPoolGeometry& g : d->geometry.sub_pools) largest = std::max(largest, g.page_bytes);
+    if (op.config.host_bytes / largest == 0) return refuse(ErrorKind::sizing);
+    if (op.config.host_bytes / largest > kMaxPages) return refuse(ErrorKind::unsupported);
+  }
   *this = PoolShadow(op.config);
   return expect(Done{});
 }
@@ -310,8 +327,12 @@ bool PoolShadow::held(std::size_t side, std::int64_t page) const {
 
 Expectation PoolShadow::free_steps(const std::vector<SideMoves>& steps, bool release_ids) {
   for (const SideMoves& step : steps)
-    for (const auto& [src, dst] : step.moves)
+    for (const auto& [src, dst] : step.moves) {
       if (held(step.side, src) || held(step.side, dst)) return refuse(ErrorKind::reader_conflict);
+      // SPEC 8: nor a page an in-flight transfer resolved.
+      if (transfer_holds(step.side, src, false) || transfer_holds(step.side, dst, false))
+        return refuse(ErrorKind::reader_conflict, reason::transfer_in_flight);
+    }
   Compaction out;
   for (const SideMoves& step : steps) {
     ShadowSide& s = sides_[step.side];
@@ -349,6 +370,14 @@ Expectation PoolShadow::on(const Free& op) {
   if (auto e = virtual_pages(op.unit, op.ids, pages)) return refuse(*e);
   for (std::int64_t v : pages)
     if (!sides_[0].v2p.count(v)) return refuse(ErrorKind::double_free, reason::not_allocated);
+  // docs/host_arena.md: a page being loaded back, or whose page (either side) an offload copies.
+  for (std::int64_t v : pages)
+    if (loading(v) || transfer_holds(0, sides_[0].physical(v), false))
+      return refuse(ErrorKind::reader_conflict, reason::transfer_in_flight);
+  if (is_composite())
+    for (std::int64_t v : pages)
+      if (sides_[1].physical(v) > 0 && transfer_holds(1, sides_[1].physical(v), false))
+        return refuse(ErrorKind::reader_conflict, reason::transfer_in_flight);
   std::vector<SideMoves> steps;
   if (is_composite()) {
     // SWA first, only where the SWA page is live (strict > 0: a tombstone is skipped).
@@ -370,6 +399,9 @@ Expectation PoolShadow::on(const FreeSwa& op) {
     if (!sides_[0].v2p.count(v)) return refuse(ErrorKind::double_free, reason::not_allocated);
   for (std::int64_t v : pages)
     if (!sides_[1].v2p.count(v)) return refuse(ErrorKind::double_free, reason::left_window);
+  for (std::int64_t v : pages)
+    if (loading(v) || transfer_holds(1, sides_[1].physical(v), false))
+      return refuse(ErrorKind::reader_conflict, reason::transfer_in_flight);
   return free_steps({plan(1, pages, false)}, false);
 }
 
@@ -407,6 +439,9 @@ Expectation PoolShadow::on(const MovePages& op) {
   }
   for (std::size_t i = 0; i < op.src.size(); ++i)
     if (held(*side, op.src[i]) || held(*side, op.dst[i])) return refuse(ErrorKind::reader_conflict);
+  for (std::size_t i = 0; i < op.src.size(); ++i)
+    if (transfer_holds(*side, op.src[i], false) || transfer_holds(*side, op.dst[i], false))
+      return refuse(ErrorKind::reader_conflict, reason::transfer_in_flight);
   return expect(Done{});
 }
 
@@ -478,17 +513,26 @@ Expectation PoolShadow::on(const DropBatch& op) {
   return expect(Done{});
 }
 
-std::optional<ErrorKind> PoolShadow::check_write(std::uint32_t model_layer, const std::vector<std::int64_t>& loc) const {
+std::optional<Error> PoolShadow::check_write(std::uint32_t model_layer, const std::vector<std::int64_t>& loc) const {
+  const auto error = [](ErrorKind kind, std::string_view why = {}) {
+    return Error{kind, "(predicted by the shadow)", std::string(why)};
+  };
   const LayerPlacement& place = derived_.plan.layer_map[model_layer];
   const bool swa = place.kind == LayerKind::swa;
   const std::size_t loc_side = swa ? 0 : place.sub_pool;
   for (std::int64_t k : loc)
-    if (k < 0 || k >= slots(loc_side)) return ErrorKind::out_of_range;
+    if (k < 0 || k >= slots(loc_side)) return error(ErrorKind::out_of_range);
   const std::int64_t sink_end = sides_[place.sub_pool].min_page * page_size_;
   std::set<std::int64_t> seen;
   for (std::int64_t k : loc) {
     const std::int64_t final_loc = swa ? swa_of(k) : k;
-    if (final_loc >= sink_end && !seen.insert(final_loc).second) return ErrorKind::duplicate_loc;
+    if (final_loc >= sink_end && !seen.insert(final_loc).second) return error(ErrorKind::duplicate_loc);
+  }
+  // docs/host_arena.md: no row goes into a page an in-flight transfer copies.
+  for (std::int64_t k : loc) {
+    const std::int64_t final_loc = swa ? swa_of(k) : k;
+    if (final_loc >= sink_end && transfer_holds(place.sub_pool, final_loc / page_size_, false))
+      return error(ErrorKind::reader_conflict, reason::transfer_in_flight);
   }
   return std::nullopt;
 }
@@ -604,6 +648,10 @@ Expectation PoolShadow::on(const Read& op) {
   if (!part) return refuse(ErrorKind::invalid_argument);
   for (std::int64_t id : op.ids)
     if (id < 0 || id >= slots(place.sub_pool)) return refuse(ErrorKind::out_of_range);
+  // A load-back's pages hold nothing readable until its wait.
+  for (std::int64_t id : op.ids)
+    if (id >= sides_[place.sub_pool].min_page * page_size_ && transfer_holds(place.sub_pool, id / page_size_, true))
+      return refuse(ErrorKind::reader_conflict, reason::transfer_in_flight);
   Bytes b;
   const std::uint64_t row_bytes = layout.parts[*part].row_bytes();
   b.size = op.ids.size() * row_bytes;
@@ -722,6 +770,9 @@ Expectation PoolShadow::on(const Replay& op) {
     for (std::int64_t t : request)
       if (t < 0 || !sides_[0].v2p.count(t / page_size_)) return refuse(ErrorKind::invalid_argument);
   }
+  for (const auto& request : op.requests)
+    for (std::int64_t t : request)
+      if (loading(t / page_size_)) return refuse(ErrorKind::reader_conflict, reason::transfer_in_flight);
   // Every lane past the batch is the sink; every bound comes from this batch.
   std::vector<std::int64_t> loc(g.shape.max_batch, 0);
   for (std::size_t b = 0; b < bs; ++b) loc[b] = translate(op.requests[b].back());
@@ -839,5 +890,7 @@ std::optional<std::vector<std::uint8_t>> PoolShadow::predict_attention(const Sha
 }
 
 Expectation PoolShadow::on(const Checkpoint&) { return expect(Done{}); }
+
+// The host arena and transfers (SPEC 8): props/shadow_host.cpp.
 
 }  // namespace kvtwin::props

@@ -31,6 +31,7 @@
 #include "core/backend.h"
 #include "core/op.h"
 #include "core/pool_config.h"
+#include "core/result.h"
 
 namespace kvtwin::props {
 
@@ -91,6 +92,35 @@ struct ShadowGraph {
   std::vector<std::vector<std::int64_t>> table;
 };
 
+// SPEC 8, as the shadow sees it (props/shadow_host.cpp): one side of the host arena. Its band is
+// derived: live pages plus holes, against its end (up: from page 0; down: from page_num - 1).
+struct ShadowHostSide {
+  std::string name;
+  bool grows_up = true;
+  std::uint64_t page_bytes = 0;
+  std::map<std::int64_t, std::int64_t> l2p;  // logical -> physical host page
+  std::map<std::int64_t, std::int64_t> p2l;
+  std::set<std::int64_t> holes;
+  std::int64_t band_size() const { return static_cast<std::int64_t>(l2p.size() + holes.size()); }
+};
+
+struct ShadowCopy {
+  std::size_t side = 0;
+  std::int64_t vpage = 0;
+  std::int64_t device_page = 0;  // physical
+  std::int64_t host = -1;        // host logical; -1: a load-back's SWA half not loaded
+};
+
+struct ShadowTransfer {
+  bool offload = true;
+  std::uint32_t thread = 0;
+  std::uint32_t stream = 1;
+  std::uint64_t sequence = 0;
+  std::vector<std::uint64_t> waits;  // sequences its wait_event captured
+  std::vector<ShadowCopy> copies;
+  std::vector<std::int64_t> pages;   // device virtual
+};
+
 class PoolShadow {
  public:
   // The pool of a configuration that builds (an invariant failure otherwise).
@@ -116,6 +146,27 @@ class PoolShadow {
   const std::map<std::uint32_t, ShadowBatch>& batches() const { return batches_; }
   const std::map<std::uint32_t, ShadowReader>& readers() const { return readers_; }
   const std::map<std::uint32_t, ShadowGraph>& graphs() const { return graphs_; }
+  // SPEC 8: the host arena (empty without host_bytes), leases, transfers in flight, events.
+  bool has_host() const { return !host_sides_.empty(); }
+  std::int64_t host_page_num() const { return host_page_num_; }
+  const std::vector<ShadowHostSide>& host_sides() const { return host_sides_; }
+  const std::map<std::uint32_t, std::uint64_t>& leases() const { return leases_; }
+  const std::map<std::uint32_t, ShadowTransfer>& transfers() const { return transfers_; }
+  const std::map<std::uint32_t, std::vector<std::uint64_t>>& events() const { return events_; }
+  // Whether a host page (side, logical) has rows the shadow knows (an offload put them there).
+  bool host_page_has_rows(std::size_t side, std::int64_t logical) const;
+  // Whether the shadow knows rows of a device virtual page (a write put them there).
+  bool page_has_rows(std::size_t side, std::int64_t vpage) const;
+  // Whether an in-flight transfer uses a host page.
+  bool host_page_in_use(std::size_t side, std::int64_t logical) const;
+  // Whether a virtual page is being loaded back.
+  bool loading(std::int64_t vpage) const;
+  // The in-flight transfers that land before one submitted now on `stream` waiting for `waits`.
+  std::set<std::uint32_t> lands_before(std::uint32_t stream, const std::vector<std::uint64_t>& waits) const;
+  // The whole pages an offload of `side` selects from `ids` (the documented selection), or the
+  // error it must be refused with.
+  Result<std::vector<std::int64_t>> offload_pages(std::size_t side, IdUnit unit, const std::vector<std::int64_t>& ids) const;
+
   // SPEC 5 translate of a virtual token through the owner's table.
   std::int64_t translate(std::int64_t token) const;
   // SPEC 4.3 SWA id of a full physical token id.
@@ -144,6 +195,14 @@ class PoolShadow {
   Expectation on(const Capture& op);
   Expectation on(const Replay& op);
   Expectation on(const Checkpoint& op);
+  Expectation on(const HostAlloc& op);
+  Expectation on(const HostFree& op);
+  Expectation on(const LeaseAcquire& op);
+  Expectation on(const LeaseRelease& op);
+  Expectation on(const RecordEvent& op);
+  Expectation on(const Offload& op);
+  Expectation on(const LoadBack& op);
+  Expectation on(const TransferWait& op);
 
   struct SideMoves {
     std::size_t side = 0;
@@ -152,6 +211,17 @@ class PoolShadow {
     std::vector<std::pair<std::int64_t, std::int64_t>> moves;  // (src, dst)
     bool compact = false;
   };
+  // SPEC 8 helpers (props/shadow_host.cpp).
+  bool transfer_holds(std::size_t side, std::int64_t physical, bool load_backs_only) const;
+  std::optional<Error> transfer_start_error(std::uint32_t transfer, std::uint32_t stream,
+                                            const std::optional<std::uint32_t>& wait_event) const;
+  std::optional<Error> host_ids_error(std::size_t side, const std::vector<std::int64_t>& ids, bool allow_unloaded) const;
+  bool host_race(std::size_t side, const std::vector<std::int64_t>& ids, bool writes, std::uint32_t stream,
+                 const std::vector<std::uint64_t>& waits) const;
+  std::vector<std::uint64_t> captured(const std::optional<std::uint32_t>& wait_event) const;
+  std::int64_t host_physical(std::size_t side, std::int64_t logical) const;
+  void forget_host_allocation_rows(std::size_t side, std::int64_t logical);
+
   bool fits(std::int64_t pages) const;
   std::vector<std::int64_t> take(std::int64_t pages);
   SideMoves plan(std::size_t side, std::set<std::int64_t> freed_virtual, bool flush) const;
@@ -159,7 +229,7 @@ class PoolShadow {
   Expectation free_steps(const std::vector<SideMoves>& steps, bool release_ids);
   std::optional<Error> virtual_pages(IdUnit unit, const std::vector<std::int64_t>& ids,
                                          std::set<std::int64_t>& out) const;
-  std::optional<ErrorKind> check_write(std::uint32_t model_layer, const std::vector<std::int64_t>& loc) const;
+  std::optional<Error> check_write(std::uint32_t model_layer, const std::vector<std::int64_t>& loc) const;
   std::int64_t slots(std::size_t side) const;
 
   // ---- content (see the header comment)
@@ -199,6 +269,14 @@ class PoolShadow {
   std::map<std::uint32_t, ShadowBatch> batches_;
   std::map<std::uint32_t, ShadowReader> readers_;
   std::map<std::uint32_t, ShadowGraph> graphs_;
+
+  std::int64_t host_page_num_ = 0;
+  std::vector<ShadowHostSide> host_sides_;
+  std::vector<std::map<std::int64_t, PageRows>> host_rows_;  // per side: host logical page -> its rows
+  std::map<std::uint32_t, std::uint64_t> leases_;            // thread -> depth > 0
+  std::map<std::uint32_t, ShadowTransfer> transfers_;
+  std::map<std::uint32_t, std::vector<std::uint64_t>> events_;
+  std::uint64_t next_sequence_ = 1;
 };
 
 }  // namespace kvtwin::props

@@ -39,8 +39,21 @@ enum class OpKind : std::uint8_t {
   replay,
   checkpoint,
   rebuild,  // a build op mid-run (rare: on in one run of three, at weight 1)
+  // SPEC 8: the host arena and transfers, drawn only where every backend of the run has one
+  // (OpGenOptions::host_ops). Last, so that adding them left every earlier run's draws as they were.
+  host_alloc,
+  host_free,
+  lease_acquire,
+  lease_release,
+  record_event,
+  offload,
+  load_back,
+  transfer_wait,
 };
-inline constexpr std::size_t kOpKinds = 22;
+inline constexpr std::size_t kOpKinds = 30;
+
+// Whether a kind is one of the host arena's.
+inline bool is_host_kind(OpKind kind) { return kind >= OpKind::host_alloc; }
 
 std::string_view op_kind_name(OpKind kind);
 
@@ -59,9 +72,12 @@ struct SwarmWeights {
 // Draws a run's weights: alloc is always on (weight 1..16, without it a run has nothing to
 // work on); rebuild is on in one run of three at weight 1 (a rebuild resets what the run built
 // up); every other operation is off with probability 1/3, else weighted 1..16.
-SwarmWeights draw_swarm(Choices& choices);
+// With host_ops the host kinds are drawn after the others (host_alloc, offload, load_back and
+// transfer_wait always on, 2..16; the rest as any kind); without, they are off and nothing more
+// is drawn, so a run without host operations draws exactly what it did before they existed.
+SwarmWeights draw_swarm(Choices& choices, bool host_ops = false);
 
 // The same from a seed (for drivers without RapidCheck).
-SwarmWeights swarm_from_seed(std::uint64_t seed);
+SwarmWeights swarm_from_seed(std::uint64_t seed, bool host_ops = false);
 
 }  // namespace kvtwin::props

@@ -84,4 +84,27 @@ bool ContentLedger::has_rows(std::size_t side, std::int64_t vpage) const {
   return false;
 }
 
+std::vector<WrittenRow> ContentLedger::page_rows(std::size_t side, std::int64_t vpage) const {
+  const SideRows& s = sides_.at(side);
+  if (vpage < 0 || static_cast<std::size_t>(vpage) >= s.pages.size()) return {};
+  return s.pages[static_cast<std::size_t>(vpage)];
+}
+
+void ContentLedger::set_page_rows(std::size_t side, std::int64_t vpage, std::vector<WrittenRow> rows) {
+  SideRows& s = sides_.at(side);
+  KVTWIN_CHECK(vpage >= 1 && static_cast<std::size_t>(vpage) < s.pages.size(), "a usable virtual page");
+  KVTWIN_CHECK(rows.empty() || rows.size() == static_cast<std::size_t>(page_size_) * s.layers * s.parts,
+               "a page's rows come from a page of the same side");
+  s.pages[static_cast<std::size_t>(vpage)] = std::move(rows);
+  mark_page_changed(side, vpage);
+}
+
+void ContentLedger::mark_page_changed(std::size_t side, std::int64_t vpage) {
+  SideRows& s = sides_.at(side);
+  if (vpage < 0 || static_cast<std::size_t>(vpage) >= s.pages.size()) return;
+  const std::vector<WrittenRow>& rows = s.pages[static_cast<std::size_t>(vpage)];
+  for (std::size_t i = 0; i < rows.size(); ++i)
+    if (rows[i].written) s.changed.emplace_back(vpage, i);
+}
+
 }  // namespace kvtwin::sim

@@ -46,6 +46,16 @@ class ContentLedger {
   // Whether any row of the page is remembered.
   bool has_rows(std::size_t side, std::int64_t vpage) const;
 
+  // A page's rows as a whole (empty when nothing is remembered), indexed as row_position() says:
+  // what a transfer carries to a host page and back (docs/host_arena.md "Content").
+  std::vector<WrittenRow> page_rows(std::size_t side, std::int64_t vpage) const;
+  // Replaces a page's rows (a load-back's intent); every written row counts as changed.
+  void set_page_rows(std::size_t side, std::int64_t vpage, std::vector<WrittenRow> rows);
+  // Counts every remembered row of a page as changed (its bytes landed: verify_changed reads them).
+  void mark_page_changed(std::size_t side, std::int64_t vpage);
+  // The position of row `index` of a page's rows.
+  RowSlot row_position(std::size_t side, std::size_t index) const { return position(sides_.at(side), index); }
+
   // Calls fn(vpage, RowSlot, WrittenRow) for every remembered row of a side, in ascending order.
   template <class Fn>
   void for_each_row(std::size_t side, Fn&& fn) const {

@@ -258,19 +258,19 @@ Status HostArena::check_compaction_allowed(HostThreadId thread) const {
     std::string holders;
     for (const auto& [t, depth] : leases_)
       holders += (holders.empty() ? "" : ", ") + std::to_string(t) + " (depth " + std::to_string(depth) + ")";
-    return make_error(ErrorKind::reader_conflict,
-                      "alloc_many by thread " + std::to_string(thread) +
-                          " fits only once the host arena is compacted, and a compaction would have to wait for "
-                          "the leases held by thread(s) " +
-                          holders + "; retry once they are released");
+    return make_refusal(ErrorKind::reader_conflict, reason::lease_held,
+                        "alloc_many by thread " + std::to_string(thread) +
+                            " fits only once the host arena is compacted, and a compaction would have to wait for "
+                            "the leases held by thread(s) " +
+                            holders + "; retry once they are released");
   }
   // SPEC 8: ... and for every recorded transfer event.
-  if (pending_transfers_ > 0)
-    return make_error(ErrorKind::reader_conflict,
-                      "alloc_many by thread " + std::to_string(thread) +
-                          " fits only once the host arena is compacted, and a compaction would have to wait for " +
-                          std::to_string(pending_transfers_) +
-                          " recorded transfer event(s) still in flight; retry once they complete");
+  if (pending_transfers_ > 0 && !compaction_ignores_transfers_)
+    return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
+                        "alloc_many by thread " + std::to_string(thread) +
+                            " fits only once the host arena is compacted, and a compaction would have to wait for " +
+                            std::to_string(pending_transfers_) +
+                            " recorded transfer event(s) still in flight; retry once they complete (transfer_wait)");
   return ok_status();
 }
 
@@ -484,6 +484,20 @@ Result<std::span<std::byte>> HostArena::page_bytes(HostThreadId thread, std::siz
   const std::uint64_t offset = static_cast<std::uint64_t>(p) * page_bytes;
   KVTWIN_CHECK(offset + page_bytes <= bytes_.size(), "a host page lies inside the arena's bytes");
   return std::span<std::byte>(bytes_.data() + offset, page_bytes);
+}
+
+std::span<std::byte> HostArena::physical_page_bytes(std::size_t side, std::int64_t physical) {
+  KVTWIN_CHECK(with_bytes_ && side < sides_.size() && physical >= 0 && physical < page_num_,
+               "a physical host page of a side, in an arena with bytes");
+  const std::uint64_t page_bytes = sides_[side].page_bytes;
+  return std::span<std::byte>(bytes_.data() + static_cast<std::uint64_t>(physical) * page_bytes, page_bytes);
+}
+
+std::span<const std::byte> HostArena::physical_page_bytes(std::size_t side, std::int64_t physical) const {
+  KVTWIN_CHECK(with_bytes_ && side < sides_.size() && physical >= 0 && physical < page_num_,
+               "a physical host page of a side, in an arena with bytes");
+  const std::uint64_t page_bytes = sides_[side].page_bytes;
+  return std::span<const std::byte>(bytes_.data() + static_cast<std::uint64_t>(physical) * page_bytes, page_bytes);
 }
 
 // ---------------------------------------------------------------- views and checks

@@ -13,9 +13,9 @@
 // policy choice sits next to the SPEC 8 rule it implements; docs/host_arena.md collects them.
 //
 // What it does not cover: the transfers themselves (offload, load-back, the producer's event, the
-// transfer stream: a recorded transfer is only a counter here), stored pages and format tags,
-// token ids (this unit takes whole host pages; the caller converts), and any wiring into the
-// model's operations, traces or gpu/. Threads are simulated: a thread id is an integer and the
+// transfer stream: a recorded transfer is only a counter here; the model's transfers are
+// sim/transfers.h and sim/model_host.cpp), stored pages and format tags, and token ids (this unit
+// takes whole host pages; the caller converts). Threads are simulated: a thread id is an integer and the
 // arena is single-threaded, so a compaction that would have to wait for another thread's lease
 // or for a transfer is refused with an error that says so, instead of waiting.
 #pragma once
@@ -177,6 +177,19 @@ class HostArena {
   // alloc_many (a compaction moves the page) or free.
   Result<std::span<std::byte>> page_bytes(HostThreadId thread, std::size_t side, std::int64_t logical);
 
+  // The bytes of a physical host page (with_bytes only): what a transfer copies at the address it
+  // resolved inside its lease, and what a verifier reads. A page past the side's numbering is an
+  // invariant failure.
+  std::span<std::byte> physical_page_bytes(std::size_t side, std::int64_t physical);
+  std::span<const std::byte> physical_page_bytes(std::size_t side, std::int64_t physical) const;
+  // The whole byte buffer (empty without with_bytes), for digests.
+  std::span<const std::byte> all_bytes() const { return bytes_; }
+  bool with_bytes() const { return with_bytes_; }
+
+  // Test seam for a planted bug (traces/backends.cpp): a compaction that does not wait for
+  // recorded transfer events (SPEC 10.20).
+  void set_compaction_ignores_transfers_for_test(bool ignore) { compaction_ignores_transfers_ = ignore; }
+
   // Re-derives every invariant from scratch (maps inverse, extents sorted, merged and disjoint
   // from the live ids, pages inside their side's band, holes exactly the unmapped band pages, the
   // band's frontier page live, the two bands apart in bytes, counts). An internal error names the
@@ -201,6 +214,7 @@ class HostArena {
   std::map<HostThreadId, std::uint64_t> leases_;  // depth > 0 only
   std::uint64_t pending_transfers_ = 0;
   bool with_bytes_ = false;
+  bool compaction_ignores_transfers_ = false;
   std::vector<std::byte> bytes_;  // total_bytes when with_bytes
 };
 

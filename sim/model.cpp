@@ -21,6 +21,7 @@
 #include "core/table_check.h"
 #include "sim/allocation_faults.h"
 #include "sim/attention.h"
+#include "sim/model_state.h"
 #include "sim/translation.h"
 
 namespace kvtwin::sim {
@@ -47,55 +48,10 @@ std::vector<std::int64_t> sorted_unique(std::vector<std::int64_t> v) {
   return v;
 }
 
-// A running digest of the state (not cryptographic; only equality matters).
-class Digest {
- public:
-  void add(std::uint64_t v) { h_ = splitmix64_mix(h_ ^ (v + 0x9e3779b97f4a7c15ULL)); }
-  void add(std::int64_t v) { add(static_cast<std::uint64_t>(v)); }
-  void add(bool v) { add(std::uint64_t{v ? 1u : 0u}); }
-  void add(const std::string& s) {
-    add(std::uint64_t{s.size()});
-    add(fnv1a64(s));
-  }
-  void add(const std::vector<std::int64_t>& v) {
-    add(std::uint64_t{v.size()});
-    for (std::int64_t x : v) add(x);
-  }
-  std::uint64_t value() const { return h_; }
-
- private:
-  std::uint64_t h_ = 0x243f6a8885a308d3ULL;
-};
 
 }  // namespace
 
-// ---------------------------------------------------------------- the pool's state
-
-struct Model::Pool {
-  Pool(PoolConfig c, PoolDerived d)
-      : config(std::move(c)),
-        derived(std::move(d)),
-        allocator(derived.geometry, config.mode),
-        page_size(static_cast<std::int64_t>(config.page_size)) {
-    if (!config.tables_only) {
-      bytes.emplace(config.total_bytes);
-      ledger = ContentLedger(derived.layouts, page_size, allocator.num_virtual());
-    }
-    for (std::size_t i = 0; i < allocator.side_count(); ++i)
-      held.emplace_back(static_cast<std::size_t>(allocator.side(i).num_pages()), 0u);
-  }
-
-  PoolConfig config;
-  PoolDerived derived;
-  PageAllocator allocator;
-  std::int64_t page_size;
-  std::optional<PoolBytes> bytes;  // nullopt in tables-only mode
-  ContentLedger ledger;            // empty in tables-only mode
-  std::map<std::uint32_t, Batch> batches;
-  std::map<std::uint32_t, Reader> readers;
-  std::vector<std::vector<std::uint32_t>> held;  // per side, per physical page: open readers holding it
-  std::map<std::uint32_t, Graph> graphs;
-};
+// ---------------------------------------------------------------- the pool's state (sim/model_state.h)
 
 Model::Model() = default;
 Model::~Model() = default;
@@ -122,6 +78,11 @@ std::span<std::uint8_t> Model::bytes_for_test() {
 
 PageAllocator& Model::allocator_for_test() {
   KVTWIN_CHECK(built(), "allocator_for_test() needs a built pool");
+  return pool_->allocator;
+}
+
+const PageAllocator& Model::allocator_view() const {
+  KVTWIN_CHECK(built(), "allocator_view() needs a built pool");
   return pool_->allocator;
 }
 
@@ -159,6 +120,8 @@ OpResult Model::apply(const Op& op) {
     duplicate_free_locs_.clear();
   }
   readers_changed_ = false;
+  host_tables_changed_ = false;
+  host_pages_changed_.clear();
   if (pool_) {
     pool_->allocator.clear_changes();
     pool_->ledger.clear_changes();
@@ -203,8 +166,31 @@ OpResult Model::on(const BuildPool& op) {
     return make_error(ErrorKind::unsupported,
                       "a pool of " + num(op.config.total_bytes) + " bytes is larger than the model's byte buffer limit "
                       "of " + num(kMaxModelPoolBytes) + " bytes; set tables_only: true to replay it without bytes");
-  // Building (or rebuilding) replaces the whole state: tables, bytes, batches, readers, graphs.
-  pool_ = std::make_unique<Pool>(op.config, std::move(derived));
+  // SPEC 8: the host arena of host_bytes, one side per sub-pool in chain order, a side's host page
+  // its device page envelope (docs/host_arena.md).
+  std::optional<HostArena> host;
+  if (op.config.host_bytes != 0) {
+    if (!op.config.tables_only && op.config.host_bytes > kMaxModelPoolBytes)
+      return make_error(ErrorKind::unsupported,
+                        "a host arena of " + num(op.config.host_bytes) + " bytes is larger than the model's byte "
+                        "buffer limit of " + num(kMaxModelPoolBytes) + " bytes; set tables_only: true or fewer host_bytes");
+    HostArenaConfig hc;
+    hc.total_bytes = op.config.host_bytes;
+    hc.with_bytes = !op.config.tables_only;
+    for (const DenseEntryLayout& layout : derived.layouts)
+      hc.sides.push_back(HostSideConfig{layout.sub_pool, op.config.page_size, layout.entry_bytes});
+    Result<HostArena> arena = HostArena::create(hc);
+    if (!arena.ok()) return arena.error().with_context("host_bytes: ");
+    if (static_cast<std::uint64_t>(arena->page_num()) > kMaxModelPages)
+      return make_error(ErrorKind::unsupported,
+                        "the host arena has " + num(static_cast<std::uint64_t>(arena->page_num())) +
+                            " pages per side; the model keeps dense tables of at most " + num(kMaxModelPages) +
+                            "; use fewer host_bytes or a larger page size");
+    host = std::move(arena).value();
+  }
+  // Building (or rebuilding) replaces the whole state: tables, bytes, batches, readers, graphs,
+  // the host arena and every transfer in flight.
+  pool_ = std::make_unique<Pool>(op.config, std::move(derived), std::move(host));
   return Outcome(Done{});
 }
 
@@ -294,6 +280,16 @@ Status Model::check_readers(const FreePlan& plan) const {
                               pool_->allocator.side(step.side).name() + "' while reader " + num(holder) +
                               " holds page " + num(page) + "; end the reader first (end_read " + num(holder) + ")");
       }
+      // SPEC 8: a page whose physical address an in-flight transfer resolved may not move.
+      if (!compaction_waits_for_transfers()) continue;
+      for (std::int64_t page : {m.src, m.dst}) {
+        const auto p = static_cast<std::size_t>(page);
+        if (pool_->offload_held[step.side][p] == 0 && pool_->load_back_held[step.side][p] == 0) continue;
+        return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
+                            "compaction would move page " + num(m.src) + " to page " + num(m.dst) + " of sub-pool '" +
+                                pool_->allocator.side(step.side).name() + "' while an in-flight transfer copies page " +
+                                num(page) + "; wait for the transfer first (transfer_wait)");
+      }
     }
   }
   return ok_status();
@@ -331,6 +327,14 @@ OpResult Model::on(const Free& op) {
     return make_refusal(ErrorKind::double_free, reason::not_allocated, "free: virtual pages " + list_ids(unbound) +
                                                   " are not allocated (double free or never allocated); free each "
                                                   "allocation once, with the ids alloc returned");
+  // SPEC 8 (docs/host_arena.md): a page an in-flight transfer copies, on either side, is not freed.
+  KVTWIN_TRY_STATUS(check_pages_not_in_flight("free", 0, pages, false));
+  if (pool_->allocator.is_composite()) {
+    std::vector<std::int64_t> swa_bound;
+    for (std::int64_t v : pages)
+      if (pool_->allocator.side(1).physical_of(v) > 0) swa_bound.push_back(v);
+    KVTWIN_TRY_STATUS(check_pages_not_in_flight("free", 1, swa_bound, false));
+  }
   const FreePlan plan = pool_->allocator.plan_free(pages, pairing());
   KVTWIN_TRY_STATUS(check_readers(plan));
   return Outcome(commit_free(plan));
@@ -355,6 +359,7 @@ OpResult Model::on(const FreeSwa& op) {
     return make_refusal(ErrorKind::double_free, reason::left_window, "free_swa: virtual pages " + list_ids(tombstoned) +
                                                   " already left the window (their SWA pages are tombstones); free_swa "
                                                   "each page once");
+  KVTWIN_TRY_STATUS(check_pages_not_in_flight("free_swa", 1, pages, false));
   const FreePlan plan = pool_->allocator.plan_free_swa(pages, pairing());
   KVTWIN_TRY_STATUS(check_readers(plan));
   return Outcome(commit_free(plan));
@@ -417,6 +422,15 @@ OpResult Model::on(const MovePages& op) {
       if (pool_->held[s][static_cast<std::size_t>(page)] > 0)
         return make_error(ErrorKind::reader_conflict, "move_pages: page " + num(page) + " of sub-pool '" + side.name() +
                                                           "' is held by an open reader; end the reader first (end_read)");
+  // SPEC 8: nor one an in-flight transfer copies.
+  if (compaction_waits_for_transfers())
+    for (std::size_t i = 0; i < op.src.size(); ++i)
+      for (std::int64_t page : {op.src[i], op.dst[i]})
+        if (pool_->offload_held[s][static_cast<std::size_t>(page)] > 0 ||
+            pool_->load_back_held[s][static_cast<std::size_t>(page)] > 0)
+          return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
+                              "move_pages: page " + num(page) + " of sub-pool '" + side.name() +
+                                  "' is copied by an in-flight transfer; wait for it first (transfer_wait)");
   // Raw copies, no table change (docs/decisions.md "Moves and readers").
   if (pool_->bytes)
     for (std::size_t i = 0; i < op.src.size(); ++i) {
@@ -542,6 +556,21 @@ Result<Model::LayerWrite> Model::plan_layer_write(std::uint32_t model_layer, con
                                        &loc_stamps_, slot_count(w.side)));
     duplicate_free_locs_.remember(w.side, from, locs);
   }
+  // SPEC 8 (docs/host_arena.md): no row is written into a page an in-flight transfer copies (an
+  // offload would copy it half written, a load-back would overwrite it).
+  if (!pool_->transfers.empty()) {
+    const std::int64_t sink = sink_end(w.side);
+    for (std::size_t i = 0; i < locs.size(); ++i) {
+      if (locs[i] < sink) continue;
+      const std::int64_t page = locs[i] / pool_->page_size;
+      if (transfer_holds_page(w.side, page, false))
+        return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
+                            "write to layer " + num(model_layer) + ": lane " + num(std::uint64_t{i}) + " writes page " +
+                                num(page) + " of sub-pool '" +
+                                pool_->allocator.side(w.side).name() +
+                                "', which an in-flight transfer copies; wait for it first (transfer_wait)");
+    }
+  }
   return w;
 }
 
@@ -638,6 +667,13 @@ OpResult Model::on(const Read& op) {
     if (op.ids[i] < 0 || op.ids[i] >= slot_count(place.sub_pool))
       return out_of_range("read: id " + num(op.ids[i]) + " at position " + num(std::uint64_t{i}) + " is outside sub-pool '" +
                           layout.sub_pool + "''s slots [0, " + num(slot_count(place.sub_pool)) + ")");
+  // SPEC 8: a load-back's pages hold nothing readable until its transfer_wait.
+  if (!pool_->transfers.empty())
+    for (std::int64_t id : op.ids)
+      if (id >= sink_end(place.sub_pool) && transfer_holds_page(place.sub_pool, id / pool_->page_size, true))
+        return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
+                            "read: id " + num(id) + " is in a page an in-flight load-back is filling; wait for it "
+                            "first (transfer_wait)");
   std::vector<std::uint8_t> data;
   data.reserve(op.ids.size() * part->row_bytes());
   for (std::int64_t id : op.ids) {
@@ -738,6 +774,14 @@ OpResult Model::on(const Replay& op) {
                        num(t) + " is not allocated; a decode step reads and writes allocated tokens only");
     }
   }
+  // SPEC 8: a load-back's pages are not visible until its transfer_wait.
+  if (!pool_->loading.empty())
+    for (std::size_t b = 0; b < bs; ++b)
+      for (std::int64_t t : op.requests[b])
+        if (pool_->loading.count(t / ps) != 0)
+          return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
+                              "replay: request " + num(std::uint64_t{b}) + " reads virtual token " + num(t) +
+                                  ", whose page an in-flight load-back is filling; wait for it first (transfer_wait)");
   // 1. The capture-stable loc buffer, refilled out of graph: lane b < bs gets translate(new
   //    token of b), every lane >= bs the sink (SPEC 7: no stale tail).
   std::vector<std::int64_t> loc(shape.max_batch, 0);
@@ -787,7 +831,14 @@ OpResult Model::on(const Replay& op) {
   return Outcome(Decode{graph.loc, graph.table, Bytes::of(std::move(attention))});
 }
 
-OpResult Model::on(const Checkpoint&) { return Outcome(Done{}); }
+OpResult Model::on(const Checkpoint&) {
+  // Every in-flight copy lands (a device synchronizes its copy streams); the transfers stay in
+  // flight until their transfer_wait (docs/host_arena.md).
+  land_everything();
+  return Outcome(Done{});
+}
+
+// The host arena and transfers (SPEC 8): model_host.cpp.
 
 // ---------------------------------------------------------------- what a checker reads
 
@@ -808,6 +859,13 @@ Result<PoolTables> Model::tables() const {
     out.sides.push_back(std::move(t));
   }
   return out;
+}
+
+Result<HostArenaTables> Model::host_tables() const {
+  if (!poisoned_.empty()) return make_error(ErrorKind::environment, "host_tables: the model is poisoned: " + poisoned_);
+  if (!pool_) return invalid("host_tables: no pool is built yet");
+  if (!pool_->host) return invalid("host_tables: this pool has no host arena (host_bytes is 0)");
+  return pool_->host->tables();
 }
 
 Result<std::vector<std::uint8_t>> Model::raw_bytes(std::uint64_t offset, std::uint64_t length) const {
@@ -976,7 +1034,8 @@ Status Model::verify_rows() const {
   std::vector<std::uint8_t> expected;
   for (std::size_t i = 0; i < pool_->allocator.side_count() && status.ok(); ++i)
     pool_->ledger.for_each_row(i, [&](std::int64_t v, const RowSlot& at, const WrittenRow& row) {
-      if (status.ok()) status = verify_row(i, v, at, row, expected);
+      // A load-back's page holds its rows once its copy has landed (docs/host_arena.md).
+      if (status.ok() && !device_rows_pending(i, v)) status = verify_row(i, v, at, row, expected);
     });
   return status;
 }
@@ -1018,24 +1077,42 @@ Status Model::verify_changed() const {
   };
   for (std::size_t i = 0; i < a.side_count() && status.ok(); ++i) {
     for (const ContentLedger::ChangedRow& c : pool_->ledger.changed_rows(i))
-      if (const WrittenRow* row = pool_->ledger.find(i, c.vpage, c.at); row != nullptr && status.ok())
+      if (const WrittenRow* row = pool_->ledger.find(i, c.vpage, c.at);
+          row != nullptr && status.ok() && !device_rows_pending(i, c.vpage))
         status = verify_row(i, c.vpage, c.at, *row, expected);
     std::vector<std::int64_t> pages = a.side(i).changed_virtual();
     std::sort(pages.begin(), pages.end());
     pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
-    for (std::int64_t v : pages) pool_->ledger.for_first_and_last_row_of_page(i, v, check(i));
+    for (std::int64_t v : pages)
+      if (!device_rows_pending(i, v)) pool_->ledger.for_first_and_last_row_of_page(i, v, check(i));
   }
-  return status;
+  KVTWIN_TRY_STATUS(status);
+  // SPEC 8: the host arena's tables and the transfers when the operation changed them (O(host
+  // pages), as a host compaction is), and every row of each host page whose rows or bytes it changed.
+  if (!pool_->host) return ok_status();
+  if (host_tables_changed_) KVTWIN_TRY_STATUS(verify_host(true));
+  if (pool_->host->with_bytes())
+    for (const auto& [side, logical] : host_pages_changed_)
+      if (!host_rows_pending(side, logical)) KVTWIN_TRY_STATUS(verify_host_page(side, logical, expected));
+  return ok_status();
 }
 
 Status Model::verify() const {
   if (!pool_) return ok_status();  // nothing built, nothing to break
   KVTWIN_TRY_STATUS(verify_tables());
-  return verify_rows();
+  KVTWIN_TRY_STATUS(verify_rows());
+  if (!pool_->host) return ok_status();
+  KVTWIN_TRY_STATUS(verify_host(true));
+  if (!pool_->host->with_bytes()) return ok_status();
+  std::vector<std::uint8_t> expected;
+  for (std::size_t side = 0; side < pool_->host_rows.size(); ++side)
+    for (const auto& [logical, rows] : pool_->host_rows[side])
+      if (!host_rows_pending(side, logical)) KVTWIN_TRY_STATUS(verify_host_page(side, logical, expected));
+  return ok_status();
 }
 
 std::uint64_t Model::state_digest(bool with_bytes) const {
-  Digest d;
+  StateDigest d;
   if (!pool_) return d.value();
   d.add(pool_config_to_json(pool_->config).dump());
   for (std::size_t i = 0; i < pool_->allocator.side_count(); ++i) {
@@ -1076,6 +1153,7 @@ std::uint64_t Model::state_digest(bool with_bytes) const {
     for (const auto& row : g.table) d.add(row);
   }
   if (pool_->bytes && with_bytes) d.add(digest_bytes(pool_->bytes->all()));
+  digest_host(d, with_bytes);
   return d.value();
 }
 
@@ -1146,6 +1224,36 @@ bool Model::perturb_for_test(std::string_view what, std::uint64_t pick) {
     std::span<std::uint8_t> all = bytes_for_test();
     if (all.empty()) return false;
     all[static_cast<std::size_t>(pick % all.size())] ^= 0x01;
+    return true;
+  }
+  if (what == "host_tables") {
+    if (!pool_->host) return false;
+    pool_->host->side_for_test(pick % pool_->host->side_count()).watermark += 1;
+    return true;
+  }
+  if (what == "host_rows") {
+    if (!pool_->host) return false;
+    for (auto& side_rows : pool_->host_rows)
+      if (!side_rows.empty()) return side_rows.erase(side_rows.begin()), true;
+    return false;
+  }
+  if (what == "host_bytes") {
+    if (!pool_->host || !pool_->host->with_bytes()) return false;
+    std::span<std::byte> page = pool_->host->physical_page_bytes(0, static_cast<std::int64_t>(pick % static_cast<std::uint64_t>(pool_->host->page_num())));
+    page[static_cast<std::size_t>(pick % page.size())] ^= std::byte{0x01};
+    return true;
+  }
+  if (what == "transfer") {
+    if (pool_->transfers.empty()) return false;
+    Transfer* t = pool_->transfers.find_for_test(pool_->transfers.in_flight().begin()->first);
+    t->landed = !t->landed;
+    return true;
+  }
+  if (what == "transfer_held") {
+    if (!pool_->host) return false;
+    std::vector<std::uint32_t>& h = pool_->offload_held[side];
+    if (h.empty()) return false;
+    h[static_cast<std::size_t>(pick % h.size())] += 1;
     return true;
   }
   KVTWIN_CHECK(false, "perturb_for_test: unknown piece of state");

@@ -15,9 +15,16 @@
 // verify() re-derives every table invariant from scratch and reads every remembered row back
 // through translation; it names the first broken invariant.
 //
-// What it does not cover: the host arena and leases (SPEC 8), stored pages, traces (traces/),
-// the GPU. A tables-only pool keeps no bytes: writes, moves and replays are validated and update
-// tables exactly as with bytes, reads are refused, and a replay's attention is empty.
+// SPEC 8's host arena and transfers (a pool built with host_bytes) live in model_host.cpp:
+//   host_arena.h      the host pages, their compaction and leases
+//   transfers.h       transfers in flight, events, the order their copies land in
+// the content oracle follows every page through offload, host compaction and load-back, and
+// verify() reads the host bytes back too (docs/host_arena.md).
+//
+// What it does not cover: stored pages below the host arena, traces (traces/), the GPU, real
+// threads (threads and streams are simulated). A tables-only pool keeps no bytes: writes, moves,
+// transfers and replays are validated and update tables exactly as with bytes, reads are
+// refused, and a replay's attention is empty.
 #pragma once
 
 #include <cstdint>
@@ -32,11 +39,14 @@
 #include "core/oracle.h"
 #include "core/pool_config.h"
 #include "sim/content_ledger.h"
+#include "sim/host_arena.h"
 #include "sim/page_allocator.h"
 #include "sim/pool_bytes.h"
 #include "sim/write_locs.h"
 
 namespace kvtwin::sim {
+
+class StateDigest;  // sim/model_state.h
 
 // The largest byte buffer the model allocates; larger pools run tables-only.
 inline constexpr std::uint64_t kMaxModelPoolBytes = std::uint64_t{4} << 30;
@@ -121,6 +131,9 @@ class Model : public Backend {
   std::optional<RowIdentity> expected_row(std::size_t sub_pool, std::int64_t physical_token, std::uint32_t layer,
                                           std::size_t part) const;
 
+  // The host arena's tables (SPEC 8): an error before `build` or when the pool has none.
+  Result<HostArenaTables> host_tables() const;
+
   // Which sub-pool, token, page, part and layer a byte offset belongs to (the bound band that
   // holds it first, else the first sub-pool), and what the oracle expects there.
   Result<ByteOwner> locate_byte(std::uint64_t offset) const;
@@ -147,12 +160,31 @@ class Model : public Backend {
   // the harness's self-test (traces/backends.cpp) can plant a write door that skips a lane.
   virtual void commit_layer_write(const LayerWrite& w, std::uint64_t write_number);
 
+  // SPEC 8 decisions, virtual so that the harness's self-test (traces/backends.cpp) can plant the
+  // bugs of SPEC 10.13, 19, 20 and 21 (docs/host_arena.md):
+  //  - moves (eager compaction, flush, move_pages) and host compaction wait for in-flight
+  //    transfers (refuse while one holds a page, or any is in flight for the host arena);
+  virtual bool compaction_waits_for_transfers() const { return true; }
+  //  - a transfer's copy lands after what its wait_event (the producer's event) captured;
+  virtual bool transfer_waits_for_producer() const { return true; }
+  //  - the physical host page a transfer copies for a host logical id, resolved inside the lease
+  //    it holds on `thread` (HostArena::resolve);
+  virtual std::int64_t transfer_host_page(std::uint32_t thread, std::size_t side, std::int64_t logical);
+  //  - the virtual pages an offload of `side` copies: the whole pages the ids cover, bound on
+  //    the side (a page partly listed, or an SWA tombstone, skipped whole), ascending. Errors as
+  //    on(Offload) documents.
+  virtual Result<std::vector<std::int64_t>> offload_selection(std::size_t side, IdUnit unit,
+                                                              const std::vector<std::int64_t>& ids) const;
+
   // Test seams: a test-only subclass corrupts the state through these to show that verify()
   // catches it. Require built(); the byte buffer is empty in tables-only mode.
   std::span<std::uint8_t> bytes_for_test();
   PageAllocator& allocator_for_test();
+  // The allocator, read-only (a planted offload selection reads the tables). Requires built().
+  const PageAllocator& allocator_view() const;
   // Changes one element of the named piece of state ("v2p", "p2v", "watermark", "holes",
-  // "allocated", "free_queue", "held", "ledger", "batch", "reader", "graph", "bytes") on side
+  // "allocated", "free_queue", "held", "ledger", "batch", "reader", "graph", "bytes", and with a
+  // host arena "host_tables", "host_rows", "host_bytes", "transfer", "transfer_held") on side
   // `pick % sides` (element `pick % size`); false when that piece is empty in this state, so
   // there is nothing to change. For the property that state_digest() covers what it claims.
   bool perturb_for_test(std::string_view what, std::uint64_t pick);
@@ -192,6 +224,14 @@ class Model : public Backend {
   OpResult on(const Capture& op);
   OpResult on(const Replay& op);
   OpResult on(const Checkpoint& op);
+  OpResult on(const HostAlloc& op);
+  OpResult on(const HostFree& op);
+  OpResult on(const LeaseAcquire& op);
+  OpResult on(const LeaseRelease& op);
+  OpResult on(const RecordEvent& op);
+  OpResult on(const Offload& op);
+  OpResult on(const LoadBack& op);
+  OpResult on(const TransferWait& op);
 
   // Shared steps.
   PairingRule pairing() const;
@@ -207,6 +247,28 @@ class Model : public Backend {
   void write_row(std::size_t side, std::int64_t pt, std::uint32_t layer, std::size_t part, std::int64_t token,
                  std::uint64_t write_number);
   void forget_overlapped_rows(std::size_t written_side, std::uint64_t begin, std::uint64_t end);
+
+  // SPEC 8 (model_host.cpp).
+  Result<HostArena*> host_arena(std::string_view op_name);
+  Status check_transfer_start(std::string_view op_name, std::uint32_t transfer, std::uint32_t stream,
+                              const std::optional<std::uint32_t>& wait_event) const;
+  Result<std::vector<std::int64_t>> checked_host_ids(std::string_view op_name, std::size_t side,
+                                                     const std::vector<std::int64_t>& ids, bool allow_unloaded) const;
+  Status check_host_race(std::string_view op_name, std::size_t side, const std::vector<std::int64_t>& host_ids,
+                         bool writes, std::uint32_t stream, const std::vector<std::uint64_t>& waits_for) const;
+  Status check_pages_not_in_flight(std::string_view op_name, std::size_t side, const std::vector<std::int64_t>& pages,
+                                   bool reading) const;
+  std::vector<std::uint64_t> captured_by(const std::optional<std::uint32_t>& wait_event) const;
+  // Whether an in-flight transfer (a load-back only, with load_backs_only) holds a physical page;
+  // false for a page outside the side (a slot past the last whole page).
+  bool transfer_holds_page(std::size_t side, std::int64_t page, bool load_backs_only) const;
+  void land(std::uint32_t transfer);
+  void land_everything();
+  bool device_rows_pending(std::size_t side, std::int64_t vpage) const;
+  bool host_rows_pending(std::size_t side, std::int64_t logical) const;
+  Status verify_host(bool tables_too) const;
+  Status verify_host_page(std::size_t side, std::int64_t logical, std::vector<std::uint8_t>& expected) const;
+  void digest_host(StateDigest& d, bool with_bytes) const;
 
   OpResult out_of_memory(const Op& op);
   Status verify_tables() const;
@@ -229,6 +291,8 @@ class Model : public Backend {
   mutable RememberedLocs locs_in_range_;
   std::uint64_t batches_epoch_ = 0;  // ops that could change a batch's lanes so far (WriteLoc::Source)
   mutable RememberedLocs duplicate_free_locs_;
+  bool host_tables_changed_ = false;  // the last operation changed the host arena's tables or transfers
+  std::vector<std::pair<std::size_t, std::int64_t>> host_pages_changed_;  // (side, logical) whose rows or bytes changed
   mutable LocStamps loc_stamps_;  // check_duplicates' scratch (sim/write_locs.h)
   std::string poisoned_;  // why every operation is refused (an allocation failed); empty: healthy
 };

@@ -10,6 +10,7 @@
 #include "core/reasons.h"
 #include "sim/attention.h"
 #include "sim/model.h"
+#include "sim/translation.h"
 
 #if KVTWIN_HAVE_GPU
 #include "gpu/gpu_backend.h"
@@ -139,6 +140,54 @@ class PlantedModel : public sim::Model {
     sim::Model::commit_layer_write(skipped, write_number);
   }
 
+  // SPEC 10.20: moves (eager compaction, flush, move_pages) and host compaction run while
+  // transfers are still in flight ("compaction is not gated on those async copies"): the copy then
+  // lands from (offload) or into (load-back) the physical page it resolved, which now holds
+  // another page or nothing.
+  bool compaction_waits_for_transfers() const override {
+    return fault_ != "model_compaction_ignores_transfers";
+  }
+
+  // SPEC 10.13: a transfer that does not wait for its producer's event ("index preparation runs
+  // on the transfer stream before its producer-event wait"): a load-back of a host page that an
+  // offload on another stream still fills copies the page before that offload has landed.
+  bool transfer_waits_for_producer() const override { return fault_ != "model_transfer_before_producer_event"; }
+
+  // SPEC 10.19: cache ids fed to a pool that takes physical pages: the transfer uses the host
+  // logical id as the physical host page, skipping the arena's logical -> physical map.
+  std::int64_t transfer_host_page(std::uint32_t thread, std::size_t side, std::int64_t logical) override {
+    if (fault_ == "model_transfer_logical_as_physical") return logical;
+    return sim::Model::transfer_host_page(thread, side, logical);
+  }
+
+  // SPEC 10.21: the sliding-window offload filters single tokens by `swa_loc > 0`
+  // (swa_indices[swa_indices > 0]) instead of selecting whole bound pages: a window that starts
+  // or ends inside a page keeps a partial page, the length is no multiple of the page size, and
+  // the host allocation refuses it ("the requested size should be a multiple of the page size").
+  Result<std::vector<std::int64_t>> offload_selection(std::size_t side, IdUnit unit,
+                                                      const std::vector<std::int64_t>& ids) const override {
+    KVTWIN_TRY(std::vector<std::int64_t> whole, sim::Model::offload_selection(side, unit, ids));
+    if (fault_ != "model_swa_offload_token_filter" || side != 1 || unit != IdUnit::tokens) return whole;
+    const sim::PageAllocator& a = allocator_view();
+    const auto ps = static_cast<std::int64_t>(config().page_size);
+    std::vector<std::int64_t> kept;
+    std::vector<std::int64_t> tokens = ids;
+    std::sort(tokens.begin(), tokens.end());
+    tokens.erase(std::unique(tokens.begin(), tokens.end()), tokens.end());
+    for (std::int64_t t : tokens) {
+      const std::int64_t full = sim::translate_token(a.owner().v2p(), ps, t);
+      if (sim::swa_token(a.side(0).p2v(), a.side(1).v2p(), ps, full) > 0) kept.push_back(t);
+    }
+    if (kept.size() % static_cast<std::size_t>(ps) != 0)
+      return make_error(ErrorKind::invalid_argument, "offload: " + std::to_string(kept.size()) +
+                                                         " window tokens mapped; the requested size should be a "
+                                                         "multiple of the page size " + std::to_string(ps));
+    std::vector<std::int64_t> pages;
+    for (std::int64_t t : kept)
+      if (pages.empty() || pages.back() != t / ps) pages.push_back(t / ps);
+    return pages;
+  }
+
   // SPEC 10.11: compaction pairs survivors and holes out of order (survivors descending).
   std::vector<sim::PagePair> pair_for_compaction(const std::vector<std::int64_t>& survivors,
                                                  const std::vector<std::int64_t>& holes) const override {
@@ -248,6 +297,14 @@ std::string gpu_unavailable_reason() {
 const std::vector<FaultInfo>& model_faults() {
   static const std::vector<FaultInfo> kFaults = {
       {"model_alloc_many_partial", FaultSite::model, "14", "alloc_many leaves its first request allocated on no room"},
+      {"model_compaction_ignores_transfers", FaultSite::model, "20",
+       "device moves and host compaction run while transfers are in flight"},
+      {"model_swa_offload_token_filter", FaultSite::model, "21",
+       "the sliding-window offload filters single tokens (swa_loc > 0), not whole bound pages"},
+      {"model_transfer_before_producer_event", FaultSite::model, "13",
+       "a transfer's copy does not wait for its producer's event (the wait_event)"},
+      {"model_transfer_logical_as_physical", FaultSite::model, "19",
+       "a transfer uses host logical (cache) ids as physical host pages"},
       {"model_attention_stride_from_shape", FaultSite::model, "8",
        "the decode attention takes the in-page token stride from the row shape, not the entry"},
       {"model_drop_free_swa", FaultSite::model, "10", "free_swa is acknowledged but no tombstone is made"},
@@ -369,6 +426,7 @@ Result<BackendSet> make_backend_set(BackendChoice choice, const std::string& fau
     set.owned.push_back(std::move(model));
   }
   if (choice != BackendChoice::model) {
+    set.host_ops = false;  // the GPU backend has no host arena yet (docs/host_arena.md)
     if (!gpu_backend_built() || !gpu_device_available())
       return make_error(ErrorKind::unsupported, gpu_unavailable_reason());
 #if KVTWIN_HAVE_GPU

@@ -83,6 +83,9 @@ Result<std::unique_ptr<sim::Model>> make_planted_model(std::string_view fault);
 struct BackendSet {
   std::vector<std::unique_ptr<Backend>> owned;
   std::vector<Player> players;
+  // Whether every backend of the set has SPEC 8's host arena and transfers (the model's does;
+  // the GPU's answers them unsupported so far): generators emit host operations only then.
+  bool host_ops = true;
 
   std::string names() const;  // "model", "model+gpu"
 };

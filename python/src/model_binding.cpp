@@ -115,6 +115,9 @@ py::dict answer_dict(OpResult&& r) {
                    d["table"] = int_rows(o.table);
                    d["attention"] = bytes_dict(std::move(o.attention));
                  },
+                 // Host arena outcomes are rare per step: their dict is result_to_json's.
+                 [&](HostAllocated& o) { d = from_json(result_to_json(OpResult(Outcome(o)))).cast<py::dict>(); },
+                 [&](TransferStarted& o) { d = from_json(result_to_json(OpResult(Outcome(o)))).cast<py::dict>(); },
              },
              r.value());
   return d;

@@ -29,6 +29,7 @@ std::vector<Op> every_op() {
   config.mode = CompactionMode::lazy;
   config.tables_only = true;
   config.seed = 0xfeedfacecafebeefULL;
+  config.host_bytes = 1ULL << 30;
 
   PoolConfig custom;
   custom.shape = *find_model("mimo-v2-flash");
@@ -92,6 +93,16 @@ std::vector<Op> every_op() {
       Op(Capture{1, 8, 4, 3, 16}),
       Op(Replay{1, {{64, 65}, {128}}, 11, 77}),
       Op(Checkpoint{}),
+      Op(HostAlloc{3, {2, 0}}),
+      Op(HostFree{"swa", {0, 4}}),
+      Op(LeaseAcquire{2}),
+      Op(LeaseRelease{2}),
+      Op(RecordEvent{5, 1}),
+      Op(Offload{7, 1, 2, 5, "swa", IdUnit::tokens, {64, 65, 66, 67}, {3}}),
+      Op(Offload{8, 0, 1, std::nullopt, "full", IdUnit::pages, {4, 6}, {0, 1}}),
+      Op(LoadBack{9, 2, 3, 6, {{0, 1}, {-1, 1}}}),
+      Op(LoadBack{10, 0, 1, std::nullopt, {{4}}}),
+      Op(TransferWait{9}),
   };
 }
 
@@ -135,6 +146,11 @@ std::vector<OpResult> every_result() {
       OpResult(Outcome(Bytes::of(data))),
       OpResult(Outcome(Marks{true, false})),
       OpResult(Outcome(Decode{{64, 0}, {{1, 2}, {0, 0}}, Bytes::of(data)})),
+      OpResult(Outcome(HostAllocated{{{0, 2}, {1}}, {{0, 2}, {8}}, {PageMove{"full", 3, 1}, PageMove{"swa", 6, 8}}})),
+      OpResult(Outcome(HostAllocated{{{}}, {{}}, {}})),
+      OpResult(Outcome(TransferStarted{7, {5, 6}})),
+      OpResult(Outcome(TransferStarted{8, {}})),
+      OpResult(make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight, "page 5 is in flight")),
       OpResult(make_refusal(ErrorKind::double_free, reason::not_allocated, "double free of page 5")),
       OpResult(make_error(ErrorKind::unmarked_loc, "the loc is not marked physical")),
   };
@@ -232,6 +248,22 @@ TEST(OpJson, MalformedFieldsAreErrorsNamingTheField) {
       {R"({"op": "capture", "graph": 0, "max_batch": 8, "max_pages": 4, "layer": 0})", {"missing field 'query_heads'"}},
       {R"({"op": "replay", "graph": 0, "requests": [[1]], "write_number": "x"})", {"'write_number'"}},
       {R"({"op": "checkpoint", "now": true})", {"unknown field 'now'"}},
+      {R"({"op": "host_alloc", "pages": [1]})", {"missing field 'thread'"}},
+      {R"({"op": "host_alloc", "thread": 0, "pages": [-1]})", {"'pages[0]'"}},
+      {R"({"op": "host_free", "pages": [1]})", {"missing field 'side'"}},
+      {R"({"op": "lease_acquire", "thread": -1})", {"'thread'"}},
+      {R"({"op": "lease_release"})", {"missing field 'thread'"}},
+      {R"({"op": "record_event", "event": 1})", {"missing field 'stream'"}},
+      {R"({"op": "offload", "transfer": 1, "thread": 0, "stream": 1, "side": "full", "pages": [1], "tokens": [4], "host": [0]})",
+       {"exactly one of 'tokens' or 'pages'"}},
+      {R"({"op": "offload", "transfer": 1, "thread": 0, "stream": 1, "side": "full", "pages": [1]})", {"missing field 'host'"}},
+      {R"({"op": "offload", "transfer": 1, "thread": 0, "stream": 1, "wait_event": "e", "side": "full", "pages": [1], "host": [0]})",
+       {"'wait_event'"}},
+      {R"({"op": "load_back", "transfer": 1, "thread": 0, "stream": 1, "host": [0]})", {"'host"}},
+      {R"({"op": "load_back", "transfer": 1, "thread": 0, "host": [[0]]})", {"missing field 'stream'"}},
+      {R"({"op": "transfer_wait", "transfer": 4294967296})", {"'transfer'", "too big"}},
+      {R"({"op": "build", "config": {"model": "llama-3.1-8b", "page_size": 64, "total_bytes": 1, "host_bytes": -1}})",
+       {"'host_bytes'"}},
       {R"({"op": "build", "config": {"model": "llama-3.1-8b", "page_size": 64}})", {"missing field 'total_bytes'"}},
       {R"({"op": "build", "config": {"model": "llama-3.1-8b", "page_size": 64, "total_bytes": 1, "tp": 0}})",
        {"'tp'", "out of range"}},
@@ -259,6 +291,9 @@ TEST(ResultJson, MalformedResultsAreErrors) {
       {R"({"marks": [true]})", {"'marks'"}},
       {R"({"bytes": 4, "digest": "xyz"})", {"'digest'", "hex"}},
       {R"({"loc": [0], "table": [[0]]})", {"missing field 'attention'"}},
+      {R"({"host_pages": [[0]]})", {"missing field 'host_physical'"}},
+      {R"({"host_pages": [[0]], "host_physical": [[0]], "host_moves": [["full", 1]]})", {"host_moves[0]"}},
+      {R"({"transfer": 1})", {"missing field 'device_pages'"}},
       {R"({"surprise": 1})", {"unrecognized result"}},
   };
   for (const BadOp& c : cases) {
@@ -267,6 +302,42 @@ TEST(ResultJson, MalformedResultsAreErrors) {
     ASSERT_FALSE(r.ok());
     for (const std::string& word : c.must_mention) EXPECT_THAT(r.error().message, HasSubstr(word));
   }
+}
+
+// Traces written before the host arena read as they did: a configuration without host_bytes
+// has none (and writes none back), and every earlier op and result reads unchanged.
+TEST(OpJson, ConfigurationsBeforeTheHostArenaReadWithoutOne) {
+  const json old = json::parse(R"({"model": "llama-3.1-8b", "tp": 8, "page_size": 4, "total_bytes": 1048576, "seed": 3})");
+  Result<PoolConfig> c = pool_config_from_json(old, "header");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->host_bytes, 0u);
+  EXPECT_FALSE(pool_config_to_json(*c).contains("host_bytes"));
+  PoolConfig with = *c;
+  with.host_bytes = 65536;
+  const json j = pool_config_to_json(with);
+  EXPECT_EQ(j.at("host_bytes").get<std::uint64_t>(), 65536u);
+  Result<PoolConfig> back = pool_config_from_json(j, "header");
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, with);
+  // Old op lines and results are untouched by the new vocabulary.
+  for (const char* line : {R"({"op":"free","pages":[1]})", R"({"op":"checkpoint"})", R"({"op":"flush"})"}) {
+    Result<Op> op = op_from_json(json::parse(line), "old");
+    ASSERT_TRUE(op.ok()) << line;
+    EXPECT_FALSE(is_host_op(*op));
+    EXPECT_EQ(to_string(*op), json::parse(line).dump());
+  }
+  Result<OpResult> moves = result_from_json(json::parse(R"({"moves":[["full",3,1]]})"), "old");
+  ASSERT_TRUE(moves.ok());
+  EXPECT_TRUE(std::holds_alternative<Compaction>(moves->value()));
+}
+
+TEST(OpJson, HostOpsAreNamedAndMarked) {
+  std::size_t host = 0;
+  for (const Op& op : every_op()) host += is_host_op(op) ? 1 : 0;
+  EXPECT_EQ(host, 10u);
+  EXPECT_EQ(to_string(Op(TransferWait{3})), R"({"op":"transfer_wait","transfer":3})");
+  EXPECT_EQ(to_string(Op(Offload{1, 2, 3, std::nullopt, "full", IdUnit::pages, {5}, {0}})),
+            R"({"host":[0],"op":"offload","pages":[5],"side":"full","stream":3,"thread":2,"transfer":1})");
 }
 
 }  // namespace

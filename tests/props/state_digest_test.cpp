@@ -3,9 +3,10 @@
 // a refusal, so a piece the digest forgot could change unseen. This property plays seeded swarm
 // cases (the gate's generators, pools with bytes) into a model, changes one element of each
 // piece of state in turn (each table of each side, the free queue, the readers' holds, the
-// content ledger, batches, readers, graphs, one byte of the pool), and requires the digest to
-// change every time; without the bytes (state_digest(false), what the refusal check uses beside
-// touched_bytes()) only a byte of the pool goes unseen.
+// content ledger, batches, readers, graphs, one byte of the pool; SPEC 8's host tables, host
+// rows, a host byte, a transfer in flight and the pages transfers hold), and requires the digest
+// to change every time; without the bytes (state_digest(false), what the refusal check uses beside
+// touched_bytes()) only a byte of the pool or of the host arena goes unseen.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -32,19 +33,24 @@ std::vector<Op> seeded_case(std::uint64_t seed, std::size_t count) {
   RngChoices choices(seed);
   PoolConfig config = generate_config(choices);
   config.tables_only = false;
-  const SwarmWeights weights = draw_swarm(choices);
+  config.host_bytes = generate_host_bytes(choices, config);
+  const SwarmWeights weights = draw_swarm(choices, true);
+  OpGenOptions options;
+  options.host_ops = true;
   PoolShadow shadow(config);
   std::vector<Op> ops = {BuildPool{config}};
   for (std::size_t i = 0; i < count; ++i) {
-    ops.push_back(generate_op(choices, shadow, weights));
+    ops.push_back(generate_op(choices, shadow, weights, options));
     (void)shadow.apply(ops.back());
   }
   return ops;
 }
 
 TEST(StateDigest, ChangingAnyPieceOfTheStateChangesTheDigest) {
-  const std::vector<std::string> pieces = {"v2p",   "p2v",   "watermark", "holes", "allocated", "free_queue",
-                                           "held",  "ledger", "batch",    "reader", "graph",    "bytes"};
+  const std::vector<std::string> pieces = {"v2p",    "p2v",         "watermark",  "holes",     "allocated",
+                                           "free_queue", "held",     "ledger",     "batch",     "reader",
+                                           "graph",  "bytes",       "host_tables", "host_rows", "host_bytes",
+                                           "transfer", "transfer_held"};
   std::map<std::string, int> changed;  // piece -> states where it could be changed (and was seen)
   for (std::uint64_t seed = 1; seed <= 40; ++seed) {
     const std::vector<Op> ops = seeded_case(seed, 80);
@@ -56,7 +62,7 @@ TEST(StateDigest, ChangingAnyPieceOfTheStateChangesTheDigest) {
       if (!m.perturb_for_test(pieces[k], seed * 31 + k)) continue;
       SCOPED_TRACE("seed " + std::to_string(seed) + ", piece " + pieces[k]);
       EXPECT_NE(m.state_digest(true), with_bytes) << "the digest missed a change of " << pieces[k];
-      if (pieces[k] == "bytes")
+      if (pieces[k] == "bytes" || pieces[k] == "host_bytes")
         EXPECT_EQ(m.state_digest(false), without_bytes) << "state_digest(false) leaves the bytes out";
       else
         EXPECT_NE(m.state_digest(false), without_bytes) << "the digest without bytes missed " << pieces[k];

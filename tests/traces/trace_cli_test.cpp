@@ -647,9 +647,9 @@ TEST(FuzzCli, MergedShardsEqualTheUnshardedRunAndOthersExitTwo) {
 
 TEST(FuzzCli, AFailureInOneShardFailsTheMergeWithItsReproduceCommand) {
   const fs::path dir = scratch();
-  // Seed 4 with this fault: case 0 fails, case 1 passes. Shard 0 of 2 runs case 0, shard 1 case 1.
+  // Seed 5 with this fault: case 0 fails, case 1 passes. Shard 0 of 2 runs case 0, shard 1 case 1.
   const auto run = [&](std::vector<std::string> more) {
-    std::vector<std::string> args = {"fuzz",    "--fault", "model_pairing_out_of_order", "--seed", "4", "--cases", "3",
+    std::vector<std::string> args = {"fuzz",    "--fault", "model_pairing_out_of_order", "--seed", "5", "--cases", "3",
                                      "--quiet", "--out",   (dir / "failures").string()};
     args.insert(args.end(), more.begin(), more.end());
     return kvtwin(args);
@@ -670,7 +670,7 @@ TEST(FuzzCli, AFailureInOneShardFailsTheMergeWithItsReproduceCommand) {
   const std::string replay = w["failures"][0]["replay"];
   EXPECT_THAT(replay, HasSubstr("kvtwin replay " + (dir / "failures").string()));
   EXPECT_THAT(merged.out, HasSubstr("\nreproduce: " + replay + "\n"));
-  EXPECT_THAT(merged.out, HasSubstr("\nreproduce the case: kvtwin fuzz --seed 4 --case 0 "));
+  EXPECT_THAT(merged.out, HasSubstr("\nreproduce the case: kvtwin fuzz --seed 5 --case 0 "));
   EXPECT_THAT(merged.out, HasSubstr("\nkvtwin fuzz: FAIL\n"));
   EXPECT_EQ(parse_junit(read_file(dir / "merged.xml")).failures, 1);
 }

@@ -88,6 +88,14 @@ void print_check_report(const CheckReport& report, const Tallies& tallies, const
   }
   std::printf("digest %s (seed %llu: every item's result, not the times)\n", digest.c_str(),
               static_cast<unsigned long long>(report.seed));
+  // SPEC 8: which backend's host arena the run checked.
+  const bool model = report.backend.find("model") != std::string::npos;
+  const bool gpu = report.backend.find("gpu") != std::string::npos;
+  if (model && !gpu)
+    std::printf("host arena (SPEC 8): the model's, checked (host operations in the properties and regression traces)\n");
+  else
+    std::printf("host arena (SPEC 8): not checked in this run (the GPU backend has none yet; kvtwin check --backend "
+                "model checks the model's)\n");
   // The last line says what was not checked: a pass with parts skipped is said to be one, and a
   // run that checked nothing is not a pass.
   std::uint64_t skipped = 0, passed = 0;

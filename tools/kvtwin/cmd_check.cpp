@@ -388,6 +388,17 @@ std::vector<Item> gate_items(const CheckOptions& o, const GateSetup& g) {
         r.failure = backends.error().message;
         return r;
       }
+      // SPEC 8's host operations need a host arena in every backend (the GPU has none yet).
+      if (!backends->host_ops) {
+        Result<traces::PoolTrace> trace = traces::read_pool_trace_file(path.string());
+        if (trace.ok() && std::any_of(trace->lines.begin(), trace->lines.end(),
+                                      [](const traces::TraceLine& l) { return is_host_op(l.op); })) {
+          r.state = ItemResult::State::skipped;
+          r.detail = "host arena operations (SPEC 8): the GPU backend has no host arena yet; kvtwin check --backend "
+                     "model replays this trace";
+          return r;
+        }
+      }
       Result<traces::ReplayReport> report =
           traces::replay_pool_trace_file(path.string(), *backends, {}, {}, props::property_observer_factory());
       if (!report.ok()) {
