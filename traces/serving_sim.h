@@ -364,6 +364,7 @@ class ServingSimulator {
   Status check_content(const Running& r, const std::vector<std::uint64_t>& keys) const;
   std::uint64_t host_clock_ = 0;
   std::uint64_t host_pages_held_ = 0;  // per side (every side holds as many)
+  std::uint64_t host_block_pages_ = 0;  // of those, the host blocks' (the rest: retraction backups)
   std::uint32_t next_transfer_ = 1;
   // Page bytes per side of the full model's entries (the bytes the summary reports, also when
   // the pool's entries are shrunk).
