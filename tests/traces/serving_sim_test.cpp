@@ -672,6 +672,27 @@ TEST(ServingSimHost, EveryWritePolicyReplaysCleanWithBytesAndLoadsBlocksBack) {
   }
 }
 
+TEST(ServingSimHost, TheRecordedTraceCarriesEveryTransferAndReplaysClean) {
+  const RequestTrace t = cycling_prefixes(24, 8);
+  ServingParams p = params("llama-3.1-8b", 8, 8ull << 20, 16);
+  p.host_bytes = 32ull << 20;
+  const std::string path = record(t, p, "kvtwin_sim_host.jsonl");
+  Result<PoolTrace> trace = read_pool_trace_file(path);
+  ASSERT_TRUE(trace.ok()) << trace.error().message;
+  EXPECT_EQ(trace->header.config.host_bytes, 32ull << 20);
+  EXPECT_EQ(trace->header.origin["write_policy"], "write_through");
+  std::map<std::string, std::uint64_t> count;
+  for (const TraceLine& l : trace->lines) ++count[std::string(op_name(l.op))];
+  EXPECT_GT(count["host_alloc"], 0u);
+  EXPECT_GT(count["offload"], 0u);
+  EXPECT_GT(count["load_back"], 0u);
+  EXPECT_EQ(count["transfer_wait"], count["offload"] + count["load_back"]);
+  Result<BackendSet> b = make_backend_set(BackendChoice::model);
+  Result<ReplayReport> r = replay_pool_trace_file(path, *b, CheckCadence{});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->passed()) << r->failure->describe();
+}
+
 TEST(ServingSimHost, WriteThroughBacksUpAsFilledWriteBackOnlyAtEviction) {
   const RequestTrace t = mooncake(60);
   ServingParams p = params("llama-3.1-8b", 8, 8ull << 30, 16);  // roomy: nothing leaves the device
@@ -714,14 +735,17 @@ TEST(ServingSimHost, ARetractedRequestIsBackedUpAndRestoredNotRecomputed) {
 }
 
 TEST(ServingSimHost, ACompositeOffloadsAndLoadsBackBothSides) {
-  const RequestTrace t = mooncake(40);
-  ServingParams p = params("gpt-oss-20b", 1, 96ull << 20, 16);
-  p.host_bytes = 256ull << 20;
+  // gpt-oss-20b (full + sliding window) with bytes: every host hit loads both sides back.
+  const RequestTrace t = cycling_prefixes(24, 6);
+  ServingParams p = params("gpt-oss-20b", 1, 24ull << 20, 16);
+  p.host_bytes = 64ull << 20;
   const SimRun run = simulate(t, p);
   ASSERT_TRUE(run.report.passed()) << run.report.failure->describe();
   const ServingSummary& s = *run.report.serving;
   EXPECT_GT(s.offloads, 0u);
   EXPECT_EQ(s.offloads % 2, 0u) << "one transfer a side";
+  EXPECT_GT(s.host_hit_pages, 0u);
+  EXPECT_EQ(s.pages_loaded_back, 2 * s.host_hit_pages) << "both sides of every page";
   EXPECT_EQ(s.retractions_backed_up, 0u) << "a composite's retractions recompute";
   expect_host_empty_at_the_end(run);
 }
