@@ -118,7 +118,7 @@ std::string report_text(const ReplayReport& r) {
       t += "\n  hits: device " + std::to_string(v.device_hit_pages) + " pages (" + std::to_string(v.device_hit_tokens) +
            " tokens), host " + std::to_string(v.host_hit_pages) + " pages (" + std::to_string(v.host_hit_tokens) +
            " tokens), storage 0 (not wired in)";
-      t += "\n  host tier: " + std::to_string(v.host_pages) + " pages a side, peak " + std::to_string(v.peak_host_pages) +
+      t += "\n  host tier: " + std::to_string(v.host_pages) + " pages (every side), peak " + std::to_string(v.peak_host_pages) +
            " (" + std::to_string(v.peak_host_bytes) + " bytes); offloaded " + std::to_string(v.pages_offloaded) +
            " pages (" + std::to_string(v.bytes_offloaded) + " bytes, " + std::to_string(v.offloads) +
            " transfers), loaded back " + std::to_string(v.pages_loaded_back) + " pages (" +

@@ -239,7 +239,13 @@ Result<ServingSimulator> ServingSimulator::create(const ServingParams& params, c
     const std::uint64_t up_frontier = sub_pools[0].min_page_index * sub_pools[0].page_bytes;
     sim.summary_.shared_bytes = sub_pools[1].num_pages * sub_pools[1].page_bytes - up_frontier;
   }
-  if (sim.config_.host_bytes != 0) sim.summary_.host_pages = sim.config_.host_bytes / max_page_bytes(sim.derived_);
+  // The host's pages: on a composite every block takes a page of each side from the same bytes.
+  if (sim.config_.host_bytes != 0) {
+    std::uint64_t pair_bytes = 0;
+    for (const SubPoolGeometry& g : sim.derived_.geometry.sub_pools) pair_bytes += g.page_bytes;
+    sim.summary_.host_pages = std::min(sim.config_.host_bytes / max_page_bytes(sim.derived_),
+                                       sim.config_.host_bytes / pair_bytes);
+  }
   {
     ServingParams full = params;
     full.shrink_entries = false;
@@ -377,36 +383,9 @@ Status ServingSimulator::evict(std::uint64_t pages_wanted, bool draining) {
       filled_this_step_.erase(block.node);
       if (!draining && !host_blocks_.contains(key) && keys_seen.insert(key).second) to_host.push_back({key, &block});
     }
-    std::uint64_t total = 0;
-    for (const auto& [key, block] : to_host) total += block->pages.size();
-    KVTWIN_TRY(std::optional<std::vector<std::vector<std::int64_t>>> all,
-               to_host.size() > 1 ? host_alloc(total) : Result<std::optional<std::vector<std::vector<std::int64_t>>>>(
-                                                            std::optional<std::vector<std::vector<std::int64_t>>>()));
-    if (all) {
-      std::vector<std::int64_t> device;
-      for (const auto& [key, block] : to_host) device.insert(device.end(), block->pages.begin(), block->pages.end());
-      KVTWIN_TRY_STATUS(offload(device, *all));
-      std::size_t at = 0;
-      for (const auto& [key, block] : to_host) {
-        HostBlock h;
-        for (const std::vector<std::int64_t>& side : *all)
-          h.pages.emplace_back(side.begin() + static_cast<std::ptrdiff_t>(at),
-                               side.begin() + static_cast<std::ptrdiff_t>(at + block->pages.size()));
-        at += block->pages.size();
-        host_block_pages_ += block->pages.size();
-        host_blocks_[key] = std::move(h);
-        touch_host(key);
-      }
-    } else {
-      for (const auto& [key, block] : to_host) {
-        KVTWIN_TRY(std::optional<std::vector<std::vector<std::int64_t>>> host, host_alloc(block->pages.size()));
-        if (!host) continue;
-        KVTWIN_TRY_STATUS(offload(block->pages, *host));
-        host_block_pages_ += block->pages.size();
-        host_blocks_[key] = HostBlock{std::move(*host), 0};
-        touch_host(key);
-      }
-    }
+    std::vector<std::pair<std::uint64_t, std::vector<std::int64_t>>> wanted;
+    for (const auto& [key, block] : to_host) wanted.push_back({key, block->pages});
+    KVTWIN_TRY_STATUS(offload_blocks(wanted));
   }
   for (const RadixCache::EvictedBlock& block : blocks) pages.insert(pages.end(), block.pages.begin(), block.pages.end());
   const std::uint64_t n = pages.size();
@@ -845,12 +824,46 @@ Result<std::optional<std::vector<std::int64_t>>> ServingSimulator::load_back(
 }
 
 Status ServingSimulator::back_up_blocks(const std::vector<RadixCache::NodeId>& nodes) {
+  std::vector<std::pair<std::uint64_t, std::vector<std::int64_t>>> wanted;
   for (RadixCache::NodeId node : nodes) {
     const std::uint64_t key = node_keys_.at(node);
-    if (host_blocks_.contains(key)) continue;
-    const std::vector<std::int64_t>& pages = cache_->pages(node);
+    if (!host_blocks_.contains(key)) wanted.push_back({key, cache_->pages(node)});
+  }
+  return offload_blocks(wanted);
+}
+
+Status ServingSimulator::offload_blocks(const std::vector<std::pair<std::uint64_t, std::vector<std::int64_t>>>& blocks) {
+  // One host_alloc and one offload a side for all of them when the host has the room at once,
+  // else block by block as far as it holds them (a block the host cannot take waits for its
+  // eviction, or is dropped then).
+  std::uint64_t total = 0;
+  for (const auto& [key, pages] : blocks) total += pages.size();
+  std::optional<std::vector<std::vector<std::int64_t>>> all;
+  if (blocks.size() > 1) {
+    Result<std::optional<std::vector<std::vector<std::int64_t>>>> batch = host_alloc(total);
+    if (!batch.ok()) return batch.error();
+    all = std::move(batch).value();
+  }
+  if (all) {
+    std::vector<std::int64_t> device;
+    for (const auto& [key, pages] : blocks) device.insert(device.end(), pages.begin(), pages.end());
+    KVTWIN_TRY_STATUS(offload(device, *all));
+    std::size_t at = 0;
+    for (const auto& [key, pages] : blocks) {
+      HostBlock h;
+      for (const std::vector<std::int64_t>& side : *all)
+        h.pages.emplace_back(side.begin() + static_cast<std::ptrdiff_t>(at),
+                             side.begin() + static_cast<std::ptrdiff_t>(at + pages.size()));
+      at += pages.size();
+      host_block_pages_ += pages.size();
+      host_blocks_[key] = std::move(h);
+      touch_host(key);
+    }
+    return ok_status();
+  }
+  for (const auto& [key, pages] : blocks) {
     KVTWIN_TRY(std::optional<std::vector<std::vector<std::int64_t>>> host, host_alloc(pages.size()));
-    if (!host) return ok_status();  // the host holds no more: the rest wait for their eviction
+    if (!host) continue;
     KVTWIN_TRY_STATUS(offload(pages, *host));
     host_block_pages_ += pages.size();
     host_blocks_[key] = HostBlock{std::move(*host), 0};

@@ -174,7 +174,7 @@ struct ServingSummary {
   std::uint64_t host_evicted_blocks = 0;   // host blocks freed to make room (not the final drain)
   std::uint64_t retractions_backed_up = 0;  // retractions whose private pages went to host
   std::uint64_t retraction_restored_tokens = 0;  // tokens loaded back at re-admission, not recomputed
-  std::uint64_t host_pages = 0;        // the host arena's pages per side (0: no host tier)
+  std::uint64_t host_pages = 0;        // pages the host arena holds on every side at once (0: no host tier)
   std::uint64_t peak_host_pages = 0;   // the most host pages in use at once (the first side's)
   std::uint64_t peak_host_bytes = 0;   // the same in bytes, every side
   // Bytes here are the full model's page bytes, also when the pool's entries are shrunk.
@@ -305,6 +305,8 @@ class ServingSimulator {
   Result<std::optional<std::vector<std::int64_t>>> load_back(const std::vector<std::vector<std::int64_t>>& host);
   // Backs up cache blocks to host (those not there yet), in order, as far as the host holds them.
   Status back_up_blocks(const std::vector<RadixCache::NodeId>& nodes);
+  // Offloads blocks (chain key, device pages) that are not on host, as a batch when it fits.
+  Status offload_blocks(const std::vector<std::pair<std::uint64_t, std::vector<std::int64_t>>>& blocks);
   Status evict_host_block();
   void touch_host(std::uint64_t key);
   // The chain key of a prompt's block b: its hash and every earlier block's, mixed (a host block
