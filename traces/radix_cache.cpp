@@ -86,12 +86,20 @@ RadixCache::NodeId RadixCache::insert(NodeId parent, std::int64_t hash, std::vec
 
 std::vector<std::int64_t> RadixCache::evict(std::uint64_t pages_wanted) {
   std::vector<std::int64_t> released;
-  while (released.size() < pages_wanted && !evictable_leaves_.empty()) {
+  for (EvictedBlock& b : evict_blocks(pages_wanted)) released.insert(released.end(), b.pages.begin(), b.pages.end());
+  return released;
+}
+
+std::vector<RadixCache::EvictedBlock> RadixCache::evict_blocks(std::uint64_t pages_wanted) {
+  std::vector<EvictedBlock> blocks;
+  std::uint64_t released = 0;
+  while (released < pages_wanted && !evictable_leaves_.empty()) {
     const NodeId id = evictable_leaves_.begin()->second;
     evictable_leaves_.erase(evictable_leaves_.begin());
     Node& n = live(id);
     KVTWIN_CHECK(is_evictable_leaf(n), "the evictable set holds only unreferenced leaves");
-    released.insert(released.end(), n.pages.begin(), n.pages.end());
+    released += n.pages.size();
+    blocks.push_back(EvictedBlock{id, n.pages});
     cached_pages_ -= n.pages.size();
     evictable_pages_ -= n.pages.size();
     const NodeId parent = n.parent;
@@ -101,7 +109,7 @@ std::vector<std::int64_t> RadixCache::evict(std::uint64_t pages_wanted) {
     if (parent != kRoot && is_evictable_leaf(live(parent)))
       evictable_leaves_.insert({live(parent).last_used, parent});
   }
-  return released;
+  return blocks;
 }
 
 bool RadixCache::consistent() const {

@@ -8,7 +8,7 @@
 // talks to a pool: evict() returns the pages the caller must free, insert() takes pages the
 // caller already filled. Everything is ordered (node ids are handed out in sequence and index a
 // vector; children and the evictable set are std::map / std::set), so eviction order depends only
-// on the sequence of calls. It does not model offload to a host arena.
+// on the sequence of calls. The host tier below it is the serving simulator's (serving_sim.h).
 #pragma once
 
 #include <cstdint>
@@ -41,6 +41,13 @@ class RadixCache {
   // Evicts least recently used unreferenced leaves until at least `pages_wanted` pages are
   // released or nothing is evictable; returns the released pages in eviction order.
   std::vector<std::int64_t> evict(std::uint64_t pages_wanted);
+  // The same, block by block: each evicted node's id (dead from now on) and its pages, in
+  // eviction order (a host tier offloads a block under its node's key before its pages are freed).
+  struct EvictedBlock {
+    NodeId node = kRoot;
+    std::vector<std::int64_t> pages;
+  };
+  std::vector<EvictedBlock> evict_blocks(std::uint64_t pages_wanted);
 
   const std::vector<std::int64_t>& pages(NodeId node) const { return live(node).pages; }
   std::uint64_t cached_pages() const { return cached_pages_; }

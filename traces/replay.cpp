@@ -112,8 +112,22 @@ std::string report_text(const ReplayReport& r) {
     }
     t += "\n  cache evictions " + std::to_string(v.cache_evicted_pages) + " pages, sliding-window frees " +
          std::to_string(v.swa_freed_pages) + " pages";
-    t += "\n  host arena: not modelled (offloads " + std::to_string(v.offloads) + ", load-backs " +
-         std::to_string(v.load_backs) + ")";
+    if (v.host_pages == 0) {
+      t += "\n  host tier: none (--host-bytes 0)";
+    } else {
+      t += "\n  hits: device " + std::to_string(v.device_hit_pages) + " pages (" + std::to_string(v.device_hit_tokens) +
+           " tokens), host " + std::to_string(v.host_hit_pages) + " pages (" + std::to_string(v.host_hit_tokens) +
+           " tokens), storage 0 (not wired in)";
+      t += "\n  host tier: " + std::to_string(v.host_pages) + " pages (every side), peak " + std::to_string(v.peak_host_pages) +
+           " (" + std::to_string(v.peak_host_bytes) + " bytes); offloaded " + std::to_string(v.pages_offloaded) +
+           " pages (" + std::to_string(v.bytes_offloaded) + " bytes, " + std::to_string(v.offloads) +
+           " transfers), loaded back " + std::to_string(v.pages_loaded_back) + " pages (" +
+           std::to_string(v.bytes_loaded_back) + " bytes, " + std::to_string(v.load_backs) + " transfers), " +
+           std::to_string(v.host_evicted_blocks) + " blocks evicted; retractions backed up " +
+           std::to_string(v.retractions_backed_up) + " (" + std::to_string(v.retraction_restored_tokens) +
+           " tokens restored, not recomputed)";
+      if (r.parameters.contains("write_policy")) t += "; write policy " + r.parameters["write_policy"].get<std::string>();
+    }
     char seconds[32];
     std::snprintf(seconds, sizeof seconds, "%.1f", static_cast<double>(v.simulated_us) / 1e6);
     t += "\n  simulated " + std::string(seconds) + " s in " + std::to_string(v.steps) + " steps";

@@ -10,6 +10,7 @@
 #include "core/catalogue.h"
 #include "core/check.h"
 #include "core/checked.h"
+#include "core/rng.h"
 
 namespace kvtwin::traces {
 namespace {
@@ -19,6 +20,32 @@ constexpr std::uint64_t kStallSteps = 1000;
 
 Error bad_params(const std::string& message) { return make_error(ErrorKind::invalid_argument, message); }
 
+}  // namespace
+
+std::string_view write_policy_name(WritePolicy policy) {
+  switch (policy) {
+    case WritePolicy::write_through: return "write_through";
+    case WritePolicy::write_through_selective: return "write_through_selective";
+    case WritePolicy::write_back: return "write_back";
+  }
+  return "?";
+}
+
+bool parse_write_policy(std::string_view name, WritePolicy& policy) {
+  for (WritePolicy p : {WritePolicy::write_through, WritePolicy::write_through_selective, WritePolicy::write_back})
+    if (name == write_policy_name(p)) {
+      policy = p;
+      return true;
+    }
+  return false;
+}
+
+namespace {
+std::uint64_t max_page_bytes(const PoolDerived& d) {
+  std::uint64_t m = 0;
+  for (const SubPoolGeometry& g : d.geometry.sub_pools) m = std::max(m, g.page_bytes);
+  return m;
+}
 }  // namespace
 
 Result<PoolConfig> serving_pool_config(const ServingParams& p) {
@@ -46,10 +73,17 @@ Result<PoolConfig> serving_pool_config(const ServingParams& p) {
   c.seed = p.seed;
   Result<PoolDerived> d = derive_pool(c);
   if (!d.ok()) return d.error().with_context("the pool cannot be built: ");
+  // The host tier: SPEC 8's host arena holds host_bytes // (the largest page) pages a side.
+  if (p.host_bytes != 0 && p.host_bytes < max_page_bytes(*d))
+    return bad_params("a host arena of " + std::to_string(p.host_bytes) + " bytes holds no page of " +
+                      std::to_string(max_page_bytes(*d)) + " bytes; give --host-bytes at least one page, or 0 for none");
+  c.host_bytes = p.host_bytes;
   if (!p.shrink_entries || p.tables_only) return c;
-  const PoolConfig shrunk = shrunk_pool_config(c);
+  PoolConfig shrunk = shrunk_pool_config(c);
   Result<PoolDerived> ds = derive_pool(shrunk);
   if (!ds.ok()) return ds.error().with_context("the pool with shrunk entries cannot be built (use full entries): ");
+  // The host keeps its page count as the device does: as many shrunk pages as full ones.
+  if (c.host_bytes != 0) shrunk.host_bytes = c.host_bytes / max_page_bytes(*d) * max_page_bytes(*ds);
   return shrunk;
 }
 
@@ -106,7 +140,8 @@ nlohmann::json serving_params_json(const ServingParams& p, const RequestTrace& t
   j["page_size"] = p.page_size;
   j["pool_bytes"] = p.pool_bytes;
   j["host_bytes"] = p.host_bytes;
-  j["host_arena"] = "not modelled";
+  j["host_tier"] = p.host_bytes != 0 ? "modelled" : "none";
+  if (p.host_bytes != 0) j["write_policy"] = std::string(write_policy_name(p.write_policy));
   j["token_scale"] = p.token_scale;
   j["shrink_entries"] = p.shrink_entries && !p.tables_only;
   if (p.shrink_entries && !p.tables_only) {
@@ -150,7 +185,20 @@ nlohmann::json summary_json(const ServingSummary& s) {
   j["swa_freed_pages"] = s.swa_freed_pages;
   j["offloads"] = s.offloads;
   j["load_backs"] = s.load_backs;
-  j["host_arena"] = "not modelled";
+  j["hits"] = {{"device", {{"pages", s.device_hit_pages}, {"tokens", s.device_hit_tokens}}},
+               {"host", {{"pages", s.host_hit_pages}, {"tokens", s.host_hit_tokens}}},
+               {"storage", {{"pages", 0}, {"tokens", 0}}}};
+  j["host"] = {{"pages", s.host_pages},
+               {"peak_pages", s.peak_host_pages},
+               {"peak_bytes", s.peak_host_bytes},
+               {"pages_offloaded", s.pages_offloaded},
+               {"pages_loaded_back", s.pages_loaded_back},
+               {"bytes_offloaded", s.bytes_offloaded},
+               {"bytes_loaded_back", s.bytes_loaded_back},
+               {"evicted_blocks", s.host_evicted_blocks},
+               {"retractions_backed_up", s.retractions_backed_up},
+               {"retraction_restored_tokens", s.retraction_restored_tokens}};
+  j["storage"] = {{"bytes_stored", 0}, {"bytes_read", 0}, {"note", "the storage tier is not wired into the simulator"}};
   nlohmann::json sides = nlohmann::json::array();
   for (const SideOccupancy& o : s.sides)
     sides.push_back({{"name", o.name}, {"usable_pages", o.usable_pages}, {"peak_pages", o.peak_pages}});
@@ -190,6 +238,20 @@ Result<ServingSimulator> ServingSimulator::create(const ServingParams& params, c
   if (sim.derived_.is_composite()) {
     const std::uint64_t up_frontier = sub_pools[0].min_page_index * sub_pools[0].page_bytes;
     sim.summary_.shared_bytes = sub_pools[1].num_pages * sub_pools[1].page_bytes - up_frontier;
+  }
+  // The host's pages: on a composite every block takes a page of each side from the same bytes.
+  if (sim.config_.host_bytes != 0) {
+    std::uint64_t pair_bytes = 0;
+    for (const SubPoolGeometry& g : sim.derived_.geometry.sub_pools) pair_bytes += g.page_bytes;
+    sim.summary_.host_pages = std::min(sim.config_.host_bytes / max_page_bytes(sim.derived_),
+                                       sim.config_.host_bytes / pair_bytes);
+  }
+  {
+    ServingParams full = params;
+    full.shrink_entries = false;
+    KVTWIN_TRY(PoolConfig full_config, serving_pool_config(full));
+    KVTWIN_TRY(PoolDerived full_derived, derive_pool(full_config));
+    for (const SubPoolGeometry& g : full_derived.geometry.sub_pools) sim.reported_page_bytes_.push_back(g.page_bytes);
   }
   for (const SubPoolGeometry& g : sub_pools) {
     std::uint64_t usable = g.usable_pages();
@@ -306,7 +368,26 @@ Status ServingSimulator::free_pages(std::vector<std::int64_t> pages) {
 
 Status ServingSimulator::evict(std::uint64_t pages_wanted, bool draining) {
   if (!cache_) return ok_status();
-  std::vector<std::int64_t> pages = cache_->evict(pages_wanted);
+  std::vector<std::int64_t> pages;
+  std::vector<RadixCache::EvictedBlock> blocks = cache_->evict_blocks(pages_wanted);
+  if (host_tier()) {
+    // The host tier: a block leaving the device is offloaded first, unless it is on host already
+    // (or the run is draining). SPEC 8's order: the copies land, then the device pages are freed.
+    // One host_alloc and one offload a side for all of them when the host has the room at once,
+    // else block by block as far as it holds them.
+    std::vector<std::pair<std::uint64_t, const RadixCache::EvictedBlock*>> to_host;
+    std::set<std::uint64_t> keys_seen;
+    for (const RadixCache::EvictedBlock& block : blocks) {
+      const std::uint64_t key = node_keys_.at(block.node);
+      node_keys_.erase(block.node);
+      filled_this_step_.erase(block.node);
+      if (!draining && !host_blocks_.contains(key) && keys_seen.insert(key).second) to_host.push_back({key, &block});
+    }
+    std::vector<std::pair<std::uint64_t, std::vector<std::int64_t>>> wanted;
+    for (const auto& [key, block] : to_host) wanted.push_back({key, block->pages});
+    KVTWIN_TRY_STATUS(offload_blocks(wanted));
+  }
+  for (const RadixCache::EvictedBlock& block : blocks) pages.insert(pages.end(), block.pages.begin(), block.pages.end());
   const std::uint64_t n = pages.size();
   KVTWIN_TRY_STATUS(free_pages(std::move(pages)));
   // Cache pages are never SWA-evicted: each held a page on both sides of a composite.
@@ -336,31 +417,61 @@ Status ServingSimulator::admit(std::vector<Running>& admitted) {
     const Pending pending = waiting_.front();
     const Request& req = trace_->requests[pending.request];
     const std::uint64_t prompt_len = scaled(req.input_tokens) + pending.generated;
-    // The prompt's full blocks may be cached (SPEC 9: prefix reuse from hash_ids).
+    // The prompt's full blocks may be cached (SPEC 9: prefix reuse from hash_ids): on the device,
+    // then (the host tier) on host, continuing the device's path.
     std::vector<RadixCache::NodeId> path;
+    std::vector<std::uint64_t> host_hits;  // chain keys of the blocks found on host
+    std::uint64_t full_blocks = 0;
+    std::vector<std::uint64_t> keys;
     if (cache_) {
-      const std::uint64_t full_blocks = req.input_tokens / trace_->block_tokens;
+      full_blocks = req.input_tokens / trace_->block_tokens;
       std::vector<std::int64_t> hashes(req.block_hashes.begin(),
                                        req.block_hashes.begin() + static_cast<std::ptrdiff_t>(full_blocks));
       path = cache_->match(hashes, step_);
+      if (host_tier()) {
+        keys = block_keys(req, full_blocks);
+        for (std::uint64_t b = path.size(); b < full_blocks && host_blocks_.contains(keys[b]); ++b)
+          host_hits.push_back(keys[b]);
+      }
     }
-    const std::uint64_t cache_pages = cache_ ? path.size() * cache_->block_pages() : 0;
+    const std::uint64_t bp = cache_ ? cache_->block_pages() : 0;
+    const std::uint64_t device_pages = path.size() * bp;
+    const std::uint64_t host_pages = host_hits.size() * bp;
+    const std::uint64_t cache_pages = device_pages + host_pages;
     const std::uint64_t cached_len = cache_pages * ps;
     const std::uint64_t total_pages = ceil_div(prompt_len, ps);
-    const std::uint64_t need_pages = total_pages - cache_pages;
+    // A retraction's backup restores the pages past the cached prefix that it holds.
+    const bool restoring = !pending.backup.empty();
+    std::uint64_t restore_from = total_pages;
+    if (restoring) {
+      KVTWIN_CHECK(pending.backup_from + pending.backup.size() == total_pages,
+                   "a retraction's backup ends where the re-admitted prompt ends");
+      restore_from = std::max(pending.backup_from, cache_pages);
+    }
+    const std::uint64_t restore_pages = total_pages - restore_from;
+    const std::uint64_t prefill_end = std::min(prompt_len, restore_from * ps);
+    const std::uint64_t need_pages = total_pages - device_pages;  // new device pages, all told
+    const std::uint64_t alloc_pages = need_pages - host_pages - restore_pages;
     const std::uint64_t out = scaled(req.output_tokens);
     const std::uint64_t own_reserve =
         ceil_div((out > pending.generated ? out - pending.generated : 0) * params_.reserve_permille / 1000, ps);
+    auto drop_backup = [&]() -> Status {
+      if (!restoring) return ok_status();
+      KVTWIN_TRY_STATUS(host_free({pending.backup}));
+      waiting_.front().backup.clear();
+      return ok_status();
+    };
 
     // A prompt that cannot fit an empty pool (with one decode page) is rejected; a retracted request
     // whose prompt plus output so far has outgrown it is dropped.
     if (total_pages + 1 > pages_free_with(0, 0)) {
+      KVTWIN_TRY_STATUS(drop_backup());
       waiting_.pop_front();
       ++(pending.generated != 0 ? summary_.requests_dropped : summary_.requests_rejected);
       continue;
     }
     const bool alone = running_.empty() && admitted.empty();
-    if (!alone && prefill_tokens + (prompt_len - cached_len) > budget) break;
+    if (!alone && prefill_tokens + (prefill_end - cached_len) > budget) break;
     if (cache_) cache_->lock(path);
     const std::uint64_t reserve = alone ? 0 : reserve_pages() + own_reserve;
     const std::uint64_t available = free_pages_estimate() + (cache_ ? cache_->evictable_pages() : 0);
@@ -368,31 +479,115 @@ Status ServingSimulator::admit(std::vector<Running>& admitted) {
       if (cache_) cache_->unlock(path);
       break;
     }
-    std::vector<std::int64_t> new_pages;
+    // The host blocks it will load stay on host while the device makes room (which may offload).
+    for (std::uint64_t k : host_hits) host_pinned_.insert(k);
+    std::vector<std::int64_t> new_pages;  // every device page this admission takes, in token order
+    bool placed = true;
     if (need_pages > 0) {
       const std::uint64_t free_now = free_pages_estimate();
       if (need_pages > free_now) KVTWIN_TRY_STATUS(evict(need_pages - free_now));
+    }
+    // Host hits: loaded back into new device pages, which join the device cache on the path.
+    if (!host_hits.empty()) {
+      std::vector<std::vector<std::int64_t>> lists(derived_.geometry.sub_pools.size());
+      for (std::uint64_t k : host_hits)
+        for (std::size_t side = 0; side < lists.size(); ++side)
+          lists[side].insert(lists[side].end(), host_blocks_.at(k).pages[side].begin(), host_blocks_.at(k).pages[side].end());
+      std::optional<std::vector<std::int64_t>> loaded;
       while (true) {
-        KVTWIN_TRY(Outcome o, send_expect_ok(Op(Alloc{need_pages * ps})));
+        KVTWIN_TRY(loaded, load_back(lists));
+        if (loaded || !cache_ || cache_->evictable_pages() == 0) break;
+        KVTWIN_TRY_STATUS(evict(host_pages));
+      }
+      if (!loaded) {
+        placed = false;
+      } else {
+        RadixCache::NodeId parent = path.empty() ? RadixCache::kRoot : path.back();
+        for (std::size_t i = 0; i < host_hits.size(); ++i) {
+          std::vector<std::int64_t> pages(loaded->begin() + static_cast<std::ptrdiff_t>(i * bp),
+                                          loaded->begin() + static_cast<std::ptrdiff_t>((i + 1) * bp));
+          const std::uint64_t b = path.size();
+          const RadixCache::NodeId node = cache_->insert(parent, req.block_hashes[b], std::move(pages), step_);
+          KVTWIN_CHECK(node != RadixCache::kRoot, "a block found on host is not on the device path it continues");
+          node_keys_[node] = keys[b];
+          touch_host(keys[b]);
+          path.push_back(node);
+          parent = node;
+        }
+        new_pages = *loaded;
+        full_pages_held_ += host_pages;
+        if (derived_.is_composite()) swa_pages_held_ += host_pages;
+      }
+    }
+    for (std::uint64_t k : host_hits) host_pinned_.erase(k);
+    // The pages between the cached prefix and a backup: allocated and prefilled.
+    std::vector<std::int64_t> gap;
+    if (placed && alloc_pages > 0) {
+      while (true) {
+        KVTWIN_TRY(Outcome o, send_expect_ok(Op(Alloc{alloc_pages * ps})));
         if (const auto* a = std::get_if<Allocated>(&o)) {
-          KVTWIN_CHECK(a->pages.size() == need_pages, "alloc answers one page per page asked for");
-          new_pages = a->pages;
+          KVTWIN_CHECK(a->pages.size() == alloc_pages, "alloc answers one page per page asked for");
+          gap = a->pages;
           break;
         }
         KVTWIN_CHECK(std::holds_alternative<NoRoom>(o), "alloc answers pages or no_room");
         if (!cache_ || cache_->evictable_pages() == 0) break;
-        KVTWIN_TRY_STATUS(evict(need_pages));
+        KVTWIN_TRY_STATUS(evict(alloc_pages));
       }
-      if (new_pages.empty()) {
-        if (cache_) cache_->unlock(path);
-        if (alone) {  // nothing else will ever free room for it
-          waiting_.pop_front();
-          ++(pending.generated != 0 ? summary_.requests_dropped : summary_.requests_rejected);
-          continue;
+      if (gap.empty()) placed = false;
+      full_pages_held_ += gap.size();
+      if (derived_.is_composite()) swa_pages_held_ += gap.size();
+    }
+    // The backup: the pages past the cached prefix loaded back, the rest of it freed.
+    std::vector<std::int64_t> restored;
+    if (placed && restoring) {
+      const std::uint64_t skip = restore_from - pending.backup_from;
+      std::vector<std::int64_t> skipped(pending.backup.begin(), pending.backup.begin() + static_cast<std::ptrdiff_t>(skip));
+      std::vector<std::int64_t> kept(pending.backup.begin() + static_cast<std::ptrdiff_t>(skip), pending.backup.end());
+      std::optional<std::vector<std::int64_t>> loaded = std::vector<std::int64_t>{};
+      if (!kept.empty()) {
+        while (true) {
+          KVTWIN_TRY(loaded, load_back({kept}));
+          if (loaded || !cache_ || cache_->evictable_pages() == 0) break;
+          KVTWIN_TRY_STATUS(evict(kept.size()));
         }
-        break;
+      }
+      if (!loaded) {
+        placed = false;
+      } else {
+        KVTWIN_CHECK(!derived_.is_composite(), "retraction backups are made for single-sided pools only");
+        restored = *loaded;
+        full_pages_held_ += restored.size();
+        KVTWIN_TRY_STATUS(host_free({pending.backup}));
+        waiting_.front().backup.clear();
       }
     }
+    if (!placed) {
+      // No room after all: give back what this admission took, as it was.
+      std::vector<std::int64_t> taken = new_pages;
+      taken.insert(taken.end(), gap.begin(), gap.end());
+      if (!host_hits.empty() && new_pages.size() == host_pages) {
+        // The loaded blocks joined the cache (and the path): they stay there, unreferenced.
+        const std::vector<RadixCache::NodeId> loaded_nodes(path.end() - static_cast<std::ptrdiff_t>(host_hits.size()), path.end());
+        if (cache_) cache_->unlock(loaded_nodes);
+        path.resize(path.size() - host_hits.size());
+        taken.assign(gap.begin(), gap.end());
+      }
+      KVTWIN_TRY_STATUS(free_pages(taken));
+      full_pages_held_ -= taken.size();
+      if (derived_.is_composite()) swa_pages_held_ -= taken.size();
+      if (cache_) cache_->unlock(path);
+      if (alone) {  // nothing else will ever free room for it
+        KVTWIN_TRY_STATUS(drop_backup());
+        waiting_.pop_front();
+        ++(pending.generated != 0 ? summary_.requests_dropped : summary_.requests_rejected);
+        continue;
+      }
+      break;
+    }
+    new_pages.insert(new_pages.end(), gap.begin(), gap.end());
+    new_pages.insert(new_pages.end(), restored.begin(), restored.end());
+    KVTWIN_CHECK(new_pages.size() == need_pages, "an admission takes the device pages its prompt needs");
     waiting_.pop_front();
     Running r;
     r.request = pending.request;
@@ -400,21 +595,36 @@ Status ServingSimulator::admit(std::vector<Running>& admitted) {
     r.generated = pending.generated;
     r.prompt_len = prompt_len;
     r.cached_len = cached_len;
+    r.prefill_end = prefill_end;
     r.path = path;
     r.shared_pages = cache_pages;
     for (RadixCache::NodeId id : path) {
       const std::vector<std::int64_t>& p = cache_->pages(id);
       r.pages.insert(r.pages.end(), p.begin(), p.end());
     }
-    r.pages.insert(r.pages.end(), new_pages.begin(), new_pages.end());
-    full_pages_held_ += need_pages;
-    if (derived_.is_composite()) swa_pages_held_ += need_pages;
+    const std::uint64_t cached_new = host_pages;  // pages of the path that were loaded just now
+    r.pages.insert(r.pages.end(), new_pages.begin() + static_cast<std::ptrdiff_t>(cached_new), new_pages.end());
+    KVTWIN_CHECK(r.pages.size() == total_pages, "a request holds one page per page of its prompt");
+    if (host_tier()) {
+      for (std::uint64_t j = cache_pages; j < restore_from; ++j) device_content_[r.pages[j]] = private_content(r.request, j);
+      KVTWIN_TRY_STATUS(check_content(r, keys));
+    }
     note_occupancy();
-    prefill_tokens += prompt_len - cached_len;
+    prefill_tokens += prefill_end - cached_len;
     ++summary_.admissions;
     summary_.prompt_tokens += prompt_len;
     summary_.cached_tokens += cached_len;
+    summary_.device_hit_pages += device_pages;
+    summary_.device_hit_tokens += device_pages * ps;
+    summary_.host_hit_pages += host_pages;
+    summary_.host_hit_tokens += host_pages * ps;
+    if (restoring) summary_.retraction_restored_tokens += prompt_len - prefill_end;
     tell(ServingEvent::Kind::admitted, r.request, new_pages);
+    // Write-through-selective: a block is backed up once it has been hit on the device.
+    if (host_tier() && params_.write_policy == WritePolicy::write_through_selective) {
+      const std::vector<RadixCache::NodeId> hit(path.begin(), path.begin() + static_cast<std::ptrdiff_t>(device_pages / std::max<std::uint64_t>(bp, 1)));
+      KVTWIN_TRY_STATUS(back_up_blocks(hit));
+    }
     if (params_.share_within_step) insert_blocks(r);
     admitted.push_back(std::move(r));
   }
@@ -425,7 +635,7 @@ Status ServingSimulator::prefill(std::vector<Running>& admitted) {
   const std::uint64_t ps = params_.page_size;
   std::vector<std::int64_t> tokens;
   for (const Running& r : admitted)
-    for (std::uint64_t pos = r.cached_len; pos < r.prompt_len; ++pos)
+    for (std::uint64_t pos = r.cached_len; pos < r.prefill_end; ++pos)
       tokens.push_back(r.pages[pos / ps] * static_cast<std::int64_t>(ps) + static_cast<std::int64_t>(pos % ps));
   if (!tokens.empty()) {
     summary_.prefill_tokens += tokens.size();
@@ -447,6 +657,7 @@ void ServingSimulator::insert_blocks(Running& r) {
   const std::uint64_t full_blocks = req.input_tokens / trace_->block_tokens;
   const std::uint64_t bp = cache_->block_pages();
   RadixCache::NodeId parent = r.path.empty() ? RadixCache::kRoot : r.path.back();
+  const std::vector<std::uint64_t> keys = host_tier() ? block_keys(req, full_blocks) : std::vector<std::uint64_t>{};
   for (std::uint64_t b = r.path.size(); b < full_blocks; ++b) {
     KVTWIN_CHECK(r.shared_pages == b * bp, "cache pages are a prefix of the request's pages");
     KVTWIN_CHECK(r.pages.size() >= (b + 1) * bp, "a full prompt block's pages are allocated before it is cached");
@@ -454,10 +665,211 @@ void ServingSimulator::insert_blocks(Running& r) {
                                     r.pages.begin() + static_cast<std::ptrdiff_t>((b + 1) * bp));
     const RadixCache::NodeId node = cache_->insert(parent, req.block_hashes[b], std::move(pages), step_);
     if (node == RadixCache::kRoot) break;
+    if (host_tier()) {
+      node_keys_[node] = keys[b];
+      filled_this_step_.insert(node);
+      for (std::uint64_t j = 0; j < bp; ++j) device_content_[r.pages[b * bp + j]] = PageContent{keys[b], j};
+    }
     r.path.push_back(node);
     r.shared_pages += bp;
     parent = node;
   }
+}
+
+// ---------------------------------------------------------------- the host tier
+
+ServingSimulator::PageContent ServingSimulator::private_content(std::uint64_t request, std::uint64_t page_index) const {
+  return {mix_seed(fnv1a64("kvtwin private pages"), request), page_index};
+}
+
+Status ServingSimulator::check_content(const Running& r, const std::vector<std::uint64_t>& keys) const {
+  const std::uint64_t bp = cache_ ? cache_->block_pages() : 1;
+  for (std::size_t j = 0; j < r.pages.size(); ++j) {
+    const PageContent want = j < r.shared_pages ? PageContent{keys[j / bp], j % bp} : private_content(r.request, j);
+    auto have = device_content_.find(r.pages[j]);
+    if (have == device_content_.end() || have->second != want)
+      return make_error(ErrorKind::internal,
+                        "serving simulator accounting broken at step " + std::to_string(step_) + ": request " +
+                            std::to_string(r.request) + "'s page " + std::to_string(j) + " (virtual page " +
+                            std::to_string(r.pages[j]) + ") does not hold the rows the simulator placed there for it");
+  }
+  return ok_status();
+}
+
+
+std::vector<std::uint64_t> ServingSimulator::block_keys(const Request& req, std::uint64_t blocks) const {
+  std::vector<std::uint64_t> keys;
+  keys.reserve(blocks);
+  std::uint64_t key = fnv1a64("kvtwin host block");
+  for (std::uint64_t b = 0; b < blocks; ++b) {
+    key = mix_seed(key, static_cast<std::uint64_t>(req.block_hashes[b]));
+    keys.push_back(key);
+  }
+  return keys;
+}
+
+void ServingSimulator::touch_host(std::uint64_t key) {
+  HostBlock& b = host_blocks_.at(key);
+  host_lru_.erase({b.last_used, key});
+  b.last_used = host_clock_++;
+  host_lru_.insert({b.last_used, key});
+}
+
+void ServingSimulator::note_host_occupancy() {
+  summary_.peak_host_pages = std::max(summary_.peak_host_pages, host_pages_held_);
+  std::uint64_t bytes = 0;
+  for (std::uint64_t b : reported_page_bytes_) bytes += host_pages_held_ * b;
+  summary_.peak_host_bytes = std::max(summary_.peak_host_bytes, bytes);
+}
+
+Status ServingSimulator::host_free(const std::vector<std::vector<std::int64_t>>& pages) {
+  for (std::size_t side = 0; side < pages.size(); ++side)
+    if (!pages[side].empty())
+      KVTWIN_TRY_STATUS(send_expect_ok(Op(HostFree{derived_.geometry.sub_pools[side].name, pages[side]})));
+  if (!pages.empty()) {
+    KVTWIN_CHECK(host_pages_held_ >= pages[0].size(), "the host tier frees only pages it holds");
+    host_pages_held_ -= pages[0].size();
+  }
+  return ok_status();
+}
+
+Status ServingSimulator::evict_host_block() {
+  auto victim = host_lru_.begin();
+  while (victim != host_lru_.end() && host_pinned_.contains(victim->second)) ++victim;
+  KVTWIN_CHECK(victim != host_lru_.end(), "a host block to evict");
+  const std::uint64_t key = victim->second;
+  host_lru_.erase(victim);
+  KVTWIN_TRY_STATUS(host_free(host_blocks_.at(key).pages));
+  host_block_pages_ -= host_blocks_.at(key).pages[0].size();
+  host_blocks_.erase(key);
+  ++summary_.host_evicted_blocks;
+  return ok_status();
+}
+
+Result<std::optional<std::vector<std::vector<std::int64_t>>>> ServingSimulator::host_alloc(std::uint64_t pages) {
+  const std::size_t sides = derived_.geometry.sub_pools.size();
+  using Pages = std::vector<std::vector<std::int64_t>>;
+  if (pages == 0) return std::optional<Pages>(Pages(sides));
+  if (pages > summary_.host_pages) return std::optional<Pages>();  // larger than the whole arena
+  // Bounded: each round allocates or frees a host block.
+  while (true) {
+    KVTWIN_TRY(Outcome o, send_expect_ok(Op(HostAlloc{0, std::vector<std::uint64_t>(sides, pages)})));
+    if (auto* a = std::get_if<HostAllocated>(&o)) {
+      KVTWIN_CHECK(a->logical.size() == sides && a->logical[0].size() == pages, "host_alloc answers the pages asked for");
+      host_pages_held_ += pages;
+      note_host_occupancy();
+      return std::optional<Pages>(std::move(a->logical));
+    }
+    KVTWIN_CHECK(std::holds_alternative<NoRoom>(o), "host_alloc answers pages or no_room");
+    if (host_lru_.size() <= host_pinned_.size()) return std::optional<Pages>();
+    KVTWIN_TRY_STATUS(evict_host_block());
+  }
+}
+
+Status ServingSimulator::offload(const std::vector<std::int64_t>& device_pages,
+                                 const std::vector<std::vector<std::int64_t>>& host) {
+  // An offload hands host pages to the selected device pages in ascending virtual order: list the
+  // host pages in that order, so host[s][i] receives device_pages[i] whatever their order.
+  std::vector<std::size_t> order(device_pages.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return device_pages[a] < device_pages[b]; });
+  std::vector<std::int64_t> ids;
+  for (std::size_t i : order) ids.push_back(device_pages[i]);
+  for (std::size_t side = 0; side < host.size(); ++side) {
+    Offload o;
+    o.transfer = next_transfer_++;
+    o.side = derived_.geometry.sub_pools[side].name;
+    o.ids = ids;
+    for (std::size_t i : order) o.host.push_back(host[side][i]);
+    KVTWIN_TRY(Outcome started, send_expect_ok(Op(o)));
+    const auto* t = std::get_if<TransferStarted>(&started);
+    KVTWIN_CHECK(t != nullptr && t->pages == ids, "an offload of bound pages selects every one of them");
+    // host[i] receives selected page i (ascending): exactly what the op says.
+    if (side == 0)
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        auto c = device_content_.find(ids[i]);
+        if (c != device_content_.end()) host_content_[o.host[i]] = c->second;
+        else host_content_.erase(o.host[i]);
+      }
+    KVTWIN_TRY_STATUS(send_expect_ok(Op(TransferWait{o.transfer})));
+    ++summary_.offloads;
+    summary_.pages_offloaded += ids.size();
+    summary_.bytes_offloaded += ids.size() * reported_page_bytes_[side];
+  }
+  return ok_status();
+}
+
+Result<std::optional<std::vector<std::int64_t>>> ServingSimulator::load_back(
+    const std::vector<std::vector<std::int64_t>>& host) {
+  LoadBack l;
+  l.transfer = next_transfer_++;
+  l.host = host;
+  KVTWIN_TRY(Outcome o, send_expect_ok(Op(l)));
+  if (std::holds_alternative<NoRoom>(o)) return std::optional<std::vector<std::int64_t>>();
+  const auto* t = std::get_if<TransferStarted>(&o);
+  KVTWIN_CHECK(t != nullptr && t->pages.size() == host[0].size(), "a load-back answers one device page per host page");
+  std::vector<std::int64_t> pages = t->pages;
+  for (std::size_t i = 0; i < pages.size(); ++i) {  // new page i receives host[0][i]
+    auto c = host_content_.find(host[0][i]);
+    if (c != host_content_.end()) device_content_[pages[i]] = c->second;
+    else device_content_.erase(pages[i]);
+  }
+  KVTWIN_TRY_STATUS(send_expect_ok(Op(TransferWait{l.transfer})));
+  ++summary_.load_backs;
+  for (std::size_t side = 0; side < host.size(); ++side) {
+    summary_.pages_loaded_back += host[side].size();
+    summary_.bytes_loaded_back += host[side].size() * reported_page_bytes_[side];
+  }
+  return std::optional<std::vector<std::int64_t>>(std::move(pages));
+}
+
+Status ServingSimulator::back_up_blocks(const std::vector<RadixCache::NodeId>& nodes) {
+  std::vector<std::pair<std::uint64_t, std::vector<std::int64_t>>> wanted;
+  for (RadixCache::NodeId node : nodes) {
+    const std::uint64_t key = node_keys_.at(node);
+    if (!host_blocks_.contains(key)) wanted.push_back({key, cache_->pages(node)});
+  }
+  return offload_blocks(wanted);
+}
+
+Status ServingSimulator::offload_blocks(const std::vector<std::pair<std::uint64_t, std::vector<std::int64_t>>>& blocks) {
+  // One host_alloc and one offload a side for all of them when the host has the room at once,
+  // else block by block as far as it holds them (a block the host cannot take waits for its
+  // eviction, or is dropped then).
+  std::uint64_t total = 0;
+  for (const auto& [key, pages] : blocks) total += pages.size();
+  std::optional<std::vector<std::vector<std::int64_t>>> all;
+  if (blocks.size() > 1) {
+    Result<std::optional<std::vector<std::vector<std::int64_t>>>> batch = host_alloc(total);
+    if (!batch.ok()) return batch.error();
+    all = std::move(batch).value();
+  }
+  if (all) {
+    std::vector<std::int64_t> device;
+    for (const auto& [key, pages] : blocks) device.insert(device.end(), pages.begin(), pages.end());
+    KVTWIN_TRY_STATUS(offload(device, *all));
+    std::size_t at = 0;
+    for (const auto& [key, pages] : blocks) {
+      HostBlock h;
+      for (const std::vector<std::int64_t>& side : *all)
+        h.pages.emplace_back(side.begin() + static_cast<std::ptrdiff_t>(at),
+                             side.begin() + static_cast<std::ptrdiff_t>(at + pages.size()));
+      at += pages.size();
+      host_block_pages_ += pages.size();
+      host_blocks_[key] = std::move(h);
+      touch_host(key);
+    }
+    return ok_status();
+  }
+  for (const auto& [key, pages] : blocks) {
+    KVTWIN_TRY(std::optional<std::vector<std::vector<std::int64_t>>> host, host_alloc(pages.size()));
+    if (!host) continue;
+    KVTWIN_TRY_STATUS(offload(pages, *host));
+    host_block_pages_ += pages.size();
+    host_blocks_[key] = HostBlock{std::move(*host), 0};
+    touch_host(key);
+  }
+  return ok_status();
 }
 
 Status ServingSimulator::retract_one() {
@@ -471,8 +883,22 @@ Status ServingSimulator::retract_one() {
   }
   Running r = std::move(running_[victim]);
   running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(victim));
+  Pending pending{r.request, r.generated, 0, {}};
+  // The host tier: the private pages go to host and come back at re-admission (single-sided
+  // pools; a composite's private pages have sliding-window tombstones, and recompute).
+  if (host_tier() && !derived_.is_composite() && r.pages.size() > r.shared_pages) {
+    const std::vector<std::int64_t> private_pages(r.pages.begin() + static_cast<std::ptrdiff_t>(r.shared_pages),
+                                                  r.pages.end());
+    KVTWIN_TRY(std::optional<std::vector<std::vector<std::int64_t>>> host, host_alloc(private_pages.size()));
+    if (host) {
+      KVTWIN_TRY_STATUS(offload(private_pages, *host));
+      pending.backup_from = r.shared_pages;
+      pending.backup = (*host)[0];
+      ++summary_.retractions_backed_up;
+    }
+  }
   KVTWIN_TRY_STATUS(release(r));
-  waiting_.push_front(Pending{r.request, r.generated});
+  waiting_.push_front(std::move(pending));
   ++summary_.retractions;
   tell(ServingEvent::Kind::retracted, r.request);
   return ok_status();
@@ -493,6 +919,9 @@ Status ServingSimulator::grow_for_decode() {
       for (std::size_t k = 0; k < needers.size(); ++k) {
         KVTWIN_CHECK(a->pages[k].size() == 1, "a one-page request gets one page");
         running_[needers[k]].pages.push_back(a->pages[k][0]);
+        if (host_tier())
+          device_content_[a->pages[k][0]] =
+              private_content(running_[needers[k]].request, running_[needers[k]].pages.size() - 1);
         tell(ServingEvent::Kind::grew, running_[needers[k]].request, {a->pages[k][0]});
       }
       full_pages_held_ += needers.size();
@@ -610,6 +1039,17 @@ Status ServingSimulator::check_accounting(bool window_settled) const {
     return broken(std::to_string(swa_pages_held_) + " SWA pages held, but " + std::to_string(full_pages_held_) +
                   " pages less " + std::to_string(swa_freed) + " freed from the window is " +
                   std::to_string(full_pages_held_ - swa_freed));
+  // O(waiting requests), as the rest: the host blocks' pages are a counter kept where blocks come
+  // and go (recounted at the end of the run).
+  std::uint64_t host_held = host_block_pages_;
+  for (const Pending& w : waiting_) host_held += w.backup.size();
+  if (host_held != host_pages_held_ || host_lru_.size() != host_blocks_.size())
+    return broken(std::to_string(host_pages_held_) + " host pages held, but the host blocks (" +
+                  std::to_string(host_blocks_.size()) + ") and the waiting requests' backups hold " +
+                  std::to_string(host_held));
+  if (cache_ && host_tier() && node_keys_.size() != cache_->node_count())
+    return broken(std::to_string(cache_->node_count()) + " cache nodes, but " + std::to_string(node_keys_.size()) +
+                  " of them have a host key");
   const std::uint64_t settled = summary_.requests_served + summary_.requests_rejected + summary_.requests_dropped;
   if (settled + waiting_.size() + running_.size() != next_arrival_)
     return broken(std::to_string(next_arrival_) + " requests arrived, but " + std::to_string(settled) + " settled, " +
@@ -626,7 +1066,7 @@ Status ServingSimulator::run(const OpSink& sink, const ProgressFn& progress) {
   while (next_arrival_ < request_count_ || !waiting_.empty() || !running_.empty()) {
     if (running_.empty() && waiting_.empty()) now_us_ = std::max(now_us_, requests[next_arrival_].arrival_us);
     while (next_arrival_ < request_count_ && requests[next_arrival_].arrival_us <= now_us_)
-      waiting_.push_back(Pending{next_arrival_++, 0});
+      waiting_.push_back(Pending{next_arrival_++, 0, 0, {}});
     freed_this_step_ = false;
     const std::uint64_t decoded_before = summary_.decode_tokens;
     const std::uint64_t settled_before = summary_.requests_served + summary_.requests_rejected + summary_.requests_dropped;
@@ -637,8 +1077,14 @@ Status ServingSimulator::run(const OpSink& sink, const ProgressFn& progress) {
     std::vector<Running> admitted;
     KVTWIN_TRY_STATUS(admit(admitted));
     std::uint64_t prefilled = 0;
-    for (const Running& r : admitted) prefilled += r.prompt_len - r.cached_len;
+    for (const Running& r : admitted) prefilled += r.prefill_end - r.cached_len;
     KVTWIN_TRY_STATUS(prefill(admitted));
+    // Write-through: the blocks this step filled are backed up to host now that their rows exist.
+    if (host_tier() && params_.write_policy == WritePolicy::write_through && !filled_this_step_.empty()) {
+      const std::vector<RadixCache::NodeId> filled(filled_this_step_.begin(), filled_this_step_.end());
+      KVTWIN_TRY_STATUS(back_up_blocks(filled));
+    }
+    filled_this_step_.clear();
     if (params_.mode == CompactionMode::lazy && freed_this_step_) KVTWIN_TRY_STATUS(send_expect_ok(Op(Flush{})));
     KVTWIN_TRY_STATUS(check_accounting(/*window_settled=*/false));
     tell(ServingEvent::Kind::step_done, 0);
@@ -664,9 +1110,18 @@ Status ServingSimulator::run(const OpSink& sink, const ProgressFn& progress) {
   // Drain: empty the cache, so a pool that accounts correctly ends empty.
   freed_this_step_ = false;
   if (cache_) KVTWIN_TRY_STATUS(evict(UINT64_MAX, /*draining=*/true));
+  while (!host_lru_.empty()) {  // the host tier drains too (not counted as eviction)
+    const std::uint64_t key = host_lru_.begin()->second;
+    host_lru_.erase(host_lru_.begin());
+    KVTWIN_TRY_STATUS(host_free(host_blocks_.at(key).pages));
+    host_block_pages_ -= host_blocks_.at(key).pages[0].size();
+    host_blocks_.erase(key);
+  }
   if (params_.mode == CompactionMode::lazy && freed_this_step_) KVTWIN_TRY_STATUS(send_expect_ok(Op(Flush{})));
   if (!params_.tables_only) KVTWIN_TRY_STATUS(send_expect_ok(Op(Checkpoint{})));
-  KVTWIN_CHECK(full_pages_held_ == 0 && swa_pages_held_ == 0, "the serving simulator's page accounting balances");
+  KVTWIN_CHECK(host_blocks_.empty() && host_block_pages_ == 0, "the host tier's block pages recount to zero");
+  KVTWIN_CHECK(full_pages_held_ == 0 && swa_pages_held_ == 0 && host_pages_held_ == 0,
+               "the serving simulator's page accounting balances");
   summary_.simulated_us = now_us_;
   return ok_status();
 }

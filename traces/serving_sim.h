@@ -32,9 +32,21 @@
 // Prefix blocks are the trace's block_tokens (Mooncake's 512 unless the reader was given
 // another) divided by the scale.
 //
-// Not modelled: the host arena (offload of evicted prefix pages and load-back on a hit) does not
-// exist yet; the summary says "host arena: not modelled". Prefix pages owned by the cache keep
-// their SWA pages (only a request's private pages are SWA-evicted).
+// The host tier (with host_bytes, SPEC 8's host arena; docs/traces.md "The host tier"): a prefix
+// block evicted from the device is offloaded to host pages first unless it is there already
+// (host_alloc, offload, transfer_wait, then the device free); the write policy says when else a
+// block is backed up: write_through as it is filled (after its prefill), write_through_selective
+// once it has been hit on the device, write_back only at eviction. Admission matches the device
+// cache first, then continues the prompt's blocks on host: a host hit loads back into newly
+// allocated device pages (load_back, transfer_wait) that join the device cache, the host copy
+// staying. The host keeps its blocks least recently used first (a logical clock: an offload or a
+// hit touches); a host_alloc that finds no room frees the oldest blocks (host_free) and tries
+// again. A retracted request's private pages are backed up to host (single-sided pools) and loaded
+// back on its re-admission instead of recomputed; a backup the host cannot hold is recomputed.
+// Every transfer waits at once (transfers are synchronous here: no overlap is modelled).
+// Not modelled: the storage tier below the host (core/page_store.h) is not wired in; prefix pages
+// owned by the cache keep their SWA pages (only a request's private pages are SWA-evicted);
+// retraction backups of full + SWA composites (they recompute, as the seeds' engines do).
 #pragma once
 
 #include <cstdint>
@@ -42,7 +54,9 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -55,13 +69,24 @@
 
 namespace kvtwin::traces {
 
+// When the host tier backs up a device prefix block (besides its eviction, which always does).
+enum class WritePolicy : std::uint8_t {
+  write_through,            // as it is filled: after the prefill that wrote it
+  write_through_selective,  // once it has been hit on the device
+  write_back,               // only when it is evicted from the device
+};
+std::string_view write_policy_name(WritePolicy policy);
+// "write_through", "write_through_selective", "write_back"; false for another name.
+bool parse_write_policy(std::string_view name, WritePolicy& policy);
+
 struct ServingParams {
   std::string model = "llama-3.1-8b";  // catalogue name (or a shape, see `shape`)
   std::optional<ModelShape> shape;     // when set, used instead of the catalogue entry
   std::uint32_t tp = 1;
   std::uint64_t page_size = 16;
   std::uint64_t pool_bytes = 0;
-  std::uint64_t host_bytes = 0;  // recorded; the host arena is not modelled yet
+  std::uint64_t host_bytes = 0;  // the host arena's bytes; 0: no host tier
+  WritePolicy write_policy = WritePolicy::write_through;
   std::uint64_t token_scale = 1;
   std::uint32_t max_running = 64;
   CompactionMode mode = CompactionMode::eager;
@@ -134,8 +159,25 @@ struct ServingSummary {
   std::uint64_t compaction_moves = 0;
   std::uint64_t cache_evicted_pages = 0;  // evicted to make room (not the final drain)
   std::uint64_t swa_freed_pages = 0;
-  std::uint64_t offloads = 0;    // host arena not modelled: always 0
-  std::uint64_t load_backs = 0;  // host arena not modelled: always 0
+  // The host tier (all 0 without host_bytes). Hits per tier: of cached_tokens, the tokens (and
+  // pages) found on the device and those loaded back from host; cached_tokens is their sum.
+  std::uint64_t device_hit_pages = 0;
+  std::uint64_t device_hit_tokens = 0;
+  std::uint64_t host_hit_pages = 0;
+  std::uint64_t host_hit_tokens = 0;
+  std::uint64_t offloads = 0;    // offload transfers (one per side of a block batch or a backup)
+  std::uint64_t load_backs = 0;  // load_back transfers
+  std::uint64_t pages_offloaded = 0;  // device pages copied to host (every side)
+  std::uint64_t pages_loaded_back = 0;
+  std::uint64_t bytes_offloaded = 0;
+  std::uint64_t bytes_loaded_back = 0;
+  std::uint64_t host_evicted_blocks = 0;   // host blocks freed to make room (not the final drain)
+  std::uint64_t retractions_backed_up = 0;  // retractions whose private pages went to host
+  std::uint64_t retraction_restored_tokens = 0;  // tokens loaded back at re-admission, not recomputed
+  std::uint64_t host_pages = 0;        // pages the host arena holds on every side at once (0: no host tier)
+  std::uint64_t peak_host_pages = 0;   // the most host pages in use at once (the first side's)
+  std::uint64_t peak_host_bytes = 0;   // the same in bytes, every side
+  // Bytes here are the full model's page bytes, also when the pool's entries are shrunk.
   std::vector<SideOccupancy> sides;
   // A full + SWA composite: both sides take their pages from the same bytes (SPEC 4.3), so their
   // usable pages are not additive. shared_bytes is what they share (the up side's first usable
@@ -206,6 +248,7 @@ class ServingSimulator {
     std::uint64_t generated = 0;           // output tokens produced so far (survives retraction)
     std::uint64_t prompt_len = 0;          // tokens to prefill at this admission
     std::uint64_t cached_len = 0;          // of which reused
+    std::uint64_t prefill_end = 0;         // tokens [cached_len, prefill_end) are written; beyond: restored
     std::vector<std::int64_t> pages;       // virtual pages in token order
     std::uint64_t shared_pages = 0;        // pages[0 .. shared_pages) belong to the cache
     std::vector<RadixCache::NodeId> path;  // cache nodes held
@@ -214,6 +257,15 @@ class ServingSimulator {
   struct Pending {
     std::uint64_t request = 0;
     std::uint64_t generated = 0;  // kept across a retraction
+    // A retraction's backup on host (single-sided pools): the request's pages from `backup_from`
+    // (page index in token order) to its end, one host page each.
+    std::uint64_t backup_from = 0;
+    std::vector<std::int64_t> backup;
+  };
+  // A prefix block on host: its host pages per side, and when it was last touched.
+  struct HostBlock {
+    std::vector<std::vector<std::int64_t>> pages;  // per side
+    std::uint64_t last_used = 0;
   };
 
   ServingSimulator() = default;
@@ -242,6 +294,26 @@ class ServingSimulator {
   // Frees least recently used cache leaves; `draining` (the end of the run) is not counted as eviction.
   Status evict(std::uint64_t pages_wanted, bool draining = false);
   Status retract_one();
+  // The host tier. host_alloc takes `pages` host pages on every side, freeing the least recently
+  // used host blocks while it finds no room; nullopt when the host cannot hold them at all.
+  Result<std::optional<std::vector<std::vector<std::int64_t>>>> host_alloc(std::uint64_t pages);
+  Status host_free(const std::vector<std::vector<std::int64_t>>& pages);
+  // Offloads device pages to host pages (sides[s] gets pages on side s; on a composite every
+  // page is bound on both sides) and waits for the copies.
+  Status offload(const std::vector<std::int64_t>& device_pages, const std::vector<std::vector<std::int64_t>>& host);
+  // Loads host pages back into new device pages and waits; nullopt: no room on the device.
+  Result<std::optional<std::vector<std::int64_t>>> load_back(const std::vector<std::vector<std::int64_t>>& host);
+  // Backs up cache blocks to host (those not there yet), in order, as far as the host holds them.
+  Status back_up_blocks(const std::vector<RadixCache::NodeId>& nodes);
+  // Offloads blocks (chain key, device pages) that are not on host, as a batch when it fits.
+  Status offload_blocks(const std::vector<std::pair<std::uint64_t, std::vector<std::int64_t>>>& blocks);
+  Status evict_host_block();
+  void touch_host(std::uint64_t key);
+  // The chain key of a prompt's block b: its hash and every earlier block's, mixed (a host block
+  // is keyed by its whole prefix, as the device cache keys a node by its path).
+  std::vector<std::uint64_t> block_keys(const Request& req, std::uint64_t blocks) const;
+  bool host_tier() const { return params_.host_bytes != 0; }
+  void note_host_occupancy();
   void note_occupancy();
   // The simulator's own accounting, checked after every step (a simulator bug is a failure, not
   // a quieter replay): every running request holds exactly the pages its tokens imply, its cached
@@ -277,6 +349,28 @@ class ServingSimulator {
   std::uint64_t swa_pages_held_ = 0;   // SWA pages still bound (composite only)
   bool freed_this_step_ = false;
   ServingSummary summary_;
+  // The host tier.
+  std::map<std::uint64_t, HostBlock> host_blocks_;                 // by chain key
+  std::set<std::pair<std::uint64_t, std::uint64_t>> host_lru_;     // (last_used, key)
+  std::map<RadixCache::NodeId, std::uint64_t> node_keys_;          // device cache node -> chain key
+  std::set<RadixCache::NodeId> filled_this_step_;                  // nodes inserted this step (write_through)
+  std::set<std::uint64_t> host_pinned_;  // host blocks an admission is about to load: not evicted
+  // What each page holds, as the simulator means it (first side): (a block's chain key, or a
+  // request's private tag; the page's index in it). Set where rows are placed, carried by every
+  // offload and load-back exactly as the ops say, and checked at admission: a transfer that puts
+  // a page's rows anywhere but where the simulator meant is an accounting error, not a quiet run.
+  using PageContent = std::pair<std::uint64_t, std::uint64_t>;
+  std::map<std::int64_t, PageContent> device_content_;
+  std::map<std::int64_t, PageContent> host_content_;
+  PageContent private_content(std::uint64_t request, std::uint64_t page_index) const;
+  Status check_content(const Running& r, const std::vector<std::uint64_t>& keys) const;
+  std::uint64_t host_clock_ = 0;
+  std::uint64_t host_pages_held_ = 0;  // per side (every side holds as many)
+  std::uint64_t host_block_pages_ = 0;  // of those, the host blocks' (the rest: retraction backups)
+  std::uint32_t next_transfer_ = 1;
+  // Page bytes per side of the full model's entries (the bytes the summary reports, also when
+  // the pool's entries are shrunk).
+  std::vector<std::uint64_t> reported_page_bytes_;
 };
 
 nlohmann::json summary_json(const ServingSummary& summary);

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -105,7 +106,7 @@ TEST(ServingSim, TheRecordedTraceReplaysCleanAndCarriesItsParameters) {
   Result<PoolTrace> trace = read_pool_trace_file(path);
   ASSERT_TRUE(trace.ok()) << trace.error().message;
   EXPECT_EQ(trace->header.origin["token_scale"], 16);
-  EXPECT_EQ(trace->header.origin["host_arena"], "not modelled");
+  EXPECT_EQ(trace->header.origin["host_tier"], "none");
   for (const TraceLine& l : trace->lines) ASSERT_TRUE(l.expect.has_value()) << "line " << l.line;
   Result<BackendSet> b = make_backend_set(BackendChoice::model);
   Result<ReplayReport> r = replay_pool_trace_file(path, *b, CheckCadence{});
@@ -594,6 +595,200 @@ TEST(ServingSim, ParametersThatCannotWorkAreClearErrors) {
   s = ServingSimulator::create(p, t);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().kind, ErrorKind::unsupported);
+}
+
+
+// ---------------------------------------------------------------- the host tier (SPEC 8, issue 9)
+
+// The most prefix tokens an endless cache could reuse over the first admissions: each request's
+// longest run of leading full blocks that an earlier request's prompt already had.
+std::uint64_t endless_cache_tokens(const RequestTrace& t, std::uint64_t scale) {
+  std::set<std::vector<std::int64_t>> seen;
+  std::uint64_t bound = 0;
+  for (const Request& r : t.requests) {
+    const std::uint64_t full = r.input_tokens / t.block_tokens;
+    std::vector<std::int64_t> prefix;
+    bool hit = true;
+    for (std::uint64_t b = 0; b < full; ++b) {
+      prefix.push_back(r.block_hashes[b]);
+      if (hit && seen.count(prefix))
+        bound += t.block_tokens / scale;
+      else
+        hit = false;
+      seen.insert(prefix);
+    }
+  }
+  return bound;
+}
+
+void expect_host_empty_at_the_end(const SimRun& run) {
+  for (const SideTables& s : run.final_tables.sides)
+    EXPECT_EQ(s.allocated_pages, 0u) << "side " << s.name << ": the drained pool must be empty";
+  EXPECT_EQ(run.report.serving->peak_host_pages > 0, run.report.serving->host_pages > 0);
+}
+
+// A Mooncake trace whose requests cycle through `prefixes` prompts of three shared 512-token blocks
+// and one of their own, one at a time: a device cache smaller than the cycle evicts each prefix
+// before it comes round again.
+RequestTrace cycling_prefixes(std::uint64_t requests, std::uint64_t prefixes) {
+  const std::string path = ::testing::TempDir() + "kvtwin_cycling_prefixes.jsonl";
+  {
+    std::ofstream out(path);
+    for (std::uint64_t i = 0; i < requests; ++i) {
+      const std::uint64_t p = i % prefixes;
+      out << "{\"timestamp\": " << i * 2000 << ", \"input_length\": " << 4 * 512 - 100
+          << ", \"output_length\": 64, \"hash_ids\": [" << 100 * p + 1 << ", " << 100 * p + 2 << ", " << 100 * p + 3
+          << ", " << 100000 + i << "]}\n";
+    }
+  }
+  Result<RequestTrace> t = read_request_trace(path, TraceFormat::mooncake, {});
+  KVTWIN_CHECK(t.ok(), t.ok() ? "" : t.error().message);
+  return *t;
+}
+
+TEST(ServingSimHost, EveryWritePolicyReplaysCleanWithBytesAndLoadsBlocksBack) {
+  // A device pool too small for the cycle of prefixes, a host tier that holds them: with bytes, so
+  // the content oracle checks every page that went to host and came back.
+  const RequestTrace t = cycling_prefixes(40, 8);
+  for (WritePolicy policy :
+       {WritePolicy::write_through, WritePolicy::write_through_selective, WritePolicy::write_back}) {
+    SCOPED_TRACE(std::string(write_policy_name(policy)));
+    ServingParams p = params("llama-3.1-8b", 8, 8ull << 20, 16);  // 32 pages; the cycle needs 48
+    p.host_bytes = 32ull << 20;                                  // 128 pages
+    p.write_policy = policy;
+    const SimRun run = simulate(t, p);
+    ASSERT_TRUE(run.report.passed()) << run.report.failure->describe();
+    const ServingSummary& s = *run.report.serving;
+    EXPECT_GT(s.cache_evicted_pages, 0u) << "the device is too small for the working set";
+    EXPECT_GT(s.offloads, 0u);
+    EXPECT_GT(s.host_hit_pages, 0u) << "blocks evicted from the device hit on host";
+    EXPECT_EQ(s.load_backs > 0, s.host_hit_pages > 0 || s.retractions_backed_up > 0);
+    EXPECT_EQ(s.cached_tokens, s.device_hit_tokens + s.host_hit_tokens);
+    EXPECT_EQ(s.host_hit_tokens, s.host_hit_pages * 16);
+    EXPECT_EQ(s.bytes_offloaded, s.pages_offloaded * s.sides[0].page_bytes);
+    EXPECT_LE(s.peak_host_pages, s.host_pages);
+    EXPECT_GT(s.peak_host_pages, 0u);
+    expect_host_empty_at_the_end(run);
+  }
+}
+
+TEST(ServingSimHost, TheRecordedTraceCarriesEveryTransferAndReplaysClean) {
+  const RequestTrace t = cycling_prefixes(24, 8);
+  ServingParams p = params("llama-3.1-8b", 8, 8ull << 20, 16);
+  p.host_bytes = 32ull << 20;
+  const std::string path = record(t, p, "kvtwin_sim_host.jsonl");
+  Result<PoolTrace> trace = read_pool_trace_file(path);
+  ASSERT_TRUE(trace.ok()) << trace.error().message;
+  EXPECT_EQ(trace->header.config.host_bytes, 32ull << 20);
+  EXPECT_EQ(trace->header.origin["write_policy"], "write_through");
+  std::map<std::string, std::uint64_t> count;
+  for (const TraceLine& l : trace->lines) ++count[std::string(op_name(l.op))];
+  EXPECT_GT(count["host_alloc"], 0u);
+  EXPECT_GT(count["offload"], 0u);
+  EXPECT_GT(count["load_back"], 0u);
+  EXPECT_EQ(count["transfer_wait"], count["offload"] + count["load_back"]);
+  Result<BackendSet> b = make_backend_set(BackendChoice::model);
+  Result<ReplayReport> r = replay_pool_trace_file(path, *b, CheckCadence{});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->passed()) << r->failure->describe();
+}
+
+TEST(ServingSimHost, WriteThroughBacksUpAsFilledWriteBackOnlyAtEviction) {
+  const RequestTrace t = mooncake(60);
+  ServingParams p = params("llama-3.1-8b", 8, 8ull << 30, 16);  // roomy: nothing leaves the device
+  p.tables_only = true;
+  p.host_bytes = 8ull << 30;
+  p.write_policy = WritePolicy::write_back;
+  const SimRun back = simulate(t, p);
+  ASSERT_TRUE(back.report.passed()) << back.report.failure->describe();
+  EXPECT_EQ(back.report.serving->offloads, 0u) << "write-back offloads only what is evicted";
+  p.write_policy = WritePolicy::write_through;
+  const SimRun through = simulate(t, p);
+  ASSERT_TRUE(through.report.passed()) << through.report.failure->describe();
+  EXPECT_GT(through.report.serving->pages_offloaded, 0u);
+  p.write_policy = WritePolicy::write_through_selective;
+  const SimRun selective = simulate(t, p);
+  ASSERT_TRUE(selective.report.passed()) << selective.report.failure->describe();
+  EXPECT_LT(selective.report.serving->pages_offloaded, through.report.serving->pages_offloaded)
+      << "only blocks that were hit";
+  // The hits themselves do not depend on the policy when nothing is evicted.
+  EXPECT_EQ(selective.report.serving->cached_tokens, back.report.serving->cached_tokens);
+  EXPECT_EQ(through.report.serving->cached_tokens, back.report.serving->cached_tokens);
+}
+
+TEST(ServingSimHost, ARetractedRequestIsBackedUpAndRestoredNotRecomputed) {
+  const RequestTrace t = mooncake(60);
+  ServingParams p = params("llama-3.1-8b", 8, 24ull << 20, 16);  // 96 pages of 16 tokens
+  p.reserve_permille = 0;                                        // admit greedily
+  p.max_running = 32;
+  p.host_bytes = 64ull << 20;
+  const SimRun run = simulate(t, p);  // with bytes: the restored rows are checked by the oracle
+  ASSERT_TRUE(run.report.passed()) << run.report.failure->describe();
+  const ServingSummary& s = *run.report.serving;
+  EXPECT_GT(s.retractions, 0u);
+  EXPECT_GT(s.retractions_backed_up, 0u);
+  EXPECT_GT(s.retraction_restored_tokens, 0u);
+  EXPECT_EQ(s.requests_served + s.requests_rejected + s.requests_dropped, 60u);
+  // Restored tokens are neither prefix hits nor prefilled again.
+  EXPECT_EQ(s.prefill_tokens + s.cached_tokens + s.retraction_restored_tokens, s.prompt_tokens);
+  expect_host_empty_at_the_end(run);
+}
+
+TEST(ServingSimHost, ACompositeOffloadsAndLoadsBackBothSides) {
+  // gpt-oss-20b (full + sliding window) with bytes: every host hit loads both sides back.
+  const RequestTrace t = cycling_prefixes(24, 6);
+  ServingParams p = params("gpt-oss-20b", 1, 24ull << 20, 16);
+  p.host_bytes = 64ull << 20;
+  const SimRun run = simulate(t, p);
+  ASSERT_TRUE(run.report.passed()) << run.report.failure->describe();
+  const ServingSummary& s = *run.report.serving;
+  EXPECT_GT(s.offloads, 0u);
+  EXPECT_EQ(s.offloads % 2, 0u) << "one transfer a side";
+  EXPECT_GT(s.host_hit_pages, 0u);
+  EXPECT_EQ(s.pages_loaded_back, 2 * s.host_hit_pages) << "both sides of every page";
+  EXPECT_EQ(s.retractions_backed_up, 0u) << "a composite's retractions recompute";
+  expect_host_empty_at_the_end(run);
+}
+
+// The hit-rate properties of issue 9 on the shared Mooncake conversation trace (beside the
+// repository; skipped without it), tables only: a device pool too small for the working set.
+std::optional<RequestTrace> shared_mooncake(std::uint64_t limit) {
+  const std::string path = testing::source_dir() + "/../shared/traces-external/mooncake/conversation_trace.jsonl";
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  Result<RequestTrace> t = read_request_trace(path, TraceFormat::mooncake, {limit});
+  KVTWIN_CHECK(t.ok(), t.ok() ? "" : t.error().message);
+  return *t;
+}
+
+TEST(ServingSimHost, WithALargeHostTheHitRateIsTheEndlessCachesAndNeverFallsAsTheHostGrows) {
+  const std::optional<RequestTrace> t = shared_mooncake(800);
+  if (!t) GTEST_SKIP() << "the shared traces are not beside the repository";
+  const std::uint64_t bound = endless_cache_tokens(*t, 32);
+  ASSERT_GT(bound, 0u);
+  std::uint64_t previous = 0;
+  for (std::uint64_t host_mib : {0, 256, 1024, 4096}) {
+    SCOPED_TRACE("host " + std::to_string(host_mib) + " MiB");
+    ServingParams p = params("llama-3.1-8b", 8, 64ull << 20, 32);  // 256 pages of 16 tokens
+    p.tables_only = true;
+    p.checkpoint_every = 0;
+    p.reserve_permille = 1000;  // no retraction: the bound counts first admissions
+    p.host_bytes = host_mib << 20;
+    p.write_policy = WritePolicy::write_back;
+    const SimRun run = simulate(*t, p);
+    ASSERT_TRUE(run.report.passed()) << run.report.failure->describe();
+    const ServingSummary& s = *run.report.serving;
+    ASSERT_EQ(s.retractions, 0u) << "the bound counts first admissions only";
+    EXPECT_GT(s.cache_evicted_pages, 0u) << "the device is too small for the working set";
+    EXPECT_LE(s.cached_tokens, bound) << "never above an endless cache";
+    EXPECT_GE(s.cached_tokens, previous) << "a larger host never hits less";
+    previous = s.cached_tokens;
+    if (host_mib == 0) {
+      EXPECT_LT(s.cached_tokens, bound) << "the device alone is too small";
+    }
+    if (host_mib == 4096) {
+      EXPECT_EQ(s.cached_tokens, bound) << "device and host together act as an endless cache";
+    }
+  }
 }
 
 }  // namespace

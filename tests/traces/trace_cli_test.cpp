@@ -186,7 +186,7 @@ TEST(RecordCli, RecordingIsByteIdenticalAndReplaysClean) {
   CliRun ra = kvtwin(a);
   ASSERT_EQ(ra.exit_code, 0) << ra.out << ra.err;
   EXPECT_THAT(ra.out, HasSubstr("requests served 25 of 25"));
-  EXPECT_THAT(ra.out, HasSubstr("host arena: not modelled"));
+  EXPECT_THAT(ra.out, HasSubstr("host tier: none (--host-bytes 0)"));
   EXPECT_THAT(ra.out, HasSubstr("token scale 32"));
   CliRun rb = kvtwin(b);
   ASSERT_EQ(rb.exit_code, 0);
@@ -206,7 +206,8 @@ TEST(ReplayCli, ARequestTraceIsSimulatedAndCheckedInOneGo) {
   EXPECT_THAT(r.out, HasSubstr("peak occupancy: full "));
   const nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find("\n{") + 1));
   EXPECT_EQ(j["serving"]["requests_served"], 40);
-  EXPECT_EQ(j["serving"]["host_arena"], "not modelled");
+  EXPECT_EQ(j["serving"]["host"]["pages"], 0);
+  EXPECT_EQ(j["parameters"]["host_tier"], "none");
   EXPECT_GT(j["serving"]["swa_freed_pages"].get<int>(), 0);
   EXPECT_EQ(j["parameters"]["token_scale"], 4);
 }

@@ -13,6 +13,8 @@
 //                               spends on a request slice. items/s = operations.
 //   BM_FuzzCase                 one kvtwin fuzz case (random configuration, 200 operations, every
 //                               check). items/s = operations.
+//   BM_MooncakeWholeHostTier    the same with a host tier of 64 GiB, against the same replay without
+//                               one in the same run (tiered_over_plain).
 //   BM_ReadPoolTrace            reading a recorded pool trace (parsing and checking every line).
 //                               bytes/s = file bytes.
 // The Mooncake trace is read from ../shared/traces-external/ next to the source tree (or
@@ -20,6 +22,7 @@
 //   build/default/tools/bench/kvtwin_traces_bench --benchmark_filter=Mooncake
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -74,6 +77,50 @@ void BM_MooncakeWholeTablesOnly(benchmark::State& state) {
   state.SetItemsProcessed(static_cast<std::int64_t>(ops));
 }
 BENCHMARK(BM_MooncakeWholeTablesOnly)->Arg(0)->Arg(1000)->Unit(benchmark::kSecond)->Iterations(1);
+
+// The host tier's cost (issue 9): the whole Mooncake conversation trace as above, tables only,
+// with a host tier of `Arg` GiB (write-back) and the same replay without one, both in this run;
+// counters: tiered_over_plain (the tiered replay's seconds over the plain one's), the hit rates
+// with and without the host, and the host's transfers. The storage tier is not wired in yet.
+void BM_MooncakeWholeHostTier(benchmark::State& state) {
+  const std::string path = traces_dir() + "/mooncake/conversation_trace.jsonl";
+  if (!std::filesystem::exists(path)) {
+    state.SkipWithError(("no " + path + " (set KVTWIN_TRACES_DIR)").c_str());
+    return;
+  }
+  Result<RequestTrace> trace = read_request_trace(path, TraceFormat::mooncake, {});
+  KVTWIN_CHECK(trace.ok(), "the Mooncake trace reads");
+  ServingParams p;
+  p.model = "llama-3.1-8b";
+  p.page_size = 16;
+  p.pool_bytes = std::uint64_t{16} << 30;
+  p.token_scale = 16;
+  p.max_running = 128;
+  p.tables_only = true;
+  p.write_policy = WritePolicy::write_back;
+  double plain_s = 0, tiered_s = 0;
+  for (auto _ : state) {
+    for (std::uint64_t host_gib : {std::uint64_t{0}, static_cast<std::uint64_t>(state.range(0))}) {
+      p.host_bytes = host_gib << 30;
+      const auto start = std::chrono::steady_clock::now();
+      Result<BackendSet> backends = make_backend_set(BackendChoice::model);
+      Result<ReplayReport> r = simulate_request_trace(*trace, p, *backends, CheckCadence{});
+      KVTWIN_CHECK(r.ok() && r->passed(), "the whole trace replays clean");
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      (host_gib == 0 ? plain_s : tiered_s) += s;
+      state.counters[host_gib == 0 ? "hit_rate_device_only" : "hit_rate_tiered"] = r->serving->prefix_hit_rate();
+      if (host_gib != 0) {
+        state.counters["offloads"] = static_cast<double>(r->serving->offloads);
+        state.counters["load_backs"] = static_cast<double>(r->serving->load_backs);
+        state.counters["ops"] = static_cast<double>(r->stats.ops);
+      }
+    }
+  }
+  state.counters["plain_s"] = plain_s;
+  state.counters["tiered_s"] = tiered_s;
+  state.counters["tiered_over_plain"] = tiered_s / plain_s;
+}
+BENCHMARK(BM_MooncakeWholeHostTier)->Arg(64)->Unit(benchmark::kSecond)->Iterations(1);
 
 // The cost of checking against the pool's size: the whole Azure code trace (8,819 requests,
 // 206k operations), tables only, Llama-3.1-8B at 16-token pages, at 1 GiB, 64 GiB and 1 TiB.

@@ -23,7 +23,16 @@ void add_serving_options(CLI::App& app, ServingOptions& o) {
   add_tp_option(app, o.tp, "tensor-parallel ranks (the pool is one rank's)");
   add_count(app, "--page-size", o.page_size, "tokens per page", 1);
   app.add_option("--pool-bytes", o.pool_bytes, "bytes of the device pool, e.g. 8GiB")->capture_default_str();
-  app.add_option("--host-bytes", o.host_bytes, "bytes of the host arena (recorded; not modelled yet)")
+  app.add_option("--host-bytes", o.host_bytes,
+                 "bytes of the host arena below the device prefix cache (SPEC 8); 0: no host tier")
+      ->capture_default_str();
+  app.add_option("--write-policy", o.write_policy,
+                 "when the host tier backs up a prefix block: write_through (as it is filled), "
+                 "write_through_selective (once hit), write_back (only when evicted)")
+      ->capture_default_str();
+  app.add_option("--storage-dir", o.storage_dir,
+                 "folder of the storage tier below the host (core/page_store.h; not wired into the simulator yet)");
+  app.add_option("--storage-bytes", o.storage_bytes, "capacity of the storage tier (with --storage-dir)")
       ->capture_default_str();
   add_count(app, "--token-scale", o.token_scale, "divide token counts by this (recorded in the output)", 1);
   add_count(app, "--max-running", o.max_running, "most requests running at once", 1);
@@ -75,6 +84,15 @@ Result<traces::ServingParams> serving_params(const ServingOptions& o) {
   p.page_size = o.page_size;
   KVTWIN_TRY(p.pool_bytes, parse_byte_size(o.pool_bytes, "--pool-bytes"));
   KVTWIN_TRY(p.host_bytes, parse_byte_size(o.host_bytes, "--host-bytes"));
+  if (!parse_write_policy(o.write_policy, p.write_policy))
+    return make_error(ErrorKind::invalid_argument, "--write-policy '" + printable(o.write_policy) +
+                                                       "' is not a write policy; use write_through, "
+                                                       "write_through_selective or write_back");
+  KVTWIN_TRY(std::uint64_t storage_bytes, parse_byte_size(o.storage_bytes, "--storage-bytes"));
+  if (!o.storage_dir.empty() || storage_bytes != 0)
+    return make_error(ErrorKind::unsupported,
+                      "--storage-dir / --storage-bytes: the storage tier (core/page_store.h, docs/storage.md) is not "
+                      "wired into the serving simulator yet; run with the device and host tiers (--host-bytes)");
   p.token_scale = o.token_scale;
   p.max_running = o.max_running;
   if (o.mode != "eager" && o.mode != "lazy")

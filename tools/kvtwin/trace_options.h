@@ -24,6 +24,9 @@ struct ServingOptions {
   std::uint64_t page_size = 16;
   std::string pool_bytes = "1GiB";
   std::string host_bytes = "0";
+  std::string write_policy = "write_through";
+  std::string storage_dir;            // refused for now: the storage tier is not wired in
+  std::string storage_bytes = "0";
   std::uint64_t token_scale = 16;
   std::uint32_t max_running = 64;
   std::string mode = "eager";
