@@ -552,6 +552,9 @@ bool HostTransfers::is_load_back(std::uint32_t transfer) const {
 }
 
 std::optional<std::uint32_t> HostTransfers::holding_host(std::size_t side, std::int64_t logical) const {
+  // A -1 in a transfer's host list is a load-back's side it does not load, never a page it holds
+  // (the model's rule: a negative id is out of range for host_free, not in flight).
+  if (logical < 0) return std::nullopt;
   for (const auto& [id, t] : in_flight_)
     if (side < t.host.size() && std::find(t.host[side].begin(), t.host[side].end(), logical) != t.host[side].end())
       return id;

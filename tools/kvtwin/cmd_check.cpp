@@ -388,15 +388,32 @@ std::vector<Item> gate_items(const CheckOptions& o, const GateSetup& g) {
         r.failure = backends.error().message;
         return r;
       }
-      // SPEC 8's host operations need a host arena in every backend (KVTWIN_GPU_HOST_OPS=0 leaves
-      // them out of runs with the GPU).
+      // SPEC 8's host operations need a host arena in every backend (runs with the GPU leave them
+      // out unless KVTWIN_GPU_HOST_OPS=1), and SPEC 11's state sub-pool is the model's only.
       if (!backends->host_ops) {
         Result<traces::PoolTrace> trace = traces::read_pool_trace_file(path.string());
         if (trace.ok() && std::any_of(trace->lines.begin(), trace->lines.end(),
                                       [](const traces::TraceLine& l) { return is_host_op(l.op); })) {
           r.state = ItemResult::State::skipped;
-          r.detail = "host arena operations (SPEC 8) are off in runs with the GPU (KVTWIN_GPU_HOST_OPS=0); kvtwin "
-                     "check --backend model replays this trace";
+          r.detail = "host arena operations (SPEC 8) are off in runs with the GPU (KVTWIN_GPU_HOST_OPS=1 turns them "
+                     "on); kvtwin check --backend model replays this trace";
+          return r;
+        }
+      }
+      const bool gpu_plays = std::any_of(backends->players.begin(), backends->players.end(),
+                                         [](const traces::Player& p) { return p.backend->name() == "gpu"; });
+      if (gpu_plays) {
+        Result<traces::PoolTrace> trace = traces::read_pool_trace_file(path.string());
+        const bool hybrid = trace.ok() && std::any_of(trace->lines.begin(), trace->lines.end(), [](const traces::TraceLine& l) {
+          const auto* build = std::get_if<BuildPool>(&l.op);
+          if (build == nullptr) return false;
+          const Result<PoolDerived> d = derive_pool(build->config);
+          return d.ok() && d->has_state();
+        });
+        if (hybrid) {
+          r.state = ItemResult::State::skipped;
+          r.detail = "a hybrid chain (SPEC 11): the GPU has no state sub-pool yet; kvtwin check --backend model replays "
+                     "this trace";
           return r;
         }
       }
