@@ -167,6 +167,11 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
                             "write to layer " + std::to_string(op.layer) + ": slot " + std::to_string(slot) +
                                 " lies on a page transfer " + std::to_string(*t) +
                                 " holds in flight; wait for it (transfer_wait) first");
+      if (const auto t = transfers.covering_physical(placement.sub_pool, slot / ps, false))
+        return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
+                            "write to layer " + std::to_string(op.layer) + ": slot " + std::to_string(slot) +
+                                " lies on a page whose bytes overlap a page transfer " + std::to_string(*t) +
+                                " copies in flight; wait for it (transfer_wait) first");
     }
   }
   if (!writes_rows) return ok_status();
@@ -220,6 +225,10 @@ Result<std::vector<std::uint8_t>> Doors::read(const Read& op, const DeviceAlloca
         return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
                             "read: id " + std::to_string(id) + " lies on a page transfer " + std::to_string(*t) +
                                 " is still loading back; wait for it (transfer_wait) first");
+      if (const auto t = transfers.covering_physical(placement.sub_pool, page, true))
+        return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
+                            "read: id " + std::to_string(id) + " lies on a page whose bytes overlap a page transfer " +
+                                std::to_string(*t) + " is still loading back; wait for it (transfer_wait) first");
     }
   }
   const std::int64_t lanes = static_cast<std::int64_t>(op.ids.size());

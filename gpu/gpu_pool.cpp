@@ -431,6 +431,14 @@ OpResult GpuPool::move_pages(const MovePages& op) {
         return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
                             "move_pages: page " + std::to_string(page) + " of sub-pool '" + op.sub_pool +
                                 "' is copied by transfer " + std::to_string(*t) + " in flight; wait for it first");
+  // Nor one whose bytes overlap a page a transfer copies, in the other side's pages: the source is
+  // read (against a load-back filling it), the destination written (against any copy).
+  for (std::size_t i = 0; i < op.src.size() && !faults_.compaction_ignores_transfers && transfers_.any_in_flight(); ++i)
+    for (const auto& [page, reading] : {std::pair{op.src[i], true}, std::pair{op.dst[i], false}})
+      if (const auto t = transfers_.covering_physical(index, page, reading))
+        return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
+                            "move_pages: page " + std::to_string(page) + " of sub-pool '" + op.sub_pool +
+                                "' overlaps a page transfer " + std::to_string(*t) + " copies in flight; wait for it first");
   // Raw copies, no table change.
   KVTWIN_TRY_STATUS(bytes_.move_pages(index, move.sources, move.destinations, move.pages, faults_, stream_));
   return ok(Done{});

@@ -105,14 +105,14 @@ Result<HostTransfers::Lane*> HostTransfers::lane(std::uint32_t stream) {
 
 // ---------------------------------------------------------------- ordering (rules 3, 4, 7)
 
-std::set<std::uint32_t> HostTransfers::ordered_after(std::uint32_t stream,
+std::set<std::uint64_t> HostTransfers::ordered_after(std::uint32_t stream,
                                                      const std::optional<std::uint32_t>& wait_event) const {
   // A transfer lands after every earlier transfer of its stream (FIFO) and after everything its
   // wait_event captured, transitively.
-  std::set<std::uint32_t> after;
+  std::set<std::uint64_t> after;
   for (const auto& [id, t] : in_flight_) {
     if (t.stream != stream) continue;
-    after.insert(id);
+    after.insert(t.sequence);
     after.insert(t.after.begin(), t.after.end());
   }
   if (wait_event.has_value()) {
@@ -135,9 +135,9 @@ Status HostTransfers::check_start(std::uint32_t transfer, std::uint32_t stream,
 }
 
 Status HostTransfers::check_races(bool offload, const std::vector<std::vector<std::int64_t>>& host, std::uint32_t stream,
-                                  const std::set<std::uint32_t>& after) const {
+                                  const std::set<std::uint64_t>& after) const {
   for (const auto& [id, t] : in_flight_) {
-    if (after.count(id) != 0) continue;  // ordered before this one: no race
+    if (after.count(t.sequence) != 0) continue;  // ordered before this one: no race
     if (!offload && !t.offload) continue;  // two readers of host pages do not race
     for (std::size_t s = 0; s < host.size() && s < t.host.size(); ++s)
       for (std::int64_t page : host[s]) {
@@ -166,7 +166,7 @@ Status HostTransfers::record_event(const RecordEvent& op, cudaStream_t compute) 
     // Every transfer submitted on that stream and not yet complete, and what they wait for.
     for (const auto& [id, t] : in_flight_) {
       if (t.stream != op.stream) continue;
-      r.captured.insert(id);
+      r.captured.insert(t.sequence);
       r.captured.insert(t.after.begin(), t.after.end());
     }
     KVTWIN_TRY(Lane * l, lane(op.stream));
@@ -401,7 +401,7 @@ Result<Outcome> HostTransfers::offload(const Offload& op, const DeviceAllocator&
   KVTWIN_TRY_STATUS(check_host_ids(arena, side, op.host, false, "offload"));
   std::vector<std::vector<std::int64_t>> host(allocator.side_count());
   host[side] = op.host;
-  const std::set<std::uint32_t> after = ordered_after(op.stream, op.wait_event);
+  const std::set<std::uint64_t> after = ordered_after(op.stream, op.wait_event);
   KVTWIN_TRY_STATUS(check_races(true, host, op.stream, after));
 
   Transfer t;
@@ -412,6 +412,7 @@ Result<Outcome> HostTransfers::offload(const Offload& op, const DeviceAllocator&
   t.physical.assign(allocator.side_count(), {});
   t.physical[side] = physical;
   t.host = std::move(host);
+  t.sequence = next_sequence_++;
   t.after = after;
   KVTWIN_TRY_STATUS(submit(t, op.wait_event, op.thread, allocator, bytes, arena, faults, compute));
   in_flight_[op.transfer] = std::move(t);
@@ -433,7 +434,7 @@ Result<Outcome> HostTransfers::load_back(const LoadBack& op, DeviceAllocator& al
   if (op.host.size() == 2) KVTWIN_TRY_STATUS(check_host_ids(arena, 1, op.host[1], true, "load_back"));
   std::vector<std::vector<std::int64_t>> host(sides);
   for (std::size_t s = 0; s < op.host.size(); ++s) host[s] = op.host[s];
-  const std::set<std::uint32_t> after = ordered_after(op.stream, op.wait_event);
+  const std::set<std::uint64_t> after = ordered_after(op.stream, op.wait_event);
   KVTWIN_TRY_STATUS(check_races(false, host, op.stream, after));
   // Allocate the device pages first, as alloc does (SPEC 8); no room changes nothing.
   const std::int64_t pages = static_cast<std::int64_t>(k);
@@ -462,6 +463,7 @@ Result<Outcome> HostTransfers::load_back(const LoadBack& op, DeviceAllocator& al
   for (std::size_t s = 0; s < sides; ++s)
     if (host[s].empty()) host[s].assign(k, -1);  // a side not loaded
   t.host = std::move(host);
+  t.sequence = next_sequence_++;
   t.after = after;
   KVTWIN_TRY_STATUS(submit(t, op.wait_event, op.thread, allocator, bytes, arena, faults, compute));
   in_flight_[op.transfer] = std::move(t);
@@ -543,6 +545,23 @@ std::optional<std::uint32_t> HostTransfers::holding_physical(std::size_t side, s
   for (const auto& [id, t] : in_flight_)
     if (side < t.physical.size() && std::find(t.physical[side].begin(), t.physical[side].end(), ppage) != t.physical[side].end())
       return id;
+  return std::nullopt;
+}
+
+std::optional<std::uint32_t> HostTransfers::covering_physical(std::size_t side, std::int64_t ppage,
+                                                             bool load_backs_only) const {
+  const auto& sub_pools = derived_->geometry.sub_pools;
+  const std::uint64_t begin = static_cast<std::uint64_t>(ppage) * sub_pools[side].page_bytes;
+  const std::uint64_t end = begin + sub_pools[side].page_bytes;
+  for (const auto& [id, t] : in_flight_) {
+    if (load_backs_only && t.offload) continue;
+    for (std::size_t s = 0; s < t.physical.size() && s < t.host.size(); ++s)
+      for (std::size_t i = 0; i < t.physical[s].size() && i < t.host[s].size(); ++i) {
+        if (t.host[s][i] < 0) continue;  // a side the load-back does not load copies nothing
+        const std::uint64_t copy_begin = static_cast<std::uint64_t>(t.physical[s][i]) * sub_pools[s].page_bytes;
+        if (copy_begin < end && begin < copy_begin + sub_pools[s].page_bytes) return id;
+      }
+  }
   return std::nullopt;
 }
 

@@ -97,7 +97,11 @@ class HostTransfers {
   // offload of it.
   std::optional<std::uint32_t> holding_virtual_on(std::size_t side, std::int64_t vpage) const;
   std::optional<std::uint32_t> offloading_virtual_on(std::size_t side, std::int64_t vpage) const;
-  std::optional<std::uint32_t> loading_virtual(std::int64_t vpage) const;  // a load-back's: not readable yet
+  std::optional<std::uint32_t> loading_virtual(std::int64_t vpage) const;
+  // The transfer whose copy covers a byte of physical page `ppage` of device side `side`, seen in
+  // any side's pages (the pool is one buffer: an unbound page of one side overlaps pages of the
+  // other); reads ask for load-backs only. The model's transfer_covering_page (sim/model.h).
+  std::optional<std::uint32_t> covering_physical(std::size_t side, std::int64_t ppage, bool load_backs_only) const;  // a load-back's: not readable yet
   std::optional<std::uint32_t> holding_physical(std::size_t side, std::int64_t ppage) const;
   std::optional<std::uint32_t> holding_host(std::size_t side, std::int64_t logical) const;
   bool is_load_back(std::uint32_t transfer) const;
@@ -112,23 +116,26 @@ class HostTransfers {
     std::uint32_t id = 0;
     bool offload = true;
     std::uint32_t stream = 0;
+    std::uint64_t sequence = 0;                        // submission order, unique for the pool's life
     std::vector<std::int64_t> virtual_pages;           // ascending (offload) or in binding order (load-back)
     std::vector<std::vector<std::int64_t>> physical;   // per device side: the pages copied (-1: none)
     std::vector<std::vector<std::int64_t>> host;       // per host side: the logical pages (-1: none)
-    std::set<std::uint32_t> after;                     // in-flight transfers it is ordered after
+    std::set<std::uint64_t> after;                     // sequences it is ordered after, closed at its start
     cudaEvent_t finish = nullptr;
     std::vector<DeviceBuffer<std::int64_t>> lists;     // per side: [virtual | host logical | device | host]
   };
   struct Recorded {
     std::vector<cudaEvent_t> events;   // what a waiter waits on (owned: recorded for this id)
-    std::set<std::uint32_t> captured;  // the in-flight transfers it captured, transitively
+    std::set<std::uint64_t> captured;  // sequences of the transfers it captured, transitively
   };
   Result<Lane*> lane(std::uint32_t stream);
   Status check_start(std::uint32_t transfer, std::uint32_t stream, const std::optional<std::uint32_t>& wait_event) const;
   // Rule 7: every in-flight transfer this one races with on a host page is ordered before it.
   Status check_races(bool offload, const std::vector<std::vector<std::int64_t>>& host, std::uint32_t stream,
-                     const std::set<std::uint32_t>& after) const;
-  std::set<std::uint32_t> ordered_after(std::uint32_t stream, const std::optional<std::uint32_t>& wait_event) const;
+                     const std::set<std::uint64_t>& after) const;
+  // By sequence, never by id: an id used again after its transfer_wait is another transfer (the
+  // model's rule, sim/transfers.h).
+  std::set<std::uint64_t> ordered_after(std::uint32_t stream, const std::optional<std::uint32_t>& wait_event) const;
   // Steps (1) to (5) for side `side` of a transfer whose lists are set (the lease is taken here).
   Status submit(Transfer& t, const std::optional<std::uint32_t>& wait_event, std::uint32_t thread,
                 const DeviceAllocator& allocator, const DevicePoolBytes& bytes, PinnedHostArena& arena,
@@ -145,6 +152,7 @@ class HostTransfers {
   static constexpr std::size_t kCopyStreamPairs = 8;
   std::vector<std::pair<cudaStream_t, cudaStream_t>> copy_streams_;
   std::map<std::uint32_t, Transfer> in_flight_;
+  std::uint64_t next_sequence_ = 1;
   std::map<std::uint32_t, Recorded> recorded_;
   PinnedBuffer<std::int64_t> batch_lists_;  // memcpy_batch: the resolved lists, read back on the host
   DeviceBuffer<std::int64_t> selection_pages_;  // offload, load_back: the virtual pages looked up

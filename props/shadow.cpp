@@ -460,7 +460,8 @@ Expectation PoolShadow::on(const MovePages& op) {
   for (std::size_t i = 0; i < op.src.size(); ++i)
     if (held(*side, op.src[i]) || held(*side, op.dst[i])) return refuse(ErrorKind::reader_conflict);
   for (std::size_t i = 0; i < op.src.size(); ++i)
-    if (transfer_holds(*side, op.src[i], false) || transfer_holds(*side, op.dst[i], false))
+    if (transfer_holds(*side, op.src[i], false) || transfer_holds(*side, op.dst[i], false) ||
+        transfer_touches(*side, op.src[i], true) || transfer_touches(*side, op.dst[i], false))
       return refuse(ErrorKind::reader_conflict, reason::transfer_in_flight);
   return expect(Done{});
 }
@@ -551,7 +552,7 @@ std::optional<Error> PoolShadow::check_write(std::uint32_t model_layer, const st
   // docs/host_arena.md: no row goes into a page an in-flight transfer copies.
   for (std::int64_t k : loc) {
     const std::int64_t final_loc = swa ? swa_of(k) : k;
-    if (final_loc >= sink_end && transfer_holds(place.sub_pool, final_loc / page_size_, false))
+    if (final_loc >= sink_end && transfer_touches(place.sub_pool, final_loc / page_size_, false))
       return error(ErrorKind::reader_conflict, reason::transfer_in_flight);
   }
   return std::nullopt;
@@ -670,7 +671,7 @@ Expectation PoolShadow::on(const Read& op) {
     if (id < 0 || id >= slots(place.sub_pool)) return refuse(ErrorKind::out_of_range);
   // A load-back's pages hold nothing readable until its wait.
   for (std::int64_t id : op.ids)
-    if (id >= sides_[place.sub_pool].min_page * page_size_ && transfer_holds(place.sub_pool, id / page_size_, true))
+    if (id >= sides_[place.sub_pool].min_page * page_size_ && transfer_touches(place.sub_pool, id / page_size_, true))
       return refuse(ErrorKind::reader_conflict, reason::transfer_in_flight);
   Bytes b;
   const std::uint64_t row_bytes = layout.parts[*part].row_bytes();

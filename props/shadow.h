@@ -118,7 +118,7 @@ struct ShadowTransfer {
   std::uint32_t thread = 0;
   std::uint32_t stream = 1;
   std::uint64_t sequence = 0;
-  std::vector<std::uint64_t> waits;  // sequences its wait_event captured
+  std::vector<std::uint64_t> after;  // sequences it lands after, closed at its start (sim/transfers.h)
   std::vector<ShadowCopy> copies;
   std::vector<std::int64_t> pages;   // device virtual
 };
@@ -171,8 +171,9 @@ class PoolShadow {
   bool host_page_in_use(std::size_t side, std::int64_t logical) const;
   // Whether a virtual page is being loaded back.
   bool loading(std::int64_t vpage) const;
-  // The in-flight transfers that land before one submitted now on `stream` waiting for `waits`.
-  std::set<std::uint32_t> lands_before(std::uint32_t stream, const std::vector<std::uint64_t>& waits) const;
+  // The sequences a transfer submitted now on `stream` waiting for `waits` lands after: the
+  // stream's transfers in flight and what each lands after, and `waits` (closed when recorded).
+  std::vector<std::uint64_t> lands_after(std::uint32_t stream, const std::vector<std::uint64_t>& waits) const;
   // The whole pages an offload of `side` selects from `ids` (the documented selection), or the
   // error it must be refused with.
   Result<std::vector<std::int64_t>> offload_pages(std::size_t side, IdUnit unit, const std::vector<std::int64_t>& ids) const;
@@ -229,6 +230,9 @@ class PoolShadow {
   };
   // SPEC 8 helpers (props/shadow_host.cpp).
   bool transfer_holds(std::size_t side, std::int64_t physical, bool load_backs_only) const;
+  // Whether a copy in flight (one that copies: host >= 0) covers a byte of page `physical` of
+  // `side`, in any side's pages (sim/model.h transfer_covering_page), or transfer_holds.
+  bool transfer_touches(std::size_t side, std::int64_t physical, bool load_backs_only) const;
   std::optional<Error> transfer_start_error(std::uint32_t transfer, std::uint32_t stream,
                                             const std::optional<std::uint32_t>& wait_event) const;
   std::optional<Error> host_ids_error(std::size_t side, const std::vector<std::int64_t>& ids, bool allow_unloaded) const;

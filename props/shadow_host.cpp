@@ -31,6 +31,21 @@ bool PoolShadow::transfer_holds(std::size_t side, std::int64_t physical, bool lo
   return false;
 }
 
+bool PoolShadow::transfer_touches(std::size_t side, std::int64_t physical, bool load_backs_only) const {
+  if (transfer_holds(side, physical, load_backs_only)) return true;
+  const std::uint64_t begin = static_cast<std::uint64_t>(physical) * sides_[side].page_bytes;
+  const std::uint64_t end = begin + sides_[side].page_bytes;
+  for (const auto& [id, t] : transfers_) {
+    if (load_backs_only && t.offload) continue;
+    for (const ShadowCopy& c : t.copies) {
+      if (c.host < 0) continue;
+      const std::uint64_t copy_begin = static_cast<std::uint64_t>(c.device_page) * sides_[c.side].page_bytes;
+      if (copy_begin < end && begin < copy_begin + sides_[c.side].page_bytes) return true;
+    }
+  }
+  return false;
+}
+
 bool PoolShadow::loading(std::int64_t vpage) const {
   for (const auto& [id, t] : transfers_)
     if (!t.offload && std::find(t.pages.begin(), t.pages.end(), vpage) != t.pages.end()) return true;
@@ -57,26 +72,14 @@ bool PoolShadow::host_page_has_rows(std::size_t side, std::int64_t logical) cons
   return it != host_rows_[side].end() && !it->second.empty();
 }
 
-std::set<std::uint32_t> PoolShadow::lands_before(std::uint32_t stream, const std::vector<std::uint64_t>& waits) const {
-  // A fixpoint: what shares the stream and came first, what it waits for, and theirs in turn.
-  std::set<std::uint32_t> out;
-  std::vector<std::pair<std::uint32_t, std::vector<std::uint64_t>>> todo{{stream, waits}};
-  std::vector<std::uint64_t> below{UINT64_MAX};
-  while (!todo.empty()) {
-    const auto [s, w] = todo.back();
-    const std::uint64_t limit = below.back();
-    todo.pop_back();
-    below.pop_back();
-    for (const auto& [id, t] : transfers_) {
-      const bool earlier_on_stream = t.stream == s && t.sequence < limit;
-      const bool waited = std::find(w.begin(), w.end(), t.sequence) != w.end();
-      if ((earlier_on_stream || waited) && out.insert(id).second) {
-        todo.emplace_back(t.stream, t.waits);
-        below.push_back(t.sequence);
-      }
+std::vector<std::uint64_t> PoolShadow::lands_after(std::uint32_t stream, const std::vector<std::uint64_t>& waits) const {
+  std::set<std::uint64_t> out(waits.begin(), waits.end());
+  for (const auto& [id, t] : transfers_)
+    if (t.stream == stream) {
+      out.insert(t.sequence);
+      out.insert(t.after.begin(), t.after.end());
     }
-  }
-  return out;
+  return std::vector<std::uint64_t>(out.begin(), out.end());
 }
 
 std::vector<std::uint64_t> PoolShadow::captured(const std::optional<std::uint32_t>& wait_event) const {
@@ -115,9 +118,9 @@ std::optional<Error> PoolShadow::host_ids_error(std::size_t side, const std::vec
 
 bool PoolShadow::host_race(std::size_t side, const std::vector<std::int64_t>& ids, bool writes, std::uint32_t stream,
                            const std::vector<std::uint64_t>& waits) const {
-  const std::set<std::uint32_t> before = lands_before(stream, waits);
+  const std::vector<std::uint64_t> after = lands_after(stream, waits);
   for (const auto& [id, t] : transfers_) {
-    if (before.count(id)) continue;
+    if (std::binary_search(after.begin(), after.end(), t.sequence)) continue;
     if (!writes && !t.offload) continue;  // two transfers reading one host page do not race
     for (const ShadowCopy& c : t.copies)
       if (c.side == side && c.host >= 0 && std::find(ids.begin(), ids.end(), c.host) != ids.end()) return true;
@@ -269,11 +272,7 @@ Expectation PoolShadow::on(const LeaseRelease& op) {
 
 Expectation PoolShadow::on(const RecordEvent& op) {
   if (!has_host()) return refuse(ErrorKind::invalid_argument);
-  std::vector<std::uint64_t> captured;
-  for (const auto& [id, t] : transfers_)
-    if (t.stream == op.stream) captured.push_back(t.sequence);
-  std::sort(captured.begin(), captured.end());
-  events_[op.event] = captured;
+  events_[op.event] = op.stream == 0 ? std::vector<std::uint64_t>{} : lands_after(op.stream, {});
   return expect(Done{});
 }
 
@@ -295,8 +294,8 @@ Expectation PoolShadow::on(const Offload& op) {
   t.offload = true;
   t.thread = op.thread;
   t.stream = op.stream;
+  t.after = lands_after(op.stream, waits);
   t.sequence = next_sequence_++;
-  t.waits = waits;
   t.pages = *selected;
   for (std::size_t i = 0; i < selected->size(); ++i) {
     const std::int64_t v = (*selected)[i];
@@ -331,8 +330,8 @@ Expectation PoolShadow::on(const LoadBack& op) {
   t.offload = false;
   t.thread = op.thread;
   t.stream = op.stream;
+  t.after = lands_after(op.stream, waits);
   t.sequence = next_sequence_++;
-  t.waits = waits;
   if (k > 0) {
     t.pages = take(static_cast<std::int64_t>(k));
     allocations_.push_back(t.pages);

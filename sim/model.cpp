@@ -465,6 +465,16 @@ OpResult Model::on(const MovePages& op) {
           return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
                               "move_pages: page " + num(page) + " of sub-pool '" + side.name() +
                                   "' is copied by an in-flight transfer; wait for it first (transfer_wait)");
+  // Nor one whose bytes overlap a page a transfer copies, in the other sub-pool's pages: the move
+  // reads its source (against a load-back filling it) and writes its destination (against any).
+  if (compaction_waits_for_transfers() && !pool_->transfers.empty())
+    for (std::size_t i = 0; i < op.src.size(); ++i)
+      for (const auto& [page, reading] : {std::pair{op.src[i], true}, std::pair{op.dst[i], false}})
+        if (const auto t = transfer_covering_page(s, page, reading))
+          return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
+                              "move_pages: page " + num(page) + " of sub-pool '" + side.name() +
+                                  "' overlaps a page in-flight transfer " + num(*t) +
+                                  " copies; wait for it first (transfer_wait)");
   // Raw copies, no table change (docs/decisions.md "Moves and readers").
   if (pool_->bytes)
     for (std::size_t i = 0; i < op.src.size(); ++i) {
@@ -610,6 +620,12 @@ Result<Model::LayerWrite> Model::plan_layer_write(std::uint32_t model_layer, con
                                 num(page) + " of sub-pool '" +
                                 pool_->allocator.side(w.side).name() +
                                 "', which an in-flight transfer copies; wait for it first (transfer_wait)");
+      if (const auto t = transfer_covering_page(w.side, page, false))
+        return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
+                            "write to layer " + num(model_layer) + ": lane " + num(std::uint64_t{i}) + " writes page " +
+                                num(page) + " of sub-pool '" + pool_->allocator.side(w.side).name() +
+                                "', whose bytes overlap a page in-flight transfer " + num(*t) +
+                                " copies; wait for it first (transfer_wait)");
     }
   }
   return w;
@@ -716,6 +732,13 @@ OpResult Model::on(const Read& op) {
         return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
                             "read: id " + num(id) + " is in a page an in-flight load-back is filling; wait for it "
                             "first (transfer_wait)");
+  if (!pool_->transfers.empty())
+    for (std::int64_t id : op.ids)
+      if (id >= sink_end(place.sub_pool))
+        if (const auto t = transfer_covering_page(place.sub_pool, id / pool_->page_size, true))
+          return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
+                              "read: id " + num(id) + " is in a page whose bytes overlap a page in-flight load-back " +
+                                  num(*t) + " is filling; wait for it first (transfer_wait)");
   std::vector<std::uint8_t> data;
   data.reserve(op.ids.size() * part->row_bytes());
   for (std::int64_t id : op.ids) {

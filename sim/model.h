@@ -286,6 +286,11 @@ class Model : public Backend {
   // Whether an in-flight transfer (a load-back only, with load_backs_only) holds a physical page;
   // false for a page outside the side (a slot past the last whole page).
   bool transfer_holds_page(std::size_t side, std::int64_t page, bool load_backs_only) const;
+  // The in-flight transfer whose copy covers some byte of page `page` of sub-pool `side`, seen in
+  // any sub-pool's pages: the pool is one buffer, so a page of one sub-pool (unbound, outside its
+  // band) overlaps pages of the other. Reads ask for load-backs only (an offload only reads its
+  // pages); writes and moves for any copy. A side a load-back does not load is not covered.
+  std::optional<std::uint32_t> transfer_covering_page(std::size_t side, std::int64_t page, bool load_backs_only) const;
   void land(std::uint32_t transfer);
   void land_everything();
   bool device_rows_pending(std::size_t side, std::int64_t vpage) const;

@@ -106,7 +106,8 @@ Status Model::check_host_race(std::string_view op, std::size_t side, const std::
   // A host page an in-flight transfer writes (an offload), or reads while this one would write it,
   // is a race unless this transfer lands after that one: on its stream, or waiting for an event
   // that captured it (directly or through what that waits for).
-  const std::vector<std::uint32_t> before = pool_->transfers.ordered_before(stream, waits_for, std::nullopt, true);
+  const std::vector<std::uint32_t> before =
+      pool_->transfers.in_flight_among(pool_->transfers.closed_after(stream, waits_for));
   const std::set<std::int64_t> ids(host_ids.begin(), host_ids.end());
   for (const auto& [id, t] : pool_->transfers.in_flight()) {
     if (std::find(before.begin(), before.end(), id) != before.end()) continue;
@@ -182,6 +183,22 @@ bool Model::transfer_holds_page(std::size_t side, std::int64_t page, bool load_b
   if (page < 0 || static_cast<std::size_t>(page) >= pool_->load_back_held[side].size()) return false;
   const auto p = static_cast<std::size_t>(page);
   return pool_->load_back_held[side][p] > 0 || (!load_backs_only && pool_->offload_held[side][p] > 0);
+}
+
+std::optional<std::uint32_t> Model::transfer_covering_page(std::size_t side, std::int64_t page,
+                                                         bool load_backs_only) const {
+  const auto& sub_pools = pool_->derived.geometry.sub_pools;
+  const std::uint64_t begin = static_cast<std::uint64_t>(page) * sub_pools[side].page_bytes;
+  const std::uint64_t end = begin + sub_pools[side].page_bytes;
+  for (const auto& [id, t] : pool_->transfers.in_flight()) {
+    if (load_backs_only && t.direction == TransferDirection::offload) continue;
+    for (const PageCopy& c : t.copies) {
+      if (c.host_logical < 0) continue;
+      const std::uint64_t copy_begin = static_cast<std::uint64_t>(c.device_page) * sub_pools[c.side].page_bytes;
+      if (copy_begin < end && begin < copy_begin + sub_pools[c.side].page_bytes) return id;
+    }
+  }
+  return std::nullopt;
 }
 
 bool Model::device_rows_pending(std::size_t side, std::int64_t vpage) const {
@@ -324,7 +341,7 @@ OpResult Model::on(const Offload& op) {
   t.direction = TransferDirection::offload;
   t.thread = op.thread;
   t.stream = op.stream;
-  t.waits_for = waits;
+  t.after = pool_->transfers.closed_after(op.stream, waits);
   t.pages = selected;
   host->acquire(op.thread);
   const AllocatorSide& s = pool_->allocator.side(side);
@@ -381,7 +398,7 @@ OpResult Model::on(const LoadBack& op) {
   t.direction = TransferDirection::load_back;
   t.thread = op.thread;
   t.stream = op.stream;
-  t.waits_for = waits;
+  t.after = pool_->transfers.closed_after(op.stream, waits);
   t.pages = k > 0 ? pool_->allocator.alloc(k) : std::vector<std::int64_t>{};
   host->acquire(op.thread);
   for (std::size_t i = 0; i < k; ++i) {
@@ -562,7 +579,7 @@ void Model::digest_host(StateDigest& d, bool with_bytes) const {
     d.add(std::uint64_t{t.thread});
     d.add(std::uint64_t{t.stream});
     d.add(t.sequence);
-    for (std::uint64_t w : t.waits_for) d.add(w);
+    for (std::uint64_t w : t.after) d.add(w);
     for (const PageCopy& c : t.copies) {
       d.add(std::uint64_t{c.side});
       d.add(c.virtual_page);

@@ -24,42 +24,27 @@ const std::vector<std::uint64_t>* TransferBook::event(std::uint32_t id) const {
 }
 
 void TransferBook::record_event(std::uint32_t id, std::uint32_t stream) {
-  // A later record under the same id replaces the earlier one (cudaEventRecord).
-  std::vector<std::uint64_t> captured;
-  for (const auto& [sequence, transfer] : by_sequence_)
-    if (transfers_.at(transfer).stream == stream) captured.push_back(sequence);
-  events_[id] = std::move(captured);
+  // A later record under the same id replaces the earlier one (cudaEventRecord). Stream 0 runs
+  // synchronously here: it has no transfer in flight, so it captures none.
+  events_[id] = stream == 0 ? std::vector<std::uint64_t>{} : closed_after(stream, {});
 }
 
-std::vector<std::uint32_t> TransferBook::ordered_before(std::uint32_t stream, const std::vector<std::uint64_t>& waits_for,
-                                                        std::optional<std::uint64_t> before_sequence,
-                                                        bool follow_waits) const {
-  // Breadth first over "lands before": the stream's earlier transfers (FIFO), and what it waits
-  // for; each member adds its own. Bounded: every step adds an in-flight transfer not seen yet.
-  std::set<std::uint64_t> seen;
-  std::vector<std::uint64_t> frontier;
-  const auto add_stream = [&](std::uint32_t s, std::optional<std::uint64_t> below) {
-    for (const auto& [sequence, transfer] : by_sequence_) {
-      if (below && sequence >= *below) break;
-      if (transfers_.at(transfer).stream == s && seen.insert(sequence).second) frontier.push_back(sequence);
-    }
-  };
-  const auto add_waits = [&](const std::vector<std::uint64_t>& waits) {
-    if (!follow_waits) return;
-    for (std::uint64_t sequence : waits)
-      if (by_sequence_.count(sequence) != 0 && seen.insert(sequence).second) frontier.push_back(sequence);
-  };
-  add_stream(stream, before_sequence);
-  add_waits(waits_for);
-  while (!frontier.empty()) {
-    const std::uint64_t sequence = frontier.back();
-    frontier.pop_back();
-    const Transfer& t = transfers_.at(by_sequence_.at(sequence));
-    add_stream(t.stream, t.sequence);
-    add_waits(t.waits_for);
+std::vector<std::uint64_t> TransferBook::closed_after(std::uint32_t stream,
+                                                      const std::vector<std::uint64_t>& waits_for) const {
+  std::set<std::uint64_t> out(waits_for.begin(), waits_for.end());
+  for (const auto& [sequence, id] : by_sequence_) {
+    const Transfer& t = transfers_.at(id);
+    if (t.stream != stream) continue;
+    out.insert(sequence);
+    out.insert(t.after.begin(), t.after.end());
   }
+  return std::vector<std::uint64_t>(out.begin(), out.end());
+}
+
+std::vector<std::uint32_t> TransferBook::in_flight_among(const std::vector<std::uint64_t>& after) const {
   std::vector<std::uint32_t> out;
-  for (std::uint64_t sequence : seen) out.push_back(by_sequence_.at(sequence));  // ascending sequence
+  for (std::uint64_t sequence : after)  // ascending
+    if (const auto it = by_sequence_.find(sequence); it != by_sequence_.end()) out.push_back(it->second);
   return out;
 }
 
@@ -67,8 +52,16 @@ std::vector<std::uint32_t> TransferBook::landing_order(std::uint32_t id, bool fo
   const Transfer* t = find(id);
   KVTWIN_CHECK(t != nullptr, "landing a transfer in flight");
   std::vector<std::uint32_t> out;
-  for (std::uint32_t before : ordered_before(t->stream, t->waits_for, t->sequence, follow_waits))
-    if (!transfers_.at(before).landed) out.push_back(before);
+  if (follow_waits) {
+    for (std::uint32_t before : in_flight_among(t->after))
+      if (!transfers_.at(before).landed) out.push_back(before);
+  } else {
+    for (const auto& [sequence, before] : by_sequence_) {
+      if (sequence >= t->sequence) break;
+      const Transfer& b = transfers_.at(before);
+      if (b.stream == t->stream && !b.landed) out.push_back(before);
+    }
+  }
   if (!t->landed) out.push_back(id);
   return out;
 }

@@ -432,6 +432,11 @@ std::string BackendSet::names() const {
   return s;
 }
 
+bool gpu_host_ops_requested() {
+  const char* host_ops = std::getenv("KVTWIN_GPU_HOST_OPS");
+  return host_ops != nullptr && std::string_view(host_ops) == "1";
+}
+
 Result<BackendSet> make_backend_set(BackendChoice choice, const std::string& fault) {
   KVTWIN_TRY(const FaultChoice faults, parse_fault_choice(fault));
   const bool model_fault = !faults.names.empty() && faults.site == FaultSite::model;
@@ -456,8 +461,7 @@ Result<BackendSet> make_backend_set(BackendChoice choice, const std::string& fau
     // is not yet clean on the H200 (docs/host_arena.md "The GPU side"): host operations stay out of
     // runs with the GPU (generators emit none, kvtwin check skips such traces by name) unless
     // KVTWIN_GPU_HOST_OPS=1 asks for them.
-    const char* host_ops = std::getenv("KVTWIN_GPU_HOST_OPS");
-    set.host_ops = host_ops != nullptr && std::string_view(host_ops) == "1";
+    set.host_ops = gpu_host_ops_requested();
     if (!gpu_backend_built() || !gpu_device_available())
       return make_error(ErrorKind::unsupported, gpu_unavailable_reason());
 #if KVTWIN_HAVE_GPU

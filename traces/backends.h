@@ -44,6 +44,8 @@ bool gpu_backend_built();
 bool gpu_device_available();
 // Why the GPU backend cannot run here ("" when it can).
 std::string gpu_unavailable_reason();
+// Whether runs with the GPU play SPEC 8's host operations: KVTWIN_GPU_HOST_OPS=1 (BackendSet::host_ops).
+bool gpu_host_ops_requested();
 
 enum class FaultSite : std::uint8_t { model, gpu };
 

@@ -436,6 +436,14 @@ bool Runner::finish() {
   op_text_.clear();
   InvariantScope scope;
   try {
+    // Compared side by side, the pools must show the same bytes: every copy still in flight lands
+    // first, as at a checkpoint (a device synchronizes its copy streams; the model lands them in
+    // submission order); the transfers themselves stay in flight.
+    if (players_.size() >= 2 && derived_ && !config_->tables_only && cadence_.compare_pools)
+      for (Player& p : players_)
+        if (const OpResult r = p.backend->apply(Checkpoint{}); !r.ok())
+          return fail("pool", std::string(p.backend->name()) + " cannot land its transfers at the end of the run: " +
+                                  r.error().message);
     return check_verify(false, true) && check_tables(true) && check_invariants(true, false) && check_pools();
   } catch (const InvariantFailure& e) {
     return fail("invariant", e.what());

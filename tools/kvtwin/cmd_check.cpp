@@ -404,12 +404,16 @@ std::vector<Item> gate_items(const CheckOptions& o, const GateSetup& g) {
                                          [](const traces::Player& p) { return p.backend->name() == "gpu"; });
       if (gpu_plays) {
         Result<traces::PoolTrace> trace = traces::read_pool_trace_file(path.string());
-        const bool hybrid = trace.ok() && std::any_of(trace->lines.begin(), trace->lines.end(), [](const traces::TraceLine& l) {
-          const auto* build = std::get_if<BuildPool>(&l.op);
-          if (build == nullptr) return false;
-          const Result<PoolDerived> d = derive_pool(build->config);
+        const auto is_hybrid = [](const PoolConfig& config) {
+          const Result<PoolDerived> d = derive_pool(config);
           return d.ok() && d->has_state();
-        });
+        };
+        // The header's pool, and any a build line rebuilds.
+        const bool hybrid = trace.ok() && (is_hybrid(trace->header.config) ||
+                                           std::any_of(trace->lines.begin(), trace->lines.end(), [&](const traces::TraceLine& l) {
+                                             const auto* build = std::get_if<BuildPool>(&l.op);
+                                             return build != nullptr && is_hybrid(build->config);
+                                           }));
         if (hybrid) {
           r.state = ItemResult::State::skipped;
           r.detail = "a hybrid chain (SPEC 11): the GPU has no state sub-pool yet; kvtwin check --backend model replays "
