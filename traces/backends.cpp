@@ -434,7 +434,7 @@ std::string BackendSet::names() const {
 
 bool gpu_host_ops_requested() {
   const char* host_ops = std::getenv("KVTWIN_GPU_HOST_OPS");
-  return host_ops != nullptr && std::string_view(host_ops) == "1";
+  return host_ops == nullptr || std::string_view(host_ops) != "0";
 }
 
 Result<BackendSet> make_backend_set(BackendChoice choice, const std::string& fault) {
@@ -457,10 +457,8 @@ Result<BackendSet> make_backend_set(BackendChoice choice, const std::string& fau
     set.owned.push_back(std::move(model));
   }
   if (choice != BackendChoice::model) {
-    // The GPU has its host arena and transfers (docs/gpu.md), but the side-by-side gate with them
-    // is not yet clean on the H200 (docs/host_arena.md "The GPU side"): host operations stay out of
-    // runs with the GPU (generators emit none, kvtwin check skips such traces by name) unless
-    // KVTWIN_GPU_HOST_OPS=1 asks for them.
+    // The GPU has its host arena and transfers (docs/gpu.md); KVTWIN_GPU_HOST_OPS=0 leaves host
+    // operations out of runs with the GPU (generators emit none, kvtwin check skips such traces).
     set.host_ops = gpu_host_ops_requested();
     if (!gpu_backend_built() || !gpu_device_available())
       return make_error(ErrorKind::unsupported, gpu_unavailable_reason());

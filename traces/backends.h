@@ -44,7 +44,8 @@ bool gpu_backend_built();
 bool gpu_device_available();
 // Why the GPU backend cannot run here ("" when it can).
 std::string gpu_unavailable_reason();
-// Whether runs with the GPU play SPEC 8's host operations: KVTWIN_GPU_HOST_OPS=1 (BackendSet::host_ops).
+// Whether runs with the GPU play SPEC 8's host operations: yes unless KVTWIN_GPU_HOST_OPS=0
+// (BackendSet::host_ops).
 bool gpu_host_ops_requested();
 
 enum class FaultSite : std::uint8_t { model, gpu };
@@ -86,8 +87,8 @@ struct BackendSet {
   std::vector<std::unique_ptr<Backend>> owned;
   std::vector<Player> players;
   // Whether every backend of the set plays SPEC 8's host arena and transfers: generators emit
-  // host operations only then. The model does; the GPU's host arena plays them only with
-  // KVTWIN_GPU_HOST_OPS=1 (docs/host_arena.md: its side-by-side run is not yet clean).
+  // host operations only then. The model and the GPU both do; KVTWIN_GPU_HOST_OPS=0 turns them
+  // off in runs with the GPU.
   bool host_ops = true;
 
   std::string names() const;  // "model", "model+gpu"

@@ -95,10 +95,11 @@ void print_check_report(const CheckReport& report, const Tallies& tallies, const
   if (model && !gpu)
     std::printf("host arena (SPEC 8): the model's, checked (host operations in the properties and regression traces)\n");
   else if (traces::gpu_host_ops_requested())
-    std::printf("host arena (SPEC 8): the model's and the GPU's, side by side (KVTWIN_GPU_HOST_OPS=1)\n");
+    std::printf("host arena (SPEC 8): the model's and the GPU's, side by side (host operations in the properties and "
+                "regression traces)\n");
   else
-    std::printf("host arena (SPEC 8): not checked side by side in this run (host operations with the GPU are opt-in: "
-                "KVTWIN_GPU_HOST_OPS=1; kvtwin check --backend model checks the model's)\n");
+    std::printf("host arena (SPEC 8): not checked side by side in this run (KVTWIN_GPU_HOST_OPS=0 left host operations "
+                "out; kvtwin check --backend model checks the model's)\n");
   // The last line says what was not checked: a pass with parts skipped is said to be one, and a
   // run that checked nothing is not a pass.
   std::uint64_t skipped = 0, passed = 0;

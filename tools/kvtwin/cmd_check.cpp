@@ -388,15 +388,15 @@ std::vector<Item> gate_items(const CheckOptions& o, const GateSetup& g) {
         r.failure = backends.error().message;
         return r;
       }
-      // SPEC 8's host operations need a host arena in every backend (runs with the GPU leave them
-      // out unless KVTWIN_GPU_HOST_OPS=1), and SPEC 11's state sub-pool is the model's only.
+      // SPEC 8's host operations need a host arena in every backend (KVTWIN_GPU_HOST_OPS=0 leaves
+      // them out of runs with the GPU), and SPEC 11's state sub-pool is the model's only.
       if (!backends->host_ops) {
         Result<traces::PoolTrace> trace = traces::read_pool_trace_file(path.string());
         if (trace.ok() && std::any_of(trace->lines.begin(), trace->lines.end(),
                                       [](const traces::TraceLine& l) { return is_host_op(l.op); })) {
           r.state = ItemResult::State::skipped;
-          r.detail = "host arena operations (SPEC 8) are off in runs with the GPU (KVTWIN_GPU_HOST_OPS=1 turns them "
-                     "on); kvtwin check --backend model replays this trace";
+          r.detail = "host arena operations (SPEC 8) are off in runs with the GPU (KVTWIN_GPU_HOST_OPS=0); kvtwin "
+                     "check --backend model replays this trace";
           return r;
         }
       }
