@@ -389,36 +389,35 @@ std::vector<Item> gate_items(const CheckOptions& o, const GateSetup& g) {
         return r;
       }
       // SPEC 8's host operations need a host arena in every backend (KVTWIN_GPU_HOST_OPS=0 leaves
-      // them out of runs with the GPU), and SPEC 11's state sub-pool is the model's only.
-      if (!backends->host_ops) {
-        Result<traces::PoolTrace> trace = traces::read_pool_trace_file(path.string());
-        if (trace.ok() && std::any_of(trace->lines.begin(), trace->lines.end(),
-                                      [](const traces::TraceLine& l) { return is_host_op(l.op); })) {
-          r.state = ItemResult::State::skipped;
-          r.detail = "host arena operations (SPEC 8) are off in runs with the GPU (KVTWIN_GPU_HOST_OPS=0); kvtwin "
-                     "check --backend model replays this trace";
-          return r;
-        }
-      }
+      // them out of runs with the GPU), and SPEC 11's state sub-pool is the model's only: a run with
+      // the GPU looks at the trace first (host_ops is false only there).
       const bool gpu_plays = std::any_of(backends->players.begin(), backends->players.end(),
                                          [](const traces::Player& p) { return p.backend->name() == "gpu"; });
       if (gpu_plays) {
-        Result<traces::PoolTrace> trace = traces::read_pool_trace_file(path.string());
-        const auto is_hybrid = [](const PoolConfig& config) {
-          const Result<PoolDerived> d = derive_pool(config);
-          return d.ok() && d->has_state();
-        };
-        // The header's pool, and any a build line rebuilds.
-        const bool hybrid = trace.ok() && (is_hybrid(trace->header.config) ||
-                                           std::any_of(trace->lines.begin(), trace->lines.end(), [&](const traces::TraceLine& l) {
-                                             const auto* build = std::get_if<BuildPool>(&l.op);
-                                             return build != nullptr && is_hybrid(build->config);
-                                           }));
-        if (hybrid) {
-          r.state = ItemResult::State::skipped;
-          r.detail = "a hybrid chain (SPEC 11): the GPU has no state sub-pool yet; kvtwin check --backend model replays "
-                     "this trace";
-          return r;
+        if (Result<traces::PoolTrace> trace = traces::read_pool_trace_file(path.string()); trace.ok()) {
+          const auto& lines = trace->lines;
+          if (!backends->host_ops &&
+              std::any_of(lines.begin(), lines.end(), [](const traces::TraceLine& l) { return is_host_op(l.op); })) {
+            r.state = ItemResult::State::skipped;
+            r.detail = "host arena operations (SPEC 8) are off in runs with the GPU (KVTWIN_GPU_HOST_OPS=0); kvtwin "
+                       "check --backend model replays this trace";
+            return r;
+          }
+          const auto is_hybrid = [](const PoolConfig& config) {
+            const Result<PoolDerived> d = derive_pool(config);
+            return d.ok() && d->has_state();
+          };
+          // The header's pool, and any a build line rebuilds.
+          if (is_hybrid(trace->header.config) ||
+              std::any_of(lines.begin(), lines.end(), [&](const traces::TraceLine& l) {
+                const auto* build = std::get_if<BuildPool>(&l.op);
+                return build != nullptr && is_hybrid(build->config);
+              })) {
+            r.state = ItemResult::State::skipped;
+            r.detail = "a hybrid chain (SPEC 11): the GPU has no state sub-pool yet; kvtwin check --backend model "
+                       "replays this trace";
+            return r;
+          }
         }
       }
       Result<traces::ReplayReport> report =
