@@ -189,7 +189,8 @@ Status HostTransfers::record_event(const RecordEvent& op, cudaStream_t compute) 
 // ---------------------------------------------------------------- submission (SPEC 8 order)
 
 Status HostTransfers::copy_side(Transfer& t, std::size_t side, cudaStream_t copy, const DeviceAllocator& allocator,
-                                const DevicePoolBytes& bytes, PinnedHostArena& arena, const Faults& faults) {
+                                const DevicePoolBytes& bytes, PinnedHostArena& arena, const Faults& faults,
+                                bool slow_producer) {
   std::vector<std::int64_t> virtual_pages, host_logical;
   for (std::size_t i = 0; i < t.virtual_pages.size() && i < t.host[side].size(); ++i) {
     if (t.host[side][i] < 0) continue;  // a load-back's SWA half not loaded
@@ -237,6 +238,7 @@ Status HostTransfers::copy_side(Transfer& t, std::size_t side, cudaStream_t copy
     c.host_physical = hp;
     c.pages = n;
     c.to_host = t.offload;
+    if (slow_producer) KVTWIN_CUDA_TRY(launch_spin(kFault13ProducerDelayUs, copy));
     KVTWIN_CUDA_TRY(launch_copy_pages(c, copy));
     return ok_status();
   }
@@ -266,6 +268,9 @@ Status HostTransfers::copy_side(Transfer& t, std::size_t side, cudaStream_t copy
     i = j;
   }
   if (dsts.empty()) return ok_status();
+  // The delay goes after the host's wait above, right before the copy: a delay ahead of that wait
+  // would hold the host instead, and the consumer would be submitted after the copy had landed.
+  if (slow_producer) KVTWIN_CUDA_TRY(launch_spin(kFault13ProducerDelayUs, copy));
   cudaMemcpyAttributes attributes{};
   attributes.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
   std::size_t attribute_index = 0;
@@ -294,13 +299,12 @@ Status HostTransfers::submit(Transfer& t, const std::optional<std::uint32_t>& wa
   if (!faults.transfer_before_producer_event)
     for (cudaEvent_t e : producers) KVTWIN_CUDA_TRY(cudaStreamWaitEvent(copy, e, 0));
   // Under fault 13 a transfer that names no event to wait for (a producer, as the offload a later
-  // load-back reads) is slowed by kFault13ProducerDelayUs on its own copy stream, so that a consumer
-  // that skips its wait (the fault) copies before its producer has, every time: a race the fault
-  // plants must show on a fast device, not once in a while. Without the fault nothing spins.
-  if (faults.transfer_before_producer_event && !wait_event.has_value())
-    KVTWIN_CUDA_TRY(launch_spin(kFault13ProducerDelayUs, copy));
+  // load-back reads) has its copy slowed by kFault13ProducerDelayUs on its own copy stream, so that
+  // a consumer that skips its wait (the fault) copies before its producer has, every time: a race
+  // the fault plants must show on a fast device, not once in a while. Without the fault nothing spins.
+  const bool slow_producer = faults.transfer_before_producer_event && !wait_event.has_value();
   for (std::size_t side = 0; side < t.host.size(); ++side)
-    KVTWIN_TRY_STATUS(copy_side(t, side, copy, allocator, bytes, arena, faults));
+    KVTWIN_TRY_STATUS(copy_side(t, side, copy, allocator, bytes, arena, faults, slow_producer));
   if (faults.transfer_before_producer_event)
     for (cudaEvent_t e : producers) KVTWIN_CUDA_TRY(cudaStreamWaitEvent(copy, e, 0));
   KVTWIN_CUDA_TRY(cudaEventDestroy(compute_done));  // released once the waits on it are done

@@ -141,7 +141,8 @@ class HostTransfers {
                 const DeviceAllocator& allocator, const DevicePoolBytes& bytes, PinnedHostArena& arena,
                 const Faults& faults, cudaStream_t compute);
   Status copy_side(Transfer& t, std::size_t side, cudaStream_t copy, const DeviceAllocator& allocator,
-                   const DevicePoolBytes& bytes, PinnedHostArena& arena, const Faults& faults);
+                   const DevicePoolBytes& bytes, PinnedHostArena& arena, const Faults& faults,
+                   bool slow_producer);  // fault 13's delay, right before the copy
 
   const PoolConfig* config_ = nullptr;
   const PoolDerived* derived_ = nullptr;

@@ -33,9 +33,9 @@ TEST(HostRegressTraces, PassSideBySideAndFailWithTheirGpuFaults) {
       {"compaction_waits_for_transfers_in_flight.jsonl", "compaction_ignores_transfers"},
       {"host_transfers_resolve_logical_ids_through_the_arena.jsonl", "transfer_logical_as_physical"},
       {"swa_offload_selects_whole_bound_pages.jsonl", "swa_offload_token_filter"},
-      // Fault 13 is a race on the device: whether this short trace shows it depends on timing, so
-      // it is replayed clean only (HostTransferFault.TransferBeforeProducerEventIsCaught forces it).
-      {"load_back_waits_for_the_offload_it_reads.jsonl", ""},
+      // Fault 13 is a race on the device; with the switch on, the producer's copy is delayed on its
+      // copy stream, so this short trace shows it every time.
+      {"load_back_waits_for_the_offload_it_reads.jsonl", "transfer_before_producer_event"},
   };
   for (const Pinned& p : pinned) {
     SCOPED_TRACE(p.trace);
