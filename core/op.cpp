@@ -159,6 +159,8 @@ std::string_view op_name(const Op& op) {
                         [](const Offload&) { return std::string_view("offload"); },
                         [](const LoadBack&) { return std::string_view("load_back"); },
                         [](const TransferWait&) { return std::string_view("transfer_wait"); },
+                        [](const StorePages&) { return std::string_view("store_pages"); },
+                        [](const LoadStored&) { return std::string_view("load_stored"); },
                         // the state sub-pool (SPEC 11)
                         [](const StateAlloc&) { return std::string_view("state_alloc"); },
                         [](const StateFree&) { return std::string_view("state_free"); },
@@ -173,7 +175,8 @@ bool is_host_op(const Op& op) {
   return std::holds_alternative<HostAlloc>(op) || std::holds_alternative<HostFree>(op) ||
          std::holds_alternative<LeaseAcquire>(op) || std::holds_alternative<LeaseRelease>(op) ||
          std::holds_alternative<RecordEvent>(op) || std::holds_alternative<Offload>(op) ||
-         std::holds_alternative<LoadBack>(op) || std::holds_alternative<TransferWait>(op);
+         std::holds_alternative<LoadBack>(op) || std::holds_alternative<TransferWait>(op) ||
+         std::holds_alternative<StorePages>(op) || std::holds_alternative<LoadStored>(op);
 }
 
 namespace {
@@ -355,6 +358,20 @@ json op_to_json(const Op& op) {
                    j["host"] = o.host;
                  },
                  [&](const TransferWait& o) { j["transfer"] = o.transfer; },
+                 [&](const StorePages& o) {
+                   j["thread"] = o.thread;
+                   j["side"] = o.side;
+                   j["host"] = o.host;
+                   j["hashes"] = o.hashes;
+                   j["page_count"] = o.page_count;
+                   if (!o.layout.empty()) j["layout"] = o.layout;
+                 },
+                 [&](const LoadStored& o) {
+                   j["thread"] = o.thread;
+                   j["side"] = o.side;
+                   j["host"] = o.host;
+                   j["hashes"] = o.hashes;
+                 },
                  [&](const auto&) { state_op_to_json(op, j); },
              },
              op);
@@ -609,12 +626,32 @@ Result<Op> op_from_json(const json& j, std::string_view where) {
     KVTWIN_TRY(std::uint32_t transfer, u32_field(f, "transfer", std::nullopt));
     return Op(TransferWait{transfer});
   }
+  if (name == "store_pages" || name == "load_stored") {
+    const bool store = name == "store_pages";
+    if (store) {
+      KVTWIN_TRY_STATUS(f.only({"op", "thread", "side", "host", "hashes", "page_count", "layout", "expect"}));
+    } else {
+      KVTWIN_TRY_STATUS(f.only({"op", "thread", "side", "host", "hashes", "expect"}));
+    }
+    KVTWIN_TRY(std::uint32_t thread, u32_field(f, "thread", std::nullopt));
+    KVTWIN_TRY(std::string side, f.string_required("side"));
+    KVTWIN_TRY(std::vector<std::int64_t> host, f.i64_array("host"));
+    KVTWIN_TRY(std::vector<std::uint64_t> hashes, f.u64_array("hashes"));
+    if (!store) return Op(LoadStored{thread, std::move(side), std::move(host), std::move(hashes)});
+    StorePages o{thread, std::move(side), std::move(host), std::move(hashes), 0, ""};
+    KVTWIN_TRY(o.page_count, f.u64_required("page_count"));
+    KVTWIN_TRY(o.layout, f.string("layout", ""));
+    if (!o.layout.empty() && o.layout != "page_major" && o.layout != "untagged")
+      return f.error("field 'layout' is '" + printable(o.layout) +
+                     "'; leave it out (this pool's layout) or use \"page_major\" or \"untagged\"");
+    return Op(std::move(o));
+  }
   if (auto state_op = state_op_from_json(name, f)) return std::move(*state_op);
   return f.error("unknown operation '" + printable(name) +
                  "'; known: build, alloc, alloc_many, free, free_swa, flush, move_pages, begin_read, end_read, batch, "
                  "rebind, split, drop_batch, write, read, translate, swa_translate, page_table, remap_indices, capture, "
                  "replay, checkpoint, host_alloc, host_free, lease_acquire, lease_release, record_event, offload, "
-                 "load_back, transfer_wait, state_alloc, state_free, state_write, state_read, state_slots");
+                 "load_back, transfer_wait, store_pages, load_stored, state_alloc, state_free, state_write, state_read, state_slots");
 }
 
 

@@ -324,6 +324,37 @@ struct TransferWait {
   bool operator==(const TransferWait&) const = default;
 };
 
+// ---------------------------------------------------------------- the storage tier (SPEC 8)
+// docs/storage.md: one page store a pool (PoolConfig::storage_bytes), below the host arena. Both
+// operations are synchronous storage access: they run under `thread`'s lease (taken and let go
+// inside), on host pages no transfer in flight writes.
+
+// Stores the last `page_count` of the host pages `host` of one side (a chunk's trailing pages; a
+// count of 0 stores none, SPEC 10.15) under the pool's storage space and the pages' hashes (one a
+// host page). `layout` "" stores as this pool does; "page_major" as an older page-major build
+// would (its byte order and format tag), "untagged" as a pool without a format tag would (its
+// space is the model name alone): the migration reproducers of SPEC 10.16. Outcome: Ids (the
+// positions in `host` of the pages stored, ascending).
+struct StorePages {
+  std::uint32_t thread = 0;
+  std::string side;                   // "full", "swa" or "mla"
+  std::vector<std::int64_t> host;     // host logical
+  std::vector<std::uint64_t> hashes;  // the pages' hashes, one a host page
+  std::uint64_t page_count = 0;
+  std::string layout;                 // "", "page_major" or "untagged"
+  bool operator==(const StorePages&) const = default;
+};
+
+// Reads the pages stored under `hashes` (the pool's space) into the host pages `host`, one a hash;
+// a miss leaves its host page as it was. Outcome: Ids (1 a hit, 0 a miss, one a page).
+struct LoadStored {
+  std::uint32_t thread = 0;
+  std::string side;
+  std::vector<std::int64_t> host;
+  std::vector<std::uint64_t> hashes;
+  bool operator==(const LoadStored&) const = default;
+};
+
 // ---------------------------------------------------------------- the state sub-pool (SPEC 11)
 // Hybrid chains only. One slot per request (page size 1); the request table maps a request to
 // its virtual state slot, kernels take physical slots (state_slots).
@@ -369,11 +400,12 @@ struct StateSlots {
 using Op = std::variant<BuildPool, Alloc, AllocMany, Free, FreeSwa, Flush, MovePages, BeginRead, EndRead, MakeBatch,
                         Rebind, Split, DropBatch, Write, Read, Translate, SwaTranslate, PageTable, RemapIndices,
                         Capture, Replay, Checkpoint, HostAlloc, HostFree, LeaseAcquire, LeaseRelease, RecordEvent,
-                        Offload, LoadBack, TransferWait,
+                        Offload, LoadBack, TransferWait, StorePages, LoadStored,
                         // the state sub-pool (SPEC 11)
                         StateAlloc, StateFree, StateWrite, StateRead, StateSlots>;
 
-// Whether an op belongs to the host arena and its transfers (backends without one refuse them).
+// Whether an op belongs to the host arena, its transfers or the storage tier below it (backends
+// without one refuse them).
 bool is_host_op(const Op& op);
 
 // The trace name of an op ("alloc", "free_swa", ...).

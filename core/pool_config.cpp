@@ -76,13 +76,15 @@ nlohmann::json pool_config_to_json(const PoolConfig& c) {
   j["tables_only"] = c.tables_only;
   j["seed"] = c.seed;
   if (c.host_bytes != 0) j["host_bytes"] = c.host_bytes;  // configurations before the host arena read as 0
+  if (c.storage_bytes != 0) j["storage_bytes"] = c.storage_bytes;  // and before the storage tier
   if (!c.chain.empty()) j["chain"] = c.chain;
   return j;
 }
 
 Result<PoolConfig> pool_config_from_json(const nlohmann::json& j, std::string_view where) {
   JsonFields f(j, where);
-  KVTWIN_TRY_STATUS(f.only({"model", "tp", "page_size", "total_bytes", "mode", "tables_only", "seed", "host_bytes", "chain"}));
+  KVTWIN_TRY_STATUS(f.only({"model", "tp", "page_size", "total_bytes", "mode", "tables_only", "seed", "host_bytes", "storage_bytes",
+                             "chain"}));
   PoolConfig c;
   if (!j.is_object() || !j.contains("model")) return f.error("missing field 'model' (a catalogue name or a shape object)");
   const nlohmann::json& m = j.at("model");
@@ -106,6 +108,10 @@ Result<PoolConfig> pool_config_from_json(const nlohmann::json& j, std::string_vi
   KVTWIN_TRY(c.tables_only, f.boolean("tables_only", false));
   KVTWIN_TRY(c.seed, f.u64("seed", 0));
   KVTWIN_TRY(c.host_bytes, f.u64("host_bytes", 0));
+  KVTWIN_TRY(c.storage_bytes, f.u64("storage_bytes", 0));
+  if (c.storage_bytes != 0 && c.host_bytes == 0)
+    return f.error("field 'storage_bytes' = " + std::to_string(c.storage_bytes) +
+                   " needs a host arena: the storage tier stores host pages (give 'host_bytes' too)");
   // Configurations written before hybrid chains have no 'chain': the model's own chain.
   if (j.contains("chain")) {
     const nlohmann::json& chain = j.at("chain");

@@ -32,6 +32,9 @@ struct PoolConfig {
   // Bytes of the pinned host arena shared by the full and SWA sides (SPEC 8); 0: no host arena
   // (host operations are refused). A trace writes it only when it is not 0.
   std::uint64_t host_bytes = 0;
+  // Capacity in page-file bytes of the storage tier below the host arena (docs/storage.md); 0: no
+  // storage tier (store_pages and load_stored are refused). Needs a host arena. Written when not 0.
+  std::uint64_t storage_bytes = 0;
   // The chain of sub-pools in the buffer, low end first (SPEC 3, 11): empty for the model's own
   // chain. A hybrid model's is ["state", "full"], ["state", "mla"] or ["state", "swa", "full"];
   // its token chain alone (["full"], ["full", "swa"], ["mla"]) drops the state sub-pool.

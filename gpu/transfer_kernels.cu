@@ -85,4 +85,17 @@ cudaError_t launch_spin(std::uint32_t microseconds, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+cudaError_t preload_transfer_kernels() {
+  // cudaFuncGetAttributes loads a lazily loaded function (CUDA programming guide, lazy loading).
+  cudaFuncAttributes attributes{};
+  const void* const kernels[] = {reinterpret_cast<const void*>(&resolve_transfer_kernel),
+                                 reinterpret_cast<const void*>(&copy_pages_kernel<true>),
+                                 reinterpret_cast<const void*>(&copy_pages_kernel<false>),
+                                 reinterpret_cast<const void*>(&spin_kernel)};
+  for (const void* f : kernels) {
+    if (const cudaError_t e = cudaFuncGetAttributes(&attributes, f); e != cudaSuccess) return e;
+  }
+  return cudaSuccess;
+}
+
 }  // namespace kvtwin::gpu

@@ -48,4 +48,10 @@ cudaError_t launch_copy_pages(const CopyPagesParams& p, cudaStream_t stream);
 // fault 13's missing wait shows every time (transfers.cpp), never run otherwise.
 cudaError_t launch_spin(std::uint32_t microseconds, cudaStream_t stream);
 
+// Loads every kernel of this file now. Under lazy module loading (CUDA's default) a kernel's first
+// launch loads it, and that load waits for the device to go idle: a first copy kernel enqueued
+// behind a busy stream would hold the host until the stream drained, serializing transfers that
+// are meant to overlap (and hiding fault 13's race). Called when a pool's transfers are set up.
+cudaError_t preload_transfer_kernels();
+
 }  // namespace kvtwin::gpu

@@ -62,6 +62,7 @@ Status HostTransfers::init(const PoolConfig& config, const PoolDerived& derived)
   reset();
   config_ = &config;
   derived_ = &derived;
+  KVTWIN_CUDA_TRY(preload_transfer_kernels());
   return ok_status();
 }
 

@@ -214,6 +214,9 @@ class PoolShadow {
   Expectation on(const Offload& op);
   Expectation on(const LoadBack& op);
   Expectation on(const TransferWait& op);
+  // The storage tier (docs/storage.md): not predicted yet (any answer passes; no table changes).
+  Expectation on(const StorePages& op);
+  Expectation on(const LoadStored& op);
   // The state sub-pool's operations (SPEC 11): on a token chain they are refused.
   Expectation on(const StateAlloc& op);
   Expectation on(const StateFree& op);

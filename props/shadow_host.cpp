@@ -359,4 +359,16 @@ Expectation PoolShadow::on(const TransferWait& op) {
   return expect(Done{});
 }
 
+// The storage tier changes no table the shadow keeps; its keys and capacity are not predicted yet.
+Expectation PoolShadow::on(const StorePages&) {
+  Expectation e;
+  e.predicted = false;
+  return e;
+}
+Expectation PoolShadow::on(const LoadStored&) {
+  Expectation e;
+  e.predicted = false;
+  return e;
+}
+
 }  // namespace kvtwin::props

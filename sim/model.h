@@ -37,6 +37,7 @@
 
 #include "core/backend.h"
 #include "core/oracle.h"
+#include "core/page_store.h"
 #include "core/pool_config.h"
 #include "sim/content_ledger.h"
 #include "sim/host_arena.h"
@@ -176,6 +177,8 @@ class Model : public Backend {
   virtual bool compaction_waits_for_transfers() const { return true; }
   //  - a transfer's copy lands after what its wait_event (the producer's event) captured;
   virtual bool transfer_waits_for_producer() const { return true; }
+  // The storage tier's fault switches (SPEC 10.15, 10.16; core/page_store.h): none in the model.
+  virtual PageStoreFaults page_store_faults() const { return {}; }
   //  - the physical host page a transfer copies for a host logical id, resolved inside the lease
   //    it holds on `thread` (HostArena::resolve);
   virtual std::int64_t transfer_host_page(std::uint32_t thread, std::size_t side, std::int64_t logical);
@@ -241,6 +244,12 @@ class Model : public Backend {
   OpResult on(const Offload& op);
   OpResult on(const LoadBack& op);
   OpResult on(const TransferWait& op);
+  // The storage tier below the host arena (model_storage.cpp; docs/storage.md).
+  OpResult on(const StorePages& op);
+  OpResult on(const LoadStored& op);
+  Result<PageStore*> page_store(std::string_view op);
+  Status check_storage_pages(std::string_view op, std::size_t side, const std::vector<std::int64_t>& host,
+                             const std::vector<std::uint64_t>& hashes);
   // The state sub-pool and the float middle (SPEC 11; model_state.cpp's block of model.cpp).
   OpResult on(const StateAlloc& op);
   OpResult on(const StateFree& op);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/page_store.h"
 #include "core/rng.h"
 
 #include "sim/state_allocator.h"
@@ -108,6 +109,18 @@ struct Model::Pool {
   // Host byte writes so far (landed copies, compaction moves): a digest without the bytes still
   // sees that a refusal wrote some.
   std::uint64_t host_writes = 0;
+
+  // ---- the storage tier (model_storage.cpp; docs/storage.md): opened at its first operation in
+  // a fresh folder of the system's temporary folder, removed with the pool.
+  struct StoreFolder {
+    std::string path;
+    StoreFolder() = default;
+    StoreFolder(const StoreFolder&) = delete;
+    StoreFolder& operator=(const StoreFolder&) = delete;
+    ~StoreFolder();
+  };
+  StoreFolder store_folder;        // declared before the store: removed after it is closed
+  std::optional<PageStore> store;  // nullopt until the first store_pages / load_stored
 };
 
 }  // namespace kvtwin::sim

@@ -156,6 +156,15 @@ class PlantedModel : public sim::Model {
   // offload on another stream still fills copies the page before that offload has landed.
   bool transfer_waits_for_producer() const override { return fault_ != "model_transfer_before_producer_event"; }
 
+  // SPEC 10.15 and 10.16, in the storage tier (core/page_store.h's switches): a store of zero
+  // pages keyed as every page (Python's hashes[-0:]); the storage space without the format tag.
+  PageStoreFaults page_store_faults() const override {
+    PageStoreFaults f;
+    f.store_zero_pages_as_all = fault_ == "model_store_zero_pages_as_all";
+    f.store_ignores_format_tag = fault_ == "model_store_ignores_format_tag";
+    return f;
+  }
+
   // SPEC 10.19: cache ids fed to a pool that takes physical pages: the transfer uses the host
   // logical id as the physical host page, skipping the arena's logical -> physical map.
   std::int64_t transfer_host_page(std::uint32_t thread, std::size_t side, std::int64_t logical) override {
@@ -323,6 +332,10 @@ const std::vector<FaultInfo>& model_faults() {
        "a transfer's copy does not wait for its producer's event (the wait_event)"},
       {"model_transfer_logical_as_physical", FaultSite::model, "19",
        "a transfer uses host logical (cache) ids as physical host pages"},
+      {"model_store_zero_pages_as_all", FaultSite::model, "15",
+       "the storage tier keys a store of the last 0 pages as every page (hashes[-0:]), so pages never sent are stored"},
+      {"model_store_ignores_format_tag", FaultSite::model, "16",
+       "the storage space is the model name alone, without the format tag: a page-major page reads back token-major"},
       {"model_attention_stride_from_shape", FaultSite::model, "8",
        "the decode attention takes the in-page token stride from the row shape, not the entry"},
       {"model_drop_free_swa", FaultSite::model, "10", "free_swa is acknowledged but no tombstone is made"},

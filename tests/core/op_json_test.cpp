@@ -103,6 +103,11 @@ std::vector<Op> every_op() {
       Op(LoadBack{9, 2, 3, 6, {{0, 1}, {-1, 1}}}),
       Op(LoadBack{10, 0, 1, std::nullopt, {{4}}}),
       Op(TransferWait{9}),
+      // the storage tier
+      Op(StorePages{1, "full", {0, 1, 2}, {11, 0xffffffffffffffffULL, 13}, 2, ""}),
+      Op(StorePages{0, "swa", {4}, {7}, 0, "page_major"}),
+      Op(StorePages{0, "full", {4}, {7}, 1, "untagged"}),
+      Op(LoadStored{2, "full", {3, 1}, {11, 13}}),
       // the state sub-pool (SPEC 11)
       Op(StateAlloc{7}),
       Op(StateFree{7}),
@@ -237,6 +242,12 @@ TEST(OpJson, MalformedFieldsAreErrorsNamingTheField) {
       {R"({"op": "move_pages", "dst": [1], "src": [2]})", {"missing field 'sub_pool'"}},
       {R"({"op": "begin_read", "reader": 4294967296, "sub_pool": "full", "pages": []})", {"'reader'", "too big"}},
       {R"({"op": "end_read"})", {"missing field 'reader'"}},
+      {R"({"op": "store_pages", "thread": 0, "side": "full", "host": [0], "hashes": [1]})", {"missing field 'page_count'"}},
+      {R"({"op": "store_pages", "thread": 0, "side": "full", "host": [0], "hashes": [1], "page_count": 1,
+           "layout": "pm1"})", {"'layout'", "page_major"}},
+      {R"({"op": "load_stored", "thread": 0, "side": "full", "host": [0], "hashes": [-1]})", {"'hashes[0]'"}},
+      {R"({"op": "load_stored", "thread": 0, "side": "full", "host": [0], "hashes": [1], "page_count": 1})",
+       {"unknown field 'page_count'"}},
       {R"({"op": "batch", "batch": 0, "tokens": [1], "encoder_tokens": ["a"]})", {"'encoder_tokens[0]'"}},
       {R"({"op": "rebind", "batch": 0, "out_width": -3})", {"'out_width'"}},
       {R"({"op": "split", "batch": 0, "at": 1, "into": [1]})", {"'into'", "two batch ids"}},
@@ -326,6 +337,18 @@ TEST(OpJson, ConfigurationsBeforeTheHostArenaReadWithoutOne) {
   Result<PoolConfig> back = pool_config_from_json(j, "header");
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(*back, with);
+  // The storage tier below it: written only when configured, and only with a host arena.
+  EXPECT_FALSE(j.contains("storage_bytes"));
+  with.storage_bytes = 1 << 20;
+  Result<PoolConfig> stored = pool_config_from_json(pool_config_to_json(with), "header");
+  ASSERT_TRUE(stored.ok()) << stored.error().message;
+  EXPECT_EQ(*stored, with);
+  json no_host = pool_config_to_json(with);
+  no_host.erase("host_bytes");
+  Result<PoolConfig> refused = pool_config_from_json(no_host, "header");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.error().message, HasSubstr("'storage_bytes'"));
+  EXPECT_THAT(refused.error().message, HasSubstr("host_bytes"));
   // Old op lines and results are untouched by the new vocabulary.
   for (const char* line : {R"({"op":"free","pages":[1]})", R"({"op":"checkpoint"})", R"({"op":"flush"})"}) {
     Result<Op> op = op_from_json(json::parse(line), "old");
@@ -341,7 +364,7 @@ TEST(OpJson, ConfigurationsBeforeTheHostArenaReadWithoutOne) {
 TEST(OpJson, HostOpsAreNamedAndMarked) {
   std::size_t host = 0;
   for (const Op& op : every_op()) host += is_host_op(op) ? 1 : 0;
-  EXPECT_EQ(host, 10u);
+  EXPECT_EQ(host, 14u);  // with the storage tier's store_pages and load_stored
   EXPECT_EQ(to_string(Op(TransferWait{3})), R"({"op":"transfer_wait","transfer":3})");
   EXPECT_EQ(to_string(Op(Offload{1, 2, 3, std::nullopt, "full", IdUnit::pages, {5}, {0}})),
             R"({"host":[0],"op":"offload","pages":[5],"side":"full","stream":3,"thread":2,"transfer":1})");

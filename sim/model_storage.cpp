@@ -1,0 +1,241 @@
+// The reference model's storage tier (docs/storage.md, SPEC 8's last bullet): store_pages and
+// load_stored move whole host pages between the host arena and a real on-disk page store
+// (core/page_store.h) in a folder of the pool's own. A stored page carries its host bytes and the
+// content oracle's row identities (tables only: the identities alone), so a page read back is
+// checked by verify() like any host page: bytes in another layout's order show there, and an
+// answer (which pages were stored, which reads hit) is compared with the trace's expectation.
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <set>
+#include <system_error>
+
+#include "core/check.h"
+#include "core/layout.h"
+#include "core/reasons.h"
+#include "core/printable.h"
+#include "sim/model.h"
+#include "sim/model_state.h"
+
+namespace kvtwin::sim {
+namespace {
+
+std::string num(std::uint64_t v) { return std::to_string(v); }
+
+Error invalid(std::string message) { return make_error(ErrorKind::invalid_argument, std::move(message)); }
+
+// A stored page's payload: the row count, each row's identity, then the page's bytes (none in a
+// tables-only pool). Little-endian fixed-width fields.
+void put_u64(std::vector<std::uint8_t>& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+}
+std::uint64_t get_u64(std::span<const std::uint8_t> in, std::size_t at) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= std::uint64_t{in[at + static_cast<std::size_t>(i)]} << (8 * i);
+  return v;
+}
+constexpr std::size_t kRowRecordBytes = 17;  // source token, write number, written
+
+std::vector<std::uint8_t> encode_payload(const std::vector<WrittenRow>& rows, std::span<const std::uint8_t> bytes) {
+  std::vector<std::uint8_t> out;
+  out.reserve(8 + rows.size() * kRowRecordBytes + bytes.size());
+  put_u64(out, rows.size());
+  for (const WrittenRow& r : rows) {
+    put_u64(out, static_cast<std::uint64_t>(r.source_token));
+    put_u64(out, r.write_number);
+    out.push_back(r.written ? 1 : 0);
+  }
+  out.insert(out.end(), bytes.begin(), bytes.end());
+  return out;
+}
+
+// The rows and the page bytes of a payload; an error when it is not one this model wrote for a
+// page of `page_bytes` (the store checked its digest, so only a foreign writer gets here).
+Result<std::pair<std::vector<WrittenRow>, std::span<const std::uint8_t>>> decode_payload(
+    std::span<const std::uint8_t> in, std::uint64_t page_bytes) {
+  if (in.size() < 8) return make_error(ErrorKind::internal, "a stored page's payload is shorter than its row count");
+  const std::uint64_t n = get_u64(in, 0);
+  const std::uint64_t rows_end = 8 + n * kRowRecordBytes;
+  if (n > in.size() || rows_end > in.size() || (in.size() - rows_end != page_bytes && in.size() != rows_end))
+    return make_error(ErrorKind::internal, "a stored page's payload does not hold " + num(n) + " rows and a page of " +
+                                               num(page_bytes) + " bytes");
+  std::vector<WrittenRow> rows(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const std::size_t at = 8 + i * kRowRecordBytes;
+    rows[i].source_token = static_cast<std::int64_t>(get_u64(in, at));
+    rows[i].write_number = get_u64(in, at + 8);
+    rows[i].written = in[at + 16] != 0;
+  }
+  return std::pair{std::move(rows), in.subspan(static_cast<std::size_t>(rows_end))};
+}
+
+// One token-major page envelope in the page-major byte order of an older build (core/layout.h
+// PageMajorLaw, page-local): what a page stored by such a build holds. Bytes past the page-major
+// page stay zero.
+Result<std::vector<std::uint8_t>> page_major_order(const DenseEntryLayout& layout, std::uint64_t page_size,
+                                                   std::span<const std::uint8_t> page) {
+  KVTWIN_TRY(const PageMajorLaw law, PageMajorLaw::from_layout(layout, page_size));
+  std::vector<std::uint8_t> out(page.size(), 0);
+  for (std::uint64_t t = 0; t < page_size; ++t)
+    for (std::size_t p = 0; p < layout.parts.size(); ++p) {
+      const DensePart& part = layout.parts[p];
+      for (std::uint32_t l = 0; l < part.layer_num; ++l) {
+        const std::uint64_t from = t * layout.entry_bytes + part.offset_bytes + std::uint64_t{l} * part.layer_stride_bytes;
+        KVTWIN_TRY(const std::uint64_t to, law.row_byte_address(PhysicalTokenId{static_cast<std::int64_t>(t)}, p, l));
+        if (to + part.row_bytes() > out.size() || from + part.row_bytes() > page.size())
+          return make_error(ErrorKind::internal, "a page-major row falls outside the page envelope");
+        std::memcpy(out.data() + to, page.data() + from, part.row_bytes());
+      }
+    }
+  return out;
+}
+
+}  // namespace
+
+Model::Pool::StoreFolder::~StoreFolder() {
+  if (path.empty()) return;
+  std::error_code ignored;
+  std::filesystem::remove_all(path, ignored);
+}
+
+Result<PageStore*> Model::page_store(std::string_view op) {
+  KVTWIN_TRY(HostArena * host, host_arena(op));
+  (void)host;
+  if (pool_->config.storage_bytes == 0)
+    return invalid(std::string(op) + ": this pool has no storage tier; build it with storage_bytes (the page files' "
+                                     "bytes the tier may hold, docs/storage.md)");
+  if (pool_->store) return &*pool_->store;
+  // A fresh folder of the pool's own (its name is never observable: keys and answers do not
+  // depend on it).
+  std::error_code ec;
+  const std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
+  if (ec) return make_error(ErrorKind::io, std::string(op) + ": no temporary folder for the storage tier: " + ec.message());
+  std::string pattern = (tmp / "kvtwin-store-XXXXXX").string();
+  if (::mkdtemp(pattern.data()) == nullptr)
+    return make_error(ErrorKind::io, std::string(op) + ": cannot make a folder for the storage tier under " +
+                                         tmp.string() + ": " + std::strerror(errno));
+  pool_->store_folder.path = pattern;
+  PageStoreConfig c;
+  c.folder = pattern + "/pages";
+  c.storage_bytes = pool_->config.storage_bytes;
+  c.faults = page_store_faults();
+  c.io_hook = [](StoreIoStep step, const std::string&) {
+    // The model's store is scratch, removed with the pool: durability buys nothing here.
+    return step == StoreIoStep::sync_file || step == StoreIoStep::sync_folder ? kStoreIoSkip : 0;
+  };
+  KVTWIN_TRY(PageStore store, PageStore::open(std::move(c)));
+  pool_->store.emplace(std::move(store));
+  return &*pool_->store;
+}
+
+Status Model::check_storage_pages(std::string_view op, std::size_t side, const std::vector<std::int64_t>& host,
+                                  const std::vector<std::uint64_t>& hashes) {
+  if (hashes.size() != host.size())
+    return invalid(std::string(op) + ": " + num(std::uint64_t{host.size()}) + " host page(s) but " +
+                   num(std::uint64_t{hashes.size()}) + " hash(es); give one hash a host page");
+  KVTWIN_TRY_STATUS(checked_host_ids(op, side, host, false));
+  // A host page an in-flight transfer uses is neither stored nor overwritten (as host_free).
+  for (std::int64_t l : host)
+    if (pool_->host_held[side].count(l) != 0)
+      return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
+                          std::string(op) + ": host page " + std::to_string(l) + " of side '" +
+                              pool_->host->side(side).name +
+                              "' is used by an in-flight transfer; wait for it first (transfer_wait)");
+  return ok_status();
+}
+
+OpResult Model::on(const StorePages& op) {
+  KVTWIN_TRY(PageStore * store, page_store("store_pages"));
+  KVTWIN_TRY(const std::size_t side, side_named(op.side));
+  KVTWIN_TRY_STATUS(check_storage_pages("store_pages", side, op.host, op.hashes));
+  if (op.page_count > op.host.size())
+    return invalid("store_pages: page_count " + num(op.page_count) + " is above the " +
+                   num(std::uint64_t{op.host.size()}) + " host pages given (the chunk's trailing pages are stored)");
+  const DenseEntryLayout& layout = pool_->derived.layouts[side];
+  const std::string tag = op.layout == "page_major" ? std::string(kPageMajorFormatTag)
+                          : op.layout == "untagged" ? std::string()
+                                                    : std::string(kTokenMajorFormatTag);
+  const std::string space = store->space(pool_->config.shape.name, tag);
+  KVTWIN_TRY(const std::vector<StoredPageKey> keys, store->keys(space, op.hashes, op.page_count));
+  HostArena& host = *pool_->host;
+  // The pages stored are the last keys.size() of `host` (all of them under SPEC 10.15's fault).
+  const std::size_t first = op.host.size() - keys.size();
+  std::vector<std::vector<std::uint8_t>> payloads;
+  for (std::size_t i = first; i < op.host.size(); ++i) {
+    const std::int64_t logical = op.host[i];
+    const auto rows = pool_->host_rows[side].find(logical);
+    std::vector<std::uint8_t> bytes;
+    if (host.with_bytes()) {
+      const std::int64_t p = host.side(side).logical_to_physical[static_cast<std::size_t>(logical)];
+      const std::span<const std::byte> page = host.physical_page_bytes(side, p);
+      const std::span<const std::uint8_t> page_u8(reinterpret_cast<const std::uint8_t*>(page.data()), page.size());
+      if (op.layout == "page_major") {
+        Result<std::vector<std::uint8_t>> reordered = page_major_order(layout, pool_->config.page_size, page_u8);
+        if (!reordered.ok())
+          return invalid("store_pages: sub-pool '" + op.side + "' has no page-major form: " + reordered.error().message);
+        bytes = std::move(reordered).value();
+      } else {
+        bytes.assign(page_u8.begin(), page_u8.end());
+      }
+    }
+    payloads.push_back(encode_payload(rows == pool_->host_rows[side].end() ? std::vector<WrittenRow>{} : rows->second,
+                                      bytes));
+  }
+  std::vector<StorePage> pages;
+  for (std::size_t k = 0; k < keys.size(); ++k) pages.push_back(StorePage{keys[k], payloads[k]});
+  // Synchronous storage access runs under the thread's lease (SPEC 8).
+  host.acquire(op.thread);
+  Result<StorePut> put = pages.empty() ? Result<StorePut>(StorePut{}) : store->put_many(pages);
+  KVTWIN_CHECK(host.release(op.thread).ok(), "the lease store_pages took is released");
+  if (!put.ok()) return put.error();
+  Ids out;
+  for (std::size_t i = first; i < op.host.size(); ++i) out.values.push_back(static_cast<std::int64_t>(i));
+  return Outcome(std::move(out));
+}
+
+OpResult Model::on(const LoadStored& op) {
+  KVTWIN_TRY(PageStore * store, page_store("load_stored"));
+  KVTWIN_TRY(const std::size_t side, side_named(op.side));
+  KVTWIN_TRY_STATUS(check_storage_pages("load_stored", side, op.host, op.hashes));
+  HostArena& host = *pool_->host;
+  const std::uint64_t page_bytes = host.side(side).page_bytes;
+  const std::string space = store->space(pool_->config.shape.name, kTokenMajorFormatTag);
+  // Every read first (a failing one changes nothing), then the pages.
+  std::vector<StoreRead> reads;
+  host.acquire(op.thread);
+  for (std::uint64_t hash : op.hashes) {
+    Result<StoreRead> r = store->get(StoredPageKey{space, hash});
+    if (!r.ok()) {
+      KVTWIN_CHECK(host.release(op.thread).ok(), "the lease load_stored took is released");
+      return r.error();
+    }
+    reads.push_back(std::move(r).value());
+  }
+  KVTWIN_CHECK(host.release(op.thread).ok(), "the lease load_stored took is released");
+  Ids out;
+  for (std::size_t i = 0; i < reads.size(); ++i) {
+    if (reads[i].outcome != StoreReadOutcome::hit) {
+      out.values.push_back(0);
+      continue;
+    }
+    KVTWIN_TRY(auto decoded, decode_payload(reads[i].bytes, host.with_bytes() ? page_bytes : 0));
+    const std::int64_t logical = op.host[i];
+    if (host.with_bytes() && decoded.second.size() == page_bytes) {
+      const std::int64_t p = host.side(side).logical_to_physical[static_cast<std::size_t>(logical)];
+      std::span<std::byte> page = host.physical_page_bytes(side, p);
+      std::memcpy(page.data(), decoded.second.data(), page_bytes);
+      ++pool_->host_writes;
+    }
+    if (pool_->bytes) {
+      if (decoded.first.empty())
+        pool_->host_rows[side].erase(logical);
+      else
+        pool_->host_rows[side][logical] = std::move(decoded.first);
+    }
+    host_pages_changed_.emplace_back(side, logical);
+    out.values.push_back(1);
+  }
+  return Outcome(std::move(out));
+}
+
+}  // namespace kvtwin::sim
