@@ -846,6 +846,37 @@ class Generator {
   std::optional<Ids> live_pages_;
 
  public:
+  // The storage tier (docs/storage.md): allocated host pages of a side, a few hashes drawn from a
+  // small set (so that a later read hits), sometimes a page no transfer may touch or a bad count.
+  Op storage_op() {
+    const std::size_t side = host_side();
+    const std::string name = side < s_.host_sides().size() ? s_.host_sides()[side].name : "full";
+    Ids live;
+    if (side < s_.host_sides().size())
+      for (const auto& [l, p] : s_.host_sides()[side].l2p) live.push_back(l);
+    Ids host = pick_distinct(live, static_cast<std::size_t>(c_.between(1, 3)));
+    if (host.empty() || invalid()) host.push_back(c_.chance(1, 2) ? c_.between(0, s_.host_page_num()) : -1);
+    std::vector<std::uint64_t> hashes;
+    for (std::size_t i = 0; i < host.size(); ++i) hashes.push_back(static_cast<std::uint64_t>(c_.between(1, 6)));
+    if (c_.chance(1, 2)) {
+      StorePages op;
+      op.thread = static_cast<std::uint32_t>(c_.below(3));
+      op.side = name;
+      op.host = host;
+      op.hashes = hashes;
+      op.page_count = static_cast<std::uint64_t>(c_.between(0, static_cast<std::int64_t>(host.size()) + (invalid() ? 1 : 0)));
+      if (c_.chance(1, 6)) op.layout = c_.chance(1, 2) ? "page_major" : "untagged";
+      return op;
+    }
+    LoadStored op;
+    op.thread = static_cast<std::uint32_t>(c_.below(3));
+    op.side = name;
+    op.host = host;
+    op.hashes = hashes;
+    return op;
+  }
+
+
   // ------------------------------------------------------------ the state sub-pool (SPEC 11)
 
   // One state operation; `kind` is the analog whose swarm weight it takes (alloc, free, write,
@@ -975,6 +1006,10 @@ Op generate_op(Choices& choices, const PoolShadow& shadow, const SwarmWeights& w
     if (is_host_kind(kind) && !shadow.has_host()) kind = OpKind::alloc;
   }
   Generator g(choices, shadow, options);
+  // The storage tier, now and then, where the pool has one (drawn only then: other pools' cases
+  // draw what they always drew).
+  if (shadow.has_storage() && options.storage_one_in != 0 && choices.chance(1, options.storage_one_in))
+    return g.storage_op();
   // SPEC 11: on a hybrid chain, now and then a state operation, weighted like its token analog.
   if (shadow.hybrid() && options.state_one_in != 0 && choices.chance(1, options.state_one_in)) {
     const OpKind analogs[] = {OpKind::alloc, OpKind::free, OpKind::write, OpKind::read, OpKind::translate, OpKind::begin_read};

@@ -129,6 +129,7 @@ PoolShadow::PoolShadow(const PoolConfig& config) : config_(config) {
       host_sides_.push_back(ShadowHostSide{sides_[i].name, i == 0, sides_[i].page_bytes, {}, {}, {}});
     host_rows_.assign(sides_.size(), {});
   }
+  storage_ = config.storage_bytes != 0 && config.host_bytes != 0;
 }
 
 PoolTables PoolShadow::tables() const {

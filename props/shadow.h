@@ -158,6 +158,7 @@ class PoolShadow {
   const std::map<std::uint32_t, ShadowGraph>& graphs() const { return graphs_; }
   // SPEC 8: the host arena (empty without host_bytes), leases, transfers in flight, events.
   bool has_host() const { return !host_sides_.empty(); }
+  bool has_storage() const { return storage_; }  // the pool has a storage tier (storage_bytes)
   std::int64_t host_page_num() const { return host_page_num_; }
   const std::vector<ShadowHostSide>& host_sides() const { return host_sides_; }
   const std::map<std::uint32_t, std::uint64_t>& leases() const { return leases_; }
@@ -297,6 +298,7 @@ class PoolShadow {
   std::map<std::uint32_t, ShadowGraph> graphs_;
 
   std::int64_t host_page_num_ = 0;
+  bool storage_ = false;
   std::vector<ShadowHostSide> host_sides_;
   std::vector<std::map<std::int64_t, PageRows>> host_rows_;  // per side: host logical page -> its rows
   std::map<std::uint32_t, std::uint64_t> leases_;            // thread -> depth > 0

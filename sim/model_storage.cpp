@@ -90,6 +90,12 @@ Result<std::vector<std::uint8_t>> page_major_order(const DenseEntryLayout& layou
   return out;
 }
 
+// The space of one side's pages: the pool's storage space and the side ("llama-tm1.full"). A
+// composite's full and sliding-window pages of one prefix share its hash; their layouts differ.
+std::string side_space(const PageStore& store, std::string_view model, std::string_view tag, std::string_view side) {
+  return store.space(model, tag) + "." + std::string(side);
+}
+
 }  // namespace
 
 Model::Pool::StoreFolder::~StoreFolder() {
@@ -155,7 +161,7 @@ OpResult Model::on(const StorePages& op) {
   const std::string tag = op.layout == "page_major" ? std::string(kPageMajorFormatTag)
                           : op.layout == "untagged" ? std::string()
                                                     : std::string(kTokenMajorFormatTag);
-  const std::string space = store->space(pool_->config.shape.name, tag);
+  const std::string space = side_space(*store, pool_->config.shape.name, tag, op.side);
   KVTWIN_TRY(const std::vector<StoredPageKey> keys, store->keys(space, op.hashes, op.page_count));
   HostArena& host = *pool_->host;
   // The pages stored are the last keys.size() of `host` (all of them under SPEC 10.15's fault).
@@ -199,7 +205,7 @@ OpResult Model::on(const LoadStored& op) {
   KVTWIN_TRY_STATUS(check_storage_pages("load_stored", side, op.host, op.hashes));
   HostArena& host = *pool_->host;
   const std::uint64_t page_bytes = host.side(side).page_bytes;
-  const std::string space = store->space(pool_->config.shape.name, kTokenMajorFormatTag);
+  const std::string space = side_space(*store, pool_->config.shape.name, kTokenMajorFormatTag, op.side);
   // Every read first (a failing one changes nothing), then the pages.
   std::vector<StoreRead> reads;
   host.acquire(op.thread);
