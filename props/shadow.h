@@ -299,6 +299,9 @@ class PoolShadow {
 
   std::int64_t host_page_num_ = 0;
   bool storage_ = false;
+  // Per host side: every hash a store_pages of this pool's own layout named among its trailing
+  // page_count pages (refused or not). A load of hashes none of which is here must miss all.
+  std::vector<std::set<std::uint64_t>> maybe_stored_;
   std::vector<ShadowHostSide> host_sides_;
   std::vector<std::map<std::int64_t, PageRows>> host_rows_;  // per side: host logical page -> its rows
   std::map<std::uint32_t, std::uint64_t> leases_;            // thread -> depth > 0

@@ -133,6 +133,7 @@ Result<std::vector<std::int64_t>> PoolShadow::offload_pages(std::size_t side, Id
   std::set<std::int64_t> touched;
   if (auto e = virtual_pages(unit, ids, touched)) return *e;
   std::vector<std::int64_t> whole;
+  const std::set<std::int64_t> listed(ids.begin(), ids.end());  // an offload may list thousands of tokens
   for (std::int64_t v : touched) {
     if (unit == IdUnit::pages) {
       whole.push_back(v);
@@ -140,8 +141,7 @@ Result<std::vector<std::int64_t>> PoolShadow::offload_pages(std::size_t side, Id
     }
     // Whole pages only: every token of the page listed.
     bool all = true;
-    for (std::int64_t t = v * page_size_; t < (v + 1) * page_size_ && all; ++t)
-      all = std::find(ids.begin(), ids.end(), t) != ids.end();
+    for (std::int64_t t = v * page_size_; t < (v + 1) * page_size_ && all; ++t) all = listed.count(t) != 0;
     if (all) whole.push_back(v);
   }
   for (std::int64_t v : whole)
@@ -359,16 +359,40 @@ Expectation PoolShadow::on(const TransferWait& op) {
   return expect(Done{});
 }
 
-// The storage tier changes no table the shadow keeps; its keys and capacity are not predicted yet.
-Expectation PoolShadow::on(const StorePages&) {
+// The storage tier changes no table the shadow keeps. Its capacity and eviction are not
+// predicted, so neither is a store's answer; what is: a load whose hashes no store of this pool's
+// layout ever sent (among its trailing page_count pages) misses every page, when the shadow sees
+// it is valid (a SPEC 10.15 store of zero pages as all, or a page of another layout or without
+// the tag under this space (10.16), then shows as a hit).
+Expectation PoolShadow::on(const StorePages& op) {
   Expectation e;
   e.predicted = false;
+  if (!storage_ || !op.layout.empty() || op.hashes.size() != op.host.size()) return e;
+  for (std::size_t i = 0; i < host_sides_.size(); ++i) {
+    if (host_sides_[i].name != op.side) continue;
+    if (maybe_stored_.size() < host_sides_.size()) maybe_stored_.resize(host_sides_.size());
+    const std::size_t n = op.hashes.size();
+    const std::size_t count = static_cast<std::size_t>(std::min<std::uint64_t>(op.page_count, n));
+    for (std::size_t k = n - count; k < n; ++k) maybe_stored_[i].insert(op.hashes[k]);
+  }
   return e;
 }
-Expectation PoolShadow::on(const LoadStored&) {
-  Expectation e;
-  e.predicted = false;
-  return e;
+
+Expectation PoolShadow::on(const LoadStored& op) {
+  Expectation unknown;
+  unknown.predicted = false;
+  if (!storage_ || op.hashes.size() != op.host.size()) return unknown;
+  std::optional<std::size_t> side;
+  for (std::size_t i = 0; i < host_sides_.size(); ++i)
+    if (host_sides_[i].name == op.side) side = i;
+  if (!side) return unknown;
+  const std::set<std::int64_t> distinct(op.host.begin(), op.host.end());
+  if (distinct.size() != op.host.size()) return unknown;
+  for (std::int64_t l : op.host)
+    if (host_sides_[*side].l2p.count(l) == 0 || host_page_in_use(*side, l)) return unknown;
+  for (std::uint64_t h : op.hashes)
+    if (*side < maybe_stored_.size() && maybe_stored_[*side].count(h) != 0) return unknown;
+  return expect(Ids{std::vector<std::int64_t>(op.hashes.size(), 0)});
 }
 
 }  // namespace kvtwin::props
