@@ -130,6 +130,7 @@ PoolShadow::PoolShadow(const PoolConfig& config) : config_(config) {
     host_rows_.assign(sides_.size(), {});
   }
   storage_ = config.storage_bytes != 0 && config.host_bytes != 0;
+  maybe_stored_.assign(host_sides_.size(), {});
 }
 
 PoolTables PoolShadow::tables() const {

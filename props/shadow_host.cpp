@@ -370,7 +370,6 @@ Expectation PoolShadow::on(const StorePages& op) {
   if (!storage_ || !op.layout.empty() || op.hashes.size() != op.host.size()) return e;
   for (std::size_t i = 0; i < host_sides_.size(); ++i) {
     if (host_sides_[i].name != op.side) continue;
-    if (maybe_stored_.size() < host_sides_.size()) maybe_stored_.resize(host_sides_.size());
     const std::size_t n = op.hashes.size();
     const std::size_t count = static_cast<std::size_t>(std::min<std::uint64_t>(op.page_count, n));
     for (std::size_t k = n - count; k < n; ++k) maybe_stored_[i].insert(op.hashes[k]);
@@ -391,7 +390,7 @@ Expectation PoolShadow::on(const LoadStored& op) {
   for (std::int64_t l : op.host)
     if (host_sides_[*side].l2p.count(l) == 0 || host_page_in_use(*side, l)) return unknown;
   for (std::uint64_t h : op.hashes)
-    if (*side < maybe_stored_.size() && maybe_stored_[*side].count(h) != 0) return unknown;
+    if (maybe_stored_[*side].count(h) != 0) return unknown;
   return expect(Ids{std::vector<std::int64_t>(op.hashes.size(), 0)});
 }
 

@@ -206,8 +206,9 @@ OpResult Model::on(const LoadStored& op) {
   HostArena& host = *pool_->host;
   const std::uint64_t page_bytes = host.side(side).page_bytes;
   const std::string space = side_space(*store, pool_->config.shape.name, kTokenMajorFormatTag, op.side);
-  // Every read first (a failing one changes nothing), then the pages.
+  // Every read and decode first (a failing one changes nothing), then the pages.
   std::vector<StoreRead> reads;
+  std::vector<std::optional<std::pair<std::vector<WrittenRow>, std::span<const std::uint8_t>>>> hits;
   host.acquire(op.thread);
   for (std::uint64_t hash : op.hashes) {
     Result<StoreRead> r = store->get(StoredPageKey{space, hash});
@@ -218,13 +219,21 @@ OpResult Model::on(const LoadStored& op) {
     reads.push_back(std::move(r).value());
   }
   KVTWIN_CHECK(host.release(op.thread).ok(), "the lease load_stored took is released");
+  for (const StoreRead& r : reads) {
+    if (r.outcome != StoreReadOutcome::hit) {
+      hits.emplace_back();
+      continue;
+    }
+    KVTWIN_TRY(auto decoded, decode_payload(r.bytes, host.with_bytes() ? page_bytes : 0));
+    hits.emplace_back(std::move(decoded));
+  }
   Ids out;
-  for (std::size_t i = 0; i < reads.size(); ++i) {
-    if (reads[i].outcome != StoreReadOutcome::hit) {
+  for (std::size_t i = 0; i < hits.size(); ++i) {
+    if (!hits[i]) {
       out.values.push_back(0);
       continue;
     }
-    KVTWIN_TRY(auto decoded, decode_payload(reads[i].bytes, host.with_bytes() ? page_bytes : 0));
+    auto& decoded = *hits[i];
     const std::int64_t logical = op.host[i];
     if (host.with_bytes() && decoded.second.size() == page_bytes) {
       const std::int64_t p = host.side(side).logical_to_physical[static_cast<std::size_t>(logical)];
