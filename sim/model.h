@@ -102,6 +102,11 @@ class Model : public Backend {
 
   // Whether a pool has been built.
   bool built() const { return pool_ != nullptr; }
+  // Where a pool's storage tier (docs/storage.md) makes its folder: a fresh `kvtwin-store-XXXXXX`
+  // under `parent` (empty: the system's temporary folder), removed with the pool. Stored pages never
+  // outlive the pool: a replay's answers do not depend on an earlier run. Takes effect at the next
+  // store_pages or load_stored that opens the store.
+  void set_storage_parent(std::string parent) { storage_parent_ = std::move(parent); }
   // The configuration and everything derived from it (plan, layouts, geometry). Require built().
   const PoolConfig& config() const;
   const PoolDerived& derived() const;
@@ -320,6 +325,7 @@ class Model : public Backend {
   void note_touched(std::uint64_t offset, std::uint64_t length);
 
   std::unique_ptr<Pool> pool_;
+  std::string storage_parent_;  // set_storage_parent
   std::vector<ByteRange> touched_;
   bool built_this_op_ = false;    // the last operation built a pool: verify_changed() checks it all
   bool readers_changed_ = false;  // the last operation opened or closed a reader

@@ -111,15 +111,18 @@ Result<PageStore*> Model::page_store(std::string_view op) {
     return invalid(std::string(op) + ": this pool has no storage tier; build it with storage_bytes (the page files' "
                                      "bytes the tier may hold, docs/storage.md)");
   if (pool_->store) return &*pool_->store;
-  // A fresh folder of the pool's own (its name is never observable: keys and answers do not
-  // depend on it).
+  // A fresh folder of the pool's own under the storage parent (set_storage_parent; its name is
+  // never observable: keys and answers do not depend on it).
   std::error_code ec;
-  const std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
+  const std::filesystem::path tmp =
+      storage_parent_.empty() ? std::filesystem::temp_directory_path(ec) : std::filesystem::path(storage_parent_);
   if (ec) return make_error(ErrorKind::io, std::string(op) + ": no temporary folder for the storage tier: " + ec.message());
   std::string pattern = (tmp / "kvtwin-store-XXXXXX").string();
-  if (::mkdtemp(pattern.data()) == nullptr)
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    const int err = errno;
     return make_error(ErrorKind::io, std::string(op) + ": cannot make a folder for the storage tier under " +
-                                         tmp.string() + ": " + std::strerror(errno));
+                                         tmp.string() + ": " + std::strerror(err));
+  }
   pool_->store_folder.path = pattern;
   PageStoreConfig c;
   c.folder = pattern + "/pages";

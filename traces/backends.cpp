@@ -450,7 +450,7 @@ bool gpu_host_ops_requested() {
   return host_ops == nullptr || std::string_view(host_ops) != "0";
 }
 
-Result<BackendSet> make_backend_set(BackendChoice choice, const std::string& fault) {
+Result<BackendSet> make_backend_set(BackendChoice choice, const std::string& fault, const BackendOptions& options) {
   KVTWIN_TRY(const FaultChoice faults, parse_fault_choice(fault));
   const bool model_fault = !faults.names.empty() && faults.site == FaultSite::model;
   const bool gpu_fault = !faults.names.empty() && faults.site == FaultSite::gpu;
@@ -466,6 +466,7 @@ Result<BackendSet> make_backend_set(BackendChoice choice, const std::string& fau
   if (choice != BackendChoice::gpu) {
     std::unique_ptr<sim::Model> model =
         model_fault ? std::make_unique<PlantedModel>(faults.names.front()) : std::make_unique<sim::Model>();
+    model->set_storage_parent(options.storage_parent);
     set.players.push_back(model_player(*model));
     set.owned.push_back(std::move(model));
   }

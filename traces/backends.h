@@ -94,7 +94,15 @@ struct BackendSet {
   std::string names() const;  // "model", "model+gpu"
 };
 
+// How the backends are set up, beyond their faults.
+struct BackendOptions {
+  // The folder under which the model's pools make their storage tier's folder (--storage-dir;
+  // sim::Model::set_storage_parent); empty: the system's temporary folder.
+  std::string storage_parent;
+};
+
 // Fresh backends, nothing built. `fault` empty: none planted.
-Result<BackendSet> make_backend_set(BackendChoice choice, const std::string& fault = "");
+Result<BackendSet> make_backend_set(BackendChoice choice, const std::string& fault = "",
+                                    const BackendOptions& options = {});
 
 }  // namespace kvtwin::traces

@@ -117,7 +117,8 @@ std::string report_text(const ReplayReport& r) {
     } else {
       t += "\n  hits: device " + std::to_string(v.device_hit_pages) + " pages (" + std::to_string(v.device_hit_tokens) +
            " tokens), host " + std::to_string(v.host_hit_pages) + " pages (" + std::to_string(v.host_hit_tokens) +
-           " tokens), storage 0 (not wired in)";
+           " tokens), storage " + std::to_string(v.storage_hit_pages) + " pages (" +
+           std::to_string(v.storage_hit_tokens) + " tokens)";
       t += "\n  host tier: " + std::to_string(v.host_pages) + " pages (every side), peak " + std::to_string(v.peak_host_pages) +
            " (" + std::to_string(v.peak_host_bytes) + " bytes); offloaded " + std::to_string(v.pages_offloaded) +
            " pages (" + std::to_string(v.bytes_offloaded) + " bytes, " + std::to_string(v.offloads) +
@@ -127,6 +128,16 @@ std::string report_text(const ReplayReport& r) {
            std::to_string(v.retractions_backed_up) + " (" + std::to_string(v.retraction_restored_tokens) +
            " tokens restored, not recomputed)";
       if (r.parameters.contains("write_policy")) t += "; write policy " + r.parameters["write_policy"].get<std::string>();
+      if (r.parameters.contains("storage_bytes") && r.parameters["storage_bytes"] != 0) {
+        t += "\n  storage tier: " + r.parameters["storage_bytes"].dump() + " bytes of page files; stored " +
+             std::to_string(v.pages_stored) + " pages (" + std::to_string(v.bytes_stored) + " bytes, " +
+             std::to_string(v.stores) + " writes), read " + std::to_string(v.pages_read_from_storage) + " pages (" +
+             std::to_string(v.bytes_read_from_storage) + " bytes, " + std::to_string(v.storage_reads) + " reads), " +
+             std::to_string(v.storage_missed_pages) + " pages asked for and no longer stored";
+        if (!v.storage_error.empty()) t += "\n  storage tier OFF since " + v.storage_error + "; the run went on without it";
+      } else {
+        t += "\n  storage tier: none (--storage-bytes 0)";
+      }
     }
     char seconds[32];
     std::snprintf(seconds, sizeof seconds, "%.1f", static_cast<double>(v.simulated_us) / 1e6);

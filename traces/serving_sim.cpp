@@ -78,12 +78,23 @@ Result<PoolConfig> serving_pool_config(const ServingParams& p) {
     return bad_params("a host arena of " + std::to_string(p.host_bytes) + " bytes holds no page of " +
                       std::to_string(max_page_bytes(*d)) + " bytes; give --host-bytes at least one page, or 0 for none");
   c.host_bytes = p.host_bytes;
+  if (p.storage_bytes != 0 && p.host_bytes == 0)
+    return bad_params("a storage tier of " + std::to_string(p.storage_bytes) +
+                      " bytes needs a host tier above it (pages are written down from host and read back into it); "
+                      "give --host-bytes too");
+  c.storage_bytes = p.storage_bytes;
   if (!p.shrink_entries || p.tables_only) return c;
   PoolConfig shrunk = shrunk_pool_config(c);
   Result<PoolDerived> ds = derive_pool(shrunk);
   if (!ds.ok()) return ds.error().with_context("the pool with shrunk entries cannot be built (use full entries): ");
   // The host keeps its page count as the device does: as many shrunk pages as full ones.
   if (c.host_bytes != 0) shrunk.host_bytes = c.host_bytes / max_page_bytes(*d) * max_page_bytes(*ds);
+  // The storage tier keeps about as many pages too (its capacity counts page files, whose payload
+  // shrinks with the entries; the headers do not).
+  if (c.storage_bytes != 0)
+    shrunk.storage_bytes = std::max<std::uint64_t>(
+        1, static_cast<std::uint64_t>(static_cast<unsigned __int128>(c.storage_bytes) * max_page_bytes(*ds) /
+                                      max_page_bytes(*d)));
   return shrunk;
 }
 
@@ -142,6 +153,8 @@ nlohmann::json serving_params_json(const ServingParams& p, const RequestTrace& t
   j["host_bytes"] = p.host_bytes;
   j["host_tier"] = p.host_bytes != 0 ? "modelled" : "none";
   if (p.host_bytes != 0) j["write_policy"] = std::string(write_policy_name(p.write_policy));
+  j["storage_bytes"] = p.storage_bytes;
+  j["storage_tier"] = p.storage_bytes != 0 ? "modelled" : "none";
   j["token_scale"] = p.token_scale;
   j["shrink_entries"] = p.shrink_entries && !p.tables_only;
   if (p.shrink_entries && !p.tables_only) {
@@ -187,7 +200,7 @@ nlohmann::json summary_json(const ServingSummary& s) {
   j["load_backs"] = s.load_backs;
   j["hits"] = {{"device", {{"pages", s.device_hit_pages}, {"tokens", s.device_hit_tokens}}},
                {"host", {{"pages", s.host_hit_pages}, {"tokens", s.host_hit_tokens}}},
-               {"storage", {{"pages", 0}, {"tokens", 0}}}};
+               {"storage", {{"pages", s.storage_hit_pages}, {"tokens", s.storage_hit_tokens}}}};
   j["host"] = {{"pages", s.host_pages},
                {"peak_pages", s.peak_host_pages},
                {"peak_bytes", s.peak_host_bytes},
@@ -198,7 +211,14 @@ nlohmann::json summary_json(const ServingSummary& s) {
                {"evicted_blocks", s.host_evicted_blocks},
                {"retractions_backed_up", s.retractions_backed_up},
                {"retraction_restored_tokens", s.retraction_restored_tokens}};
-  j["storage"] = {{"bytes_stored", 0}, {"bytes_read", 0}, {"note", "the storage tier is not wired into the simulator"}};
+  j["storage"] = {{"stores", s.stores},
+                  {"reads", s.storage_reads},
+                  {"pages_stored", s.pages_stored},
+                  {"bytes_stored", s.bytes_stored},
+                  {"pages_read", s.pages_read_from_storage},
+                  {"bytes_read", s.bytes_read_from_storage},
+                  {"missed_pages", s.storage_missed_pages}};
+  if (!s.storage_error.empty()) j["storage"]["error"] = s.storage_error;
   nlohmann::json sides = nlohmann::json::array();
   for (const SideOccupancy& o : s.sides)
     sides.push_back({{"name", o.name}, {"usable_pages", o.usable_pages}, {"peak_pages", o.peak_pages}});
@@ -229,6 +249,16 @@ Result<ServingSimulator> ServingSimulator::create(const ServingParams& params, c
                         " tokens is not a whole number of " + std::to_string(params.page_size) +
                         "-token pages (the trace's " + blocks + "); lower the page size or the token scale");
     sim.cache_.emplace(sim.block_tokens_ / params.page_size);
+  }
+  if (params.storage_bytes != 0) {
+    // A block is written down a side at a time, in one batch: each side's pages must fit at once
+    // (a page file holds the page's bytes, its rows' identities and a header).
+    const std::uint64_t block_pages = sim.cache_ ? sim.cache_->block_pages() : 1;
+    const std::uint64_t page_file = (params.tables_only ? 0 : max_page_bytes(sim.derived_)) + 17 * params.page_size + 1024;
+    if (params.storage_bytes < block_pages * page_file)
+      return bad_params("a storage tier of " + std::to_string(params.storage_bytes) + " bytes cannot hold one " +
+                        std::to_string(block_pages) + "-page prefix block (about " +
+                        std::to_string(block_pages * page_file) + " bytes of page files); give --storage-bytes more");
   }
   // The window is a token count like the others: divided by the scale, rounded up, at least 1.
   if (const std::uint64_t window = sim.config_.shape.sliding_window_tokens; window != 0)
@@ -430,6 +460,22 @@ Status ServingSimulator::admit(std::vector<Running>& admitted) {
       path = cache_->match(hashes, step_);
       if (host_tier()) {
         keys = block_keys(req, full_blocks);
+        // The storage tier: the blocks past the device path that are on neither the device nor
+        // the host but may be stored are read into host first (the host blocks between them stay).
+        if (storage_tier()) {
+          std::vector<std::uint64_t> wanted;
+          std::vector<std::uint64_t> pinned;
+          for (std::uint64_t b = path.size(); b < full_blocks; ++b) {
+            if (host_blocks_.contains(keys[b])) {
+              if (host_pinned_.insert(keys[b]).second) pinned.push_back(keys[b]);
+              continue;
+            }
+            if (!stored_blocks_.contains(keys[b])) break;
+            wanted.push_back(keys[b]);
+          }
+          if (!wanted.empty()) KVTWIN_TRY_STATUS(fetch_from_storage(wanted));
+          for (std::uint64_t k : pinned) host_pinned_.erase(k);
+        }
         for (std::uint64_t b = path.size(); b < full_blocks && host_blocks_.contains(keys[b]); ++b)
           host_hits.push_back(keys[b]);
       }
@@ -616,8 +662,14 @@ Status ServingSimulator::admit(std::vector<Running>& admitted) {
     summary_.cached_tokens += cached_len;
     summary_.device_hit_pages += device_pages;
     summary_.device_hit_tokens += device_pages * ps;
-    summary_.host_hit_pages += host_pages;
-    summary_.host_hit_tokens += host_pages * ps;
+    for (std::uint64_t k : host_hits) {
+      HostBlock& h = host_blocks_.at(k);
+      std::uint64_t& pages = h.from_storage ? summary_.storage_hit_pages : summary_.host_hit_pages;
+      std::uint64_t& tokens = h.from_storage ? summary_.storage_hit_tokens : summary_.host_hit_tokens;
+      pages += bp;
+      tokens += bp * ps;
+      h.from_storage = false;
+    }
     if (restoring) summary_.retraction_restored_tokens += prompt_len - prefill_end;
     tell(ServingEvent::Kind::admitted, r.request, new_pages);
     // Write-through-selective: a block is backed up once it has been hit on the device.
@@ -739,10 +791,119 @@ Status ServingSimulator::evict_host_block() {
   KVTWIN_CHECK(victim != host_lru_.end(), "a host block to evict");
   const std::uint64_t key = victim->second;
   host_lru_.erase(victim);
+  // The storage tier: the block is written down before its host pages go (unless it was before).
+  if (storage_tier() && !stored_blocks_.contains(key)) KVTWIN_TRY_STATUS(store_block(key));
   KVTWIN_TRY_STATUS(host_free(host_blocks_.at(key).pages));
   host_block_pages_ -= host_blocks_.at(key).pages[0].size();
   host_blocks_.erase(key);
   ++summary_.host_evicted_blocks;
+  return ok_status();
+}
+
+// ---------------------------------------------------------------- the storage tier
+
+std::uint64_t ServingSimulator::page_hash(std::uint64_t key, std::uint64_t page) {
+  return mix_seed(mix_seed(fnv1a64("kvtwin stored page"), key), page);
+}
+
+Result<std::optional<Ids>> ServingSimulator::send_storage(const Op& op) {
+  std::optional<OpResult> r;
+  KVTWIN_TRY_STATUS(send(op, r));
+  if (!r->ok()) {
+    // A store that cannot write or read (a full disk, a folder it may not write) is not the
+    // pool's bug: the run goes on without the tier, and the summary says why.
+    if (r->error().kind == ErrorKind::io) {
+      summary_.storage_error = "step " + std::to_string(step_) + ": " + r->error().message;
+      return std::optional<Ids>();
+    }
+    return make_error(ErrorKind::internal, "the pool refused a storage operation the serving simulator considers valid, at step " +
+                                               std::to_string(step_) + ": " + to_string(op).substr(0, 300) + " -> " +
+                                               to_string(*r));
+  }
+  const Ids* ids = std::get_if<Ids>(&r->value());
+  KVTWIN_CHECK(ids != nullptr, "a storage operation answers ids");
+  return std::optional<Ids>(*ids);
+}
+
+Status ServingSimulator::store_block(std::uint64_t key) {
+  const HostBlock& block = host_blocks_.at(key);
+  const std::uint64_t n = block.pages[0].size();
+  std::vector<std::uint64_t> hashes;
+  for (std::uint64_t i = 0; i < n; ++i) hashes.push_back(page_hash(key, i));
+  for (std::size_t side = 0; side < block.pages.size(); ++side) {
+    KVTWIN_TRY(std::optional<Ids> stored,
+               send_storage(Op(StorePages{0, derived_.geometry.sub_pools[side].name, block.pages[side], hashes, n, ""})));
+    if (!stored) return ok_status();  // the tier is off
+    KVTWIN_CHECK(stored->values.size() == n, "store_pages of a whole block stores every page");
+    ++summary_.stores;
+    summary_.pages_stored += n;
+    summary_.bytes_stored += n * reported_page_bytes_[side];
+  }
+  stored_blocks_.insert(key);
+  for (std::uint64_t i = 0; i < n; ++i) {
+    auto c = host_content_.find(block.pages[0][i]);
+    if (c != host_content_.end()) stored_content_[hashes[i]] = c->second;
+  }
+  return ok_status();
+}
+
+Status ServingSimulator::fetch_from_storage(const std::vector<std::uint64_t>& keys) {
+  const std::uint64_t bp = cache_->block_pages();
+  // Host pages for as many of the blocks as the host holds (a prefix of them: the match is one).
+  std::vector<std::uint64_t> wanted = keys;
+  std::optional<std::vector<std::vector<std::int64_t>>> host;
+  while (!wanted.empty()) {
+    KVTWIN_TRY(host, host_alloc(wanted.size() * bp));
+    if (host || !storage_tier()) break;
+    wanted.pop_back();
+  }
+  if (!host) return ok_status();
+  if (!storage_tier()) return host_free(*host);  // a write-down while making room failed: the tier is off
+  std::vector<std::uint64_t> hashes;
+  for (std::uint64_t k : wanted)
+    for (std::uint64_t i = 0; i < bp; ++i) hashes.push_back(page_hash(k, i));
+  // One read a side; a block comes back when every page of every side did.
+  std::vector<bool> whole(wanted.size(), true);
+  for (std::size_t side = 0; side < host->size(); ++side) {
+    KVTWIN_TRY(std::optional<Ids> hits,
+               send_storage(Op(LoadStored{0, derived_.geometry.sub_pools[side].name, (*host)[side], hashes})));
+    if (!hits) return host_free(*host);  // the tier is off
+    KVTWIN_CHECK(hits->values.size() == hashes.size(), "load_stored answers one value a page");
+    ++summary_.storage_reads;
+    for (std::size_t j = 0; j < hashes.size(); ++j) {
+      if (hits->values[j] == 1) {
+        ++summary_.pages_read_from_storage;
+        summary_.bytes_read_from_storage += reported_page_bytes_[side];
+      } else {
+        ++summary_.storage_missed_pages;
+        whole[j / bp] = false;
+      }
+    }
+  }
+  std::vector<std::vector<std::int64_t>> unused(host->size());
+  for (std::size_t b = 0; b < wanted.size(); ++b) {
+    HostBlock h;
+    for (std::size_t side = 0; side < host->size(); ++side)
+      h.pages.emplace_back((*host)[side].begin() + static_cast<std::ptrdiff_t>(b * bp),
+                           (*host)[side].begin() + static_cast<std::ptrdiff_t>((b + 1) * bp));
+    if (!whole[b]) {
+      // The store no longer holds all of it: its host pages go, and it counts as not stored.
+      for (std::size_t side = 0; side < host->size(); ++side)
+        unused[side].insert(unused[side].end(), h.pages[side].begin(), h.pages[side].end());
+      stored_blocks_.erase(wanted[b]);
+      continue;
+    }
+    for (std::uint64_t i = 0; i < bp; ++i) {
+      auto c = stored_content_.find(page_hash(wanted[b], i));
+      if (c != stored_content_.end()) host_content_[h.pages[0][i]] = c->second;
+      else host_content_.erase(h.pages[0][i]);
+    }
+    h.from_storage = true;
+    host_block_pages_ += bp;
+    host_blocks_[wanted[b]] = std::move(h);
+    touch_host(wanted[b]);
+  }
+  if (!unused[0].empty()) KVTWIN_TRY_STATUS(host_free(unused));
   return ok_status();
 }
 

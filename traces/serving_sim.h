@@ -44,7 +44,17 @@
 // again. A retracted request's private pages are backed up to host (single-sided pools) and loaded
 // back on its re-admission instead of recomputed; a backup the host cannot hold is recomputed.
 // Every transfer waits at once (transfers are synchronous here: no overlap is modelled).
-// Not modelled: the storage tier below the host (core/page_store.h) is not wired in; prefix pages
+//
+// The storage tier (with storage_bytes too, SPEC 8's last bullet; docs/traces.md "The storage
+// tier"): a host block the host evicts is written down first (store_pages, every side, one hash a
+// page derived from the block's chain key), unless it went there before; admission continues the
+// prompt's blocks past the device path on host or in storage, block by block: the blocks that may
+// be stored are read (host_alloc, load_stored) into host pages, and those that come back whole
+// join the host tier, which then loads them back to the device as any host hit. The store decides
+// what it keeps (its own LRU by page-file bytes): a block it no longer holds misses, and the match
+// stops there. An io error of the store (a full disk, a folder that cannot be written) turns the
+// tier off for the rest of the run, said in the summary; nothing else changes.
+// Not modelled: prefix pages
 // owned by the cache keep their SWA pages (only a request's private pages are SWA-evicted);
 // retraction backups of full + SWA composites (they recompute, as the seeds' engines do).
 #pragma once
@@ -87,6 +97,9 @@ struct ServingParams {
   std::uint64_t pool_bytes = 0;
   std::uint64_t host_bytes = 0;  // the host arena's bytes; 0: no host tier
   WritePolicy write_policy = WritePolicy::write_through;
+  // The storage tier's capacity in page-file bytes (core/page_store.h), below the host arena;
+  // 0: none. Needs host_bytes. Where its folder lives is the backends' (BackendOptions).
+  std::uint64_t storage_bytes = 0;
   std::uint64_t token_scale = 1;
   std::uint32_t max_running = 64;
   CompactionMode mode = CompactionMode::eager;
@@ -174,6 +187,18 @@ struct ServingSummary {
   std::uint64_t host_evicted_blocks = 0;   // host blocks freed to make room (not the final drain)
   std::uint64_t retractions_backed_up = 0;  // retractions whose private pages went to host
   std::uint64_t retraction_restored_tokens = 0;  // tokens loaded back at re-admission, not recomputed
+  // The storage tier (all 0 without storage_bytes). Hits: of cached_tokens, those read back from
+  // storage (to host, then to the device); cached_tokens = device + host + storage hits.
+  std::uint64_t storage_hit_pages = 0;
+  std::uint64_t storage_hit_tokens = 0;
+  std::uint64_t stores = 0;              // store_pages operations (one per side of a block written down)
+  std::uint64_t storage_reads = 0;       // load_stored operations
+  std::uint64_t pages_stored = 0;        // host pages written down (every side)
+  std::uint64_t bytes_stored = 0;
+  std::uint64_t pages_read_from_storage = 0;  // pages load_stored found (every side)
+  std::uint64_t bytes_read_from_storage = 0;
+  std::uint64_t storage_missed_pages = 0;  // pages asked for that the store no longer held
+  std::string storage_error;  // why the tier went off during the run ("": it did not)
   std::uint64_t host_pages = 0;        // pages the host arena holds on every side at once (0: no host tier)
   std::uint64_t peak_host_pages = 0;   // the most host pages in use at once (the first side's)
   std::uint64_t peak_host_bytes = 0;   // the same in bytes, every side
@@ -266,6 +291,7 @@ class ServingSimulator {
   struct HostBlock {
     std::vector<std::vector<std::int64_t>> pages;  // per side
     std::uint64_t last_used = 0;
+    bool from_storage = false;  // read back from storage, not yet hit by an admission
   };
 
   ServingSimulator() = default;
@@ -309,6 +335,17 @@ class ServingSimulator {
   Status offload_blocks(const std::vector<std::pair<std::uint64_t, std::vector<std::int64_t>>>& blocks);
   Status evict_host_block();
   void touch_host(std::uint64_t key);
+  // The storage tier. store_block writes a host block down (every side); fetch_from_storage reads
+  // the blocks `keys` (not on host) into host pages, and those that come back whole join the host
+  // tier. An io error of the store turns the tier off (storage_off), the run goes on.
+  bool storage_tier() const { return params_.storage_bytes != 0 && summary_.storage_error.empty(); }
+  Status store_block(std::uint64_t key);
+  Status fetch_from_storage(const std::vector<std::uint64_t>& keys);
+  // Sends a storage op: its Ids, or nullopt when the store failed with an io error (the tier is
+  // off then).
+  Result<std::optional<Ids>> send_storage(const Op& op);
+  // The hash a block's page is stored under (per side, each side in its own space).
+  static std::uint64_t page_hash(std::uint64_t key, std::uint64_t page);
   // The chain key of a prompt's block b: its hash and every earlier block's, mixed (a host block
   // is keyed by its whole prefix, as the device cache keys a node by its path).
   std::vector<std::uint64_t> block_keys(const Request& req, std::uint64_t blocks) const;
@@ -365,6 +402,10 @@ class ServingSimulator {
   PageContent private_content(std::uint64_t request, std::uint64_t page_index) const;
   Status check_content(const Running& r, const std::vector<std::uint64_t>& keys) const;
   std::uint64_t host_clock_ = 0;
+  // Blocks written down to storage by chain key (the store may have evicted some since: a read
+  // says), and what each stored page holds, by page hash (first side).
+  std::set<std::uint64_t> stored_blocks_;
+  std::map<std::uint64_t, PageContent> stored_content_;
   std::uint64_t host_pages_held_ = 0;  // per side (every side holds as many)
   std::uint64_t host_block_pages_ = 0;  // of those, the host blocks' (the rest: retraction backups)
   std::uint32_t next_transfer_ = 1;

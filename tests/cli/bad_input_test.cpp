@@ -259,4 +259,46 @@ TEST(BadInputCli, TheCommittedVersion1TracesStillReplay) {
   }
 }
 
+TEST(BadInputCli, TheStorageTiersOptionsAreCheckedAndAStoreThatCannotWriteIsSaidNotFatal) {
+  const fs::path dir = scratch();
+  const std::string trace = requests(dir, 30);
+  std::vector<std::string> args = {"replay", trace};
+  args.insert(args.end(), kSmallPool.begin(), kSmallPool.end());
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> all = args;
+    all.insert(all.end(), more.begin(), more.end());
+    return all;
+  };
+  expect_refused(kvtwin(with({"--storage-bytes", "1GiB"})), "replay", {"needs a host tier above it", "--host-bytes"});
+  expect_refused(kvtwin(with({"--host-bytes", "4MiB", "--storage-dir", dir.string()})), "replay",
+                 {"--storage-dir", "without --storage-bytes"});
+  expect_refused(kvtwin(with({"--host-bytes", "4MiB", "--storage-bytes", "1KiB"})), "replay",
+                 {"cannot hold one", "--storage-bytes"});
+  // A working tier, in a folder of the user's: the summary has its line, and the store's folder
+  // is gone after the run.
+  const fs::path parent = dir / "store";
+  fs::create_directories(parent);
+  CliRun ok = kvtwin(with({"--host-bytes", "4MiB", "--storage-bytes", "1GiB", "--storage-dir", parent.string()}));
+  EXPECT_EQ(ok.exit_code, 0) << ok.out << ok.err;
+  EXPECT_THAT(ok.out, HasSubstr("storage tier: 1073741824 bytes of page files"));
+  EXPECT_TRUE(fs::is_empty(parent)) << "the pool's store folder is removed with the pool";
+  // A parent that is a file: the tier is off, the run passes, and says why.
+  // (20 prefixes of two blocks each, in turn: more than a 4 MiB host holds, so it writes down.)
+  const fs::path file = dir / "a-file";
+  { std::ofstream(file) << "x"; }
+  const fs::path cycling = dir / "cycling.jsonl";
+  {
+    std::ofstream out(cycling);
+    for (int i = 0; i < 60; ++i)
+      out << "{\"timestamp\": " << i * 1000 << ", \"input_length\": 1100, \"output_length\": 8, \"hash_ids\": ["
+          << 10 * (i % 20) << ", " << 10 * (i % 20) + 1 << ", " << 1000 + i << "]}\n";
+  }
+  CliRun off = kvtwin({"replay", cycling.string(), "--model", "llama-3.1-8b", "--tp", "8", "--pool-bytes", "2MiB",
+                       "--quiet", "--host-bytes", "4MiB", "--storage-bytes", "1GiB", "--storage-dir", file.string(),
+                       "--write-policy", "write_back"});
+  EXPECT_EQ(off.exit_code, 0) << off.out << off.err;
+  EXPECT_THAT(off.out, HasSubstr("storage tier OFF since step"));
+  EXPECT_THAT(off.out, HasSubstr("the run went on without it"));
+}
+
 }  // namespace

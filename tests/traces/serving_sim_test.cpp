@@ -1,7 +1,7 @@
 // The serving simulator on the committed request-trace samples: determinism (same inputs, the
 // same trace byte for byte), the recorded trace replaying clean, token accounting against sums
 // the test computes from the trace itself, prefix reuse, retraction under pressure, sliding-window
-// frees, lazy flushes, MLA, rejections, and parameter errors.
+// frees, lazy flushes, MLA, rejections, parameter errors, and the host and storage tiers.
 #include "traces/serving_sim.h"
 
 #include <filesystem>
@@ -51,8 +51,9 @@ struct SimRun {
   PoolTables final_tables;
 };
 
-SimRun simulate(const RequestTrace& trace, const ServingParams& p, PoolTraceWriter* writer = nullptr) {
-  Result<BackendSet> b = make_backend_set(BackendChoice::model);
+SimRun simulate(const RequestTrace& trace, const ServingParams& p, PoolTraceWriter* writer = nullptr,
+               const BackendOptions& options = {}) {
+  Result<BackendSet> b = make_backend_set(BackendChoice::model, "", options);
   KVTWIN_CHECK(b.ok(), "model");
   Result<ReplayReport> r = simulate_request_trace(trace, p, *b, CheckCadence{}, writer);
   KVTWIN_CHECK(r.ok(), r.ok() ? "" : r.error().message);
@@ -787,6 +788,175 @@ TEST(ServingSimHost, WithALargeHostTheHitRateIsTheEndlessCachesAndNeverFallsAsTh
     }
     if (host_mib == 4096) {
       EXPECT_EQ(s.cached_tokens, bound) << "device and host together act as an endless cache";
+    }
+  }
+}
+
+
+// ---------------------------------------------------------------- the storage tier (issue 9)
+
+TEST(ServingSimStorage, HostEvictionsAreWrittenDownAndReadBackWithBytes) {
+  // A device and a host both too small for the cycle of prefixes, a storage tier that holds it:
+  // with bytes, so every page written down and read back is checked by the content oracle.
+  const RequestTrace t = cycling_prefixes(48, 8);
+  ServingParams p = params("llama-3.1-8b", 8, 8ull << 20, 16);  // 32 pages; the cycle needs 48
+  p.host_bytes = 4ull << 20;                                   // 16 pages
+  p.storage_bytes = 64ull << 20;
+  p.write_policy = WritePolicy::write_back;
+  const SimRun run = simulate(t, p);
+  ASSERT_TRUE(run.report.passed()) << run.report.failure->describe();
+  const ServingSummary& s = *run.report.serving;
+  EXPECT_GT(s.host_evicted_blocks, 0u) << "the host is too small for the working set";
+  EXPECT_GT(s.pages_stored, 0u);
+  EXPECT_EQ(s.stores * 2, s.pages_stored) << "one write of a block's 2 pages";
+  EXPECT_EQ(s.bytes_stored, s.pages_stored * s.sides[0].page_bytes);
+  EXPECT_GT(s.storage_hit_pages, 0u) << "blocks written down hit in storage";
+  EXPECT_EQ(s.storage_hit_tokens, s.storage_hit_pages * 16);
+  EXPECT_GE(s.pages_read_from_storage, s.storage_hit_pages);
+  EXPECT_EQ(s.storage_missed_pages, 0u) << "the store is large enough to keep everything";
+  EXPECT_EQ(s.cached_tokens, s.device_hit_tokens + s.host_hit_tokens + s.storage_hit_tokens);
+  EXPECT_TRUE(s.storage_error.empty()) << s.storage_error;
+  expect_host_empty_at_the_end(run);
+
+  // Without the storage tier the same run hits less.
+  p.storage_bytes = 0;
+  const SimRun host_only = simulate(t, p);
+  ASSERT_TRUE(host_only.report.passed()) << host_only.report.failure->describe();
+  EXPECT_LT(host_only.report.serving->cached_tokens, s.cached_tokens);
+}
+
+TEST(ServingSimStorage, ASmallStoreEvictsAndItsMissesStopTheMatch) {
+  const RequestTrace t = cycling_prefixes(48, 8);
+  ServingParams p = params("llama-3.1-8b", 8, 8ull << 20, 16);
+  p.host_bytes = 4ull << 20;
+  p.write_policy = WritePolicy::write_back;
+  p.storage_bytes = 64ull << 20;
+  const SimRun big = simulate(t, p);
+  ASSERT_TRUE(big.report.passed()) << big.report.failure->describe();
+  p.storage_bytes = 5ull << 20;  // about 18 page files of 264 KiB: some blocks are gone when asked for
+  const SimRun small = simulate(t, p);
+  ASSERT_TRUE(small.report.passed()) << small.report.failure->describe();
+  EXPECT_GT(small.report.serving->storage_missed_pages, 0u);
+  EXPECT_LT(small.report.serving->storage_hit_pages, big.report.serving->storage_hit_pages);
+  expect_host_empty_at_the_end(small);
+}
+
+TEST(ServingSimStorage, ACompositeWritesDownAndReadsBackBothSides) {
+  const RequestTrace t = cycling_prefixes(36, 6);
+  ServingParams p = params("gpt-oss-20b", 1, 24ull << 20, 16);
+  p.host_bytes = 8ull << 20;
+  p.storage_bytes = 256ull << 20;
+  p.write_policy = WritePolicy::write_back;
+  const SimRun run = simulate(t, p);
+  ASSERT_TRUE(run.report.passed()) << run.report.failure->describe();
+  const ServingSummary& s = *run.report.serving;
+  EXPECT_GT(s.storage_hit_pages, 0u);
+  EXPECT_EQ(s.stores % 2, 0u) << "one write a side";
+  EXPECT_EQ(s.storage_reads % 2, 0u) << "one read a side";
+  EXPECT_EQ(s.pages_read_from_storage % 2, 0u);
+  expect_host_empty_at_the_end(run);
+}
+
+TEST(ServingSimStorage, TheRecordedTraceCarriesEveryStoreAndReadAndReplaysClean) {
+  const RequestTrace t = cycling_prefixes(32, 8);
+  ServingParams p = params("llama-3.1-8b", 8, 8ull << 20, 16);
+  p.host_bytes = 4ull << 20;
+  p.storage_bytes = 64ull << 20;
+  p.write_policy = WritePolicy::write_back;
+  const std::string path = record(t, p, "kvtwin_sim_storage.jsonl");
+  Result<PoolTrace> trace = read_pool_trace_file(path);
+  ASSERT_TRUE(trace.ok()) << trace.error().message;
+  EXPECT_EQ(trace->header.config.storage_bytes, 64ull << 20);
+  EXPECT_EQ(trace->header.origin["storage_tier"], "modelled");
+  std::map<std::string, std::uint64_t> count;
+  for (const TraceLine& l : trace->lines) ++count[std::string(op_name(l.op))];
+  EXPECT_GT(count["store_pages"], 0u);
+  EXPECT_GT(count["load_stored"], 0u);
+  Result<BackendSet> b = make_backend_set(BackendChoice::model);
+  Result<ReplayReport> r = replay_pool_trace_file(path, *b, CheckCadence{});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->passed()) << r->failure->describe();
+}
+
+TEST(ServingSimStorage, AStoreThatCannotWriteTurnsTheTierOffAndTheRunGoesOn) {
+  // The storage parent is a regular file: the store's folder cannot be made under it (also as root).
+  const std::string file = ::testing::TempDir() + "kvtwin_not_a_folder";
+  { std::ofstream(file) << "a file\n"; }
+  const RequestTrace t = cycling_prefixes(40, 8);
+  ServingParams p = params("llama-3.1-8b", 8, 8ull << 20, 16);
+  p.host_bytes = 4ull << 20;
+  p.storage_bytes = 64ull << 20;
+  p.write_policy = WritePolicy::write_back;
+  BackendOptions o;
+  o.storage_parent = file;
+  const SimRun broken = simulate(t, p, nullptr, o);
+  ASSERT_TRUE(broken.report.passed()) << broken.report.failure->describe();
+  const ServingSummary& s = *broken.report.serving;
+  EXPECT_THAT(s.storage_error, HasSubstr("cannot make a folder for the storage tier"));
+  EXPECT_THAT(s.storage_error, HasSubstr(file));
+  EXPECT_EQ(s.pages_stored, 0u);
+  EXPECT_EQ(s.storage_hit_pages, 0u);
+  expect_host_empty_at_the_end(broken);
+  // It serves as the same run without a storage tier does.
+  p.storage_bytes = 0;
+  const SimRun host_only = simulate(t, p);
+  EXPECT_EQ(s.cached_tokens, host_only.report.serving->cached_tokens);
+  EXPECT_EQ(s.requests_served, host_only.report.serving->requests_served);
+  // A folder that works: the store lives under it while the pool does, and is gone after.
+  const std::string parent = ::testing::TempDir() + "kvtwin_storage_parent";
+  std::filesystem::remove_all(parent);
+  std::filesystem::create_directories(parent);
+  o.storage_parent = parent;
+  p.storage_bytes = 64ull << 20;
+  const SimRun fine = simulate(t, p, nullptr, o);
+  ASSERT_TRUE(fine.report.passed()) << fine.report.failure->describe();
+  EXPECT_TRUE(fine.report.serving->storage_error.empty()) << fine.report.serving->storage_error;
+  EXPECT_GT(fine.report.serving->pages_stored, 0u);
+}
+
+TEST(ServingSimStorage, ParametersThatCannotWorkAreClearErrors) {
+  const RequestTrace t = cycling_prefixes(4, 2);
+  ServingParams p = params("llama-3.1-8b", 8, 8ull << 20, 16);
+  p.storage_bytes = 64ull << 20;
+  Result<PoolConfig> no_host = serving_pool_config(p);
+  ASSERT_FALSE(no_host.ok());
+  EXPECT_THAT(no_host.error().message, HasSubstr("needs a host tier above it"));
+  p.host_bytes = 4ull << 20;
+  p.storage_bytes = 4096;
+  Result<ServingSimulator> tiny = ServingSimulator::create(p, t);
+  ASSERT_FALSE(tiny.ok());
+  EXPECT_THAT(tiny.error().message, HasSubstr("cannot hold one 2-page prefix block"));
+}
+
+TEST(ServingSimStorage, WithASmallHostAndALargeStoreTheHitRateIsTheEndlessCaches) {
+  const std::optional<RequestTrace> t = shared_mooncake(800);
+  if (!t) GTEST_SKIP() << "the shared traces are not beside the repository";
+  const std::uint64_t bound = endless_cache_tokens(*t, 32);
+  ServingParams p = params("llama-3.1-8b", 8, 64ull << 20, 32);  // 256 pages of 16 tokens
+  p.tables_only = true;
+  p.checkpoint_every = 0;
+  p.reserve_permille = 1000;
+  p.host_bytes = 256ull << 20;  // 1,024 pages: too few for the working set
+  p.write_policy = WritePolicy::write_back;
+  const SimRun host_only = simulate(*t, p);
+  ASSERT_TRUE(host_only.report.passed()) << host_only.report.failure->describe();
+  EXPECT_LT(host_only.report.serving->cached_tokens, bound) << "device and host alone are too small";
+  std::uint64_t previous = host_only.report.serving->cached_tokens;
+  for (std::uint64_t storage_mib : {1, 4, 64}) {
+    SCOPED_TRACE("storage " + std::to_string(storage_mib) + " MiB");
+    p.storage_bytes = storage_mib << 20;
+    const SimRun run = simulate(*t, p);
+    ASSERT_TRUE(run.report.passed()) << run.report.failure->describe();
+    const ServingSummary& s = *run.report.serving;
+    ASSERT_EQ(s.retractions, 0u);
+    EXPECT_GT(s.host_evicted_blocks, 0u);
+    EXPECT_LE(s.cached_tokens, bound) << "never above an endless cache";
+    EXPECT_GE(s.cached_tokens, previous) << "a larger store never hits less";
+    EXPECT_EQ(s.cached_tokens, s.device_hit_tokens + s.host_hit_tokens + s.storage_hit_tokens);
+    previous = s.cached_tokens;
+    if (storage_mib == 64) {
+      EXPECT_EQ(s.cached_tokens, bound) << "the three tiers act as an endless cache";
+      EXPECT_GT(s.storage_hit_pages, 0u);
     }
   }
 }

@@ -13,8 +13,11 @@
 //                               spends on a request slice. items/s = operations.
 //   BM_FuzzCase                 one kvtwin fuzz case (random configuration, 200 operations, every
 //                               check). items/s = operations.
-//   BM_MooncakeWholeHostTier    the same with a host tier of 64 GiB, against the same replay without
-//                               one in the same run (tiered_over_plain).
+//   BM_MooncakeWholeTiers       the same with a host tier of 4 GiB, and with it a storage tier of
+//                               64 GiB, against the device alone in the same run (host_over_plain,
+//                               storage_over_plain).
+//   BM_MooncakeSampleStorageWithBytes  300 requests with bytes through all three tiers, against the
+//                               device alone (storage_over_plain).
 //   BM_ReadPoolTrace            reading a recorded pool trace (parsing and checking every line).
 //                               bytes/s = file bytes.
 // The Mooncake trace is read from ../shared/traces-external/ next to the source tree (or
@@ -78,11 +81,13 @@ void BM_MooncakeWholeTablesOnly(benchmark::State& state) {
 }
 BENCHMARK(BM_MooncakeWholeTablesOnly)->Arg(0)->Arg(1000)->Unit(benchmark::kSecond)->Iterations(1);
 
-// The host tier's cost (issue 9): the whole Mooncake conversation trace as above, tables only,
-// with a host tier of `Arg` GiB (write-back) and the same replay without one, both in this run;
-// counters: tiered_over_plain (the tiered replay's seconds over the plain one's), the hit rates
-// with and without the host, and the host's transfers. The storage tier is not wired in yet.
-void BM_MooncakeWholeHostTier(benchmark::State& state) {
+// The tiers' cost (issue 9): the whole Mooncake conversation trace as above, tables only, three
+// times in this run: the device alone, with a host tier of Arg 0 GiB (write-back), and with that
+// host tier and a storage tier of Arg 1 GiB of page files below it (a real page store in the
+// temporary folder; tables only, a page file holds the page's row identities). Counters:
+// host_over_plain and storage_over_plain (seconds over the device-only replay's), each run's hit
+// rate, and the tiers' traffic.
+void BM_MooncakeWholeTiers(benchmark::State& state) {
   const std::string path = traces_dir() + "/mooncake/conversation_trace.jsonl";
   if (!std::filesystem::exists(path)) {
     state.SkipWithError(("no " + path + " (set KVTWIN_TRACES_DIR)").c_str());
@@ -98,29 +103,84 @@ void BM_MooncakeWholeHostTier(benchmark::State& state) {
   p.max_running = 128;
   p.tables_only = true;
   p.write_policy = WritePolicy::write_back;
-  double plain_s = 0, tiered_s = 0;
+  const std::uint64_t host = static_cast<std::uint64_t>(state.range(0)) << 30;
+  const std::uint64_t storage = static_cast<std::uint64_t>(state.range(1)) << 30;
+  double seconds[3] = {0, 0, 0};
   for (auto _ : state) {
-    for (std::uint64_t host_gib : {std::uint64_t{0}, static_cast<std::uint64_t>(state.range(0))}) {
-      p.host_bytes = host_gib << 30;
+    for (int run = 0; run < 3; ++run) {
+      p.host_bytes = run == 0 ? 0 : host;
+      p.storage_bytes = run == 2 ? storage : 0;
       const auto start = std::chrono::steady_clock::now();
       Result<BackendSet> backends = make_backend_set(BackendChoice::model);
       Result<ReplayReport> r = simulate_request_trace(*trace, p, *backends, CheckCadence{});
       KVTWIN_CHECK(r.ok() && r->passed(), "the whole trace replays clean");
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      (host_gib == 0 ? plain_s : tiered_s) += s;
-      state.counters[host_gib == 0 ? "hit_rate_device_only" : "hit_rate_tiered"] = r->serving->prefix_hit_rate();
-      if (host_gib != 0) {
-        state.counters["offloads"] = static_cast<double>(r->serving->offloads);
-        state.counters["load_backs"] = static_cast<double>(r->serving->load_backs);
+      seconds[run] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const char* rate[3] = {"hit_rate_device", "hit_rate_host", "hit_rate_storage"};
+      state.counters[rate[run]] = r->serving->prefix_hit_rate();
+      const ServingSummary& v = *r->serving;
+      if (run == 1) state.counters["host_evicted_blocks"] = static_cast<double>(v.host_evicted_blocks);
+      if (run == 2) {
         state.counters["ops"] = static_cast<double>(r->stats.ops);
+        state.counters["offloads"] = static_cast<double>(v.offloads);
+        state.counters["load_backs"] = static_cast<double>(v.load_backs);
+        state.counters["pages_stored"] = static_cast<double>(v.pages_stored);
+        state.counters["storage_hit_pages"] = static_cast<double>(v.storage_hit_pages);
       }
     }
   }
-  state.counters["plain_s"] = plain_s;
-  state.counters["tiered_s"] = tiered_s;
-  state.counters["tiered_over_plain"] = tiered_s / plain_s;
+  state.counters["plain_s"] = seconds[0];
+  state.counters["host_s"] = seconds[1];
+  state.counters["storage_s"] = seconds[2];
+  state.counters["host_over_plain"] = seconds[1] / seconds[0];
+  state.counters["storage_over_plain"] = seconds[2] / seconds[0];
 }
-BENCHMARK(BM_MooncakeWholeHostTier)->Arg(64)->Unit(benchmark::kSecond)->Iterations(1);
+BENCHMARK(BM_MooncakeWholeTiers)->Args({4, 64})->Unit(benchmark::kSecond)->Iterations(1);
+
+// The storage tier with bytes, on a sample: 300 requests of the Mooncake trace, Llama-3.1-8B TP 8,
+// shrunk entries (every byte written, offloaded, stored, read back and checked by the content
+// oracle), a device and a host too small for the working set, against the same replay with the
+// device alone. Counters: storage_over_plain, the bytes stored and read, the hit rates.
+void BM_MooncakeSampleStorageWithBytes(benchmark::State& state) {
+  const std::string path = traces_dir() + "/mooncake/conversation_trace.jsonl";
+  if (!std::filesystem::exists(path)) {
+    state.SkipWithError(("no " + path + " (set KVTWIN_TRACES_DIR)").c_str());
+    return;
+  }
+  Result<RequestTrace> trace = read_request_trace(path, TraceFormat::mooncake, {300});
+  KVTWIN_CHECK(trace.ok(), "the Mooncake trace reads");
+  ServingParams p;
+  p.model = "llama-3.1-8b";
+  p.tp = 8;
+  p.page_size = 16;
+  p.pool_bytes = std::uint64_t{256} << 20;
+  p.token_scale = 16;
+  p.max_running = 64;
+  p.shrink_entries = true;
+  p.checkpoint_every = 64;
+  p.write_policy = WritePolicy::write_back;
+  double seconds[2] = {0, 0};
+  for (auto _ : state) {
+    for (int run = 0; run < 2; ++run) {
+      p.host_bytes = run == 0 ? 0 : std::uint64_t{256} << 20;
+      p.storage_bytes = run == 0 ? 0 : std::uint64_t{16} << 30;
+      const auto start = std::chrono::steady_clock::now();
+      Result<BackendSet> backends = make_backend_set(BackendChoice::model);
+      Result<ReplayReport> r = simulate_request_trace(*trace, p, *backends, CheckCadence{});
+      KVTWIN_CHECK(r.ok() && r->passed(), "the sample replays clean");
+      seconds[run] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      state.counters[run == 0 ? "hit_rate_device" : "hit_rate_tiered"] = r->serving->prefix_hit_rate();
+      if (run == 1) {
+        state.counters["bytes_stored"] = static_cast<double>(r->serving->bytes_stored);
+        state.counters["bytes_read"] = static_cast<double>(r->serving->bytes_read_from_storage);
+        state.counters["storage_hit_pages"] = static_cast<double>(r->serving->storage_hit_pages);
+      }
+    }
+  }
+  state.counters["plain_s"] = seconds[0];
+  state.counters["storage_s"] = seconds[1];
+  state.counters["storage_over_plain"] = seconds[1] / seconds[0];
+}
+BENCHMARK(BM_MooncakeSampleStorageWithBytes)->Unit(benchmark::kSecond)->Iterations(1);
 
 // The cost of checking against the pool's size: the whole Azure code trace (8,819 requests,
 // 206k operations), tables only, Llama-3.1-8B at 16-token pages, at 1 GiB, 64 GiB and 1 TiB.

@@ -59,6 +59,7 @@ int run_record(const RecordOptions& o, const std::string& command) {
                                                    "or Azure); replay it with kvtwin replay"));
   Result<traces::ServingParams> params = serving_params(o.serving);
   if (!params.ok()) return bad_input("record", params.error());
+  if (Status s = check_storage_backends(*choice, *params); !s.ok()) return bad_input("record", s.error());
   Result<PoolConfig> config = traces::serving_pool_config(*params);
   if (!config.ok()) return bad_input("record", config.error());
   Result<traces::RequestTrace> trace =
@@ -66,7 +67,7 @@ int run_record(const RecordOptions& o, const std::string& command) {
   if (!trace.ok()) return bad_input("record", trace.error());
   Result<traces::CheckCadence> checks = cadence(o.cadence);
   if (!checks.ok()) return bad_input("record", checks.error());
-  Result<traces::BackendSet> backends = traces::make_backend_set(*choice);
+  Result<traces::BackendSet> backends = traces::make_backend_set(*choice, "", backend_options(o.serving));
   if (!backends.ok()) return bad_input("record", backends.error());
 
   traces::TraceHeader header;

@@ -31,8 +31,10 @@ void add_serving_options(CLI::App& app, ServingOptions& o) {
                  "write_through_selective (once hit), write_back (only when evicted)")
       ->capture_default_str();
   app.add_option("--storage-dir", o.storage_dir,
-                 "folder of the storage tier below the host (core/page_store.h; not wired into the simulator yet)");
-  app.add_option("--storage-bytes", o.storage_bytes, "capacity of the storage tier (with --storage-dir)")
+                 "folder under which the storage tier below the host makes its own (removed at the end; default: "
+                 "the system's temporary folder)");
+  app.add_option("--storage-bytes", o.storage_bytes,
+                 "capacity of the storage tier below the host in page-file bytes (needs --host-bytes); 0: none")
       ->capture_default_str();
   add_count(app, "--token-scale", o.token_scale, "divide token counts by this (recorded in the output)", 1);
   add_count(app, "--max-running", o.max_running, "most requests running at once", 1);
@@ -72,6 +74,19 @@ traces::RequestReadOptions request_read_options(const ServingOptions& o) {
   return r;
 }
 
+traces::BackendOptions backend_options(const ServingOptions& o) {
+  traces::BackendOptions b;
+  b.storage_parent = o.storage_dir;
+  return b;
+}
+
+Status check_storage_backends(traces::BackendChoice choice, const traces::ServingParams& params) {
+  if (params.storage_bytes == 0 || choice == traces::BackendChoice::model) return ok_status();
+  return make_error(ErrorKind::unsupported,
+                    "--storage-bytes: the storage tier below the host is the reference model's alone for now (the GPU "
+                    "answers store_pages and load_stored unsupported, docs/storage.md); run it with --backend model");
+}
+
 Result<traces::ServingParams> serving_params(const ServingOptions& o) {
   traces::ServingParams p;
   KVTWIN_TRY_STATUS(check_model_source(o.source));
@@ -88,11 +103,11 @@ Result<traces::ServingParams> serving_params(const ServingOptions& o) {
     return make_error(ErrorKind::invalid_argument, "--write-policy '" + printable(o.write_policy) +
                                                        "' is not a write policy; use write_through, "
                                                        "write_through_selective or write_back");
-  KVTWIN_TRY(std::uint64_t storage_bytes, parse_byte_size(o.storage_bytes, "--storage-bytes"));
-  if (!o.storage_dir.empty() || storage_bytes != 0)
-    return make_error(ErrorKind::unsupported,
-                      "--storage-dir / --storage-bytes: the storage tier (core/page_store.h, docs/storage.md) is not "
-                      "wired into the serving simulator yet; run with the device and host tiers (--host-bytes)");
+  KVTWIN_TRY(p.storage_bytes, parse_byte_size(o.storage_bytes, "--storage-bytes"));
+  if (!o.storage_dir.empty() && p.storage_bytes == 0)
+    return make_error(ErrorKind::invalid_argument, "--storage-dir " + printable(o.storage_dir) +
+                                                       " without --storage-bytes: give the storage tier a capacity "
+                                                       "(e.g. --storage-bytes 64GiB)");
   p.token_scale = o.token_scale;
   p.max_running = o.max_running;
   if (o.mode != "eager" && o.mode != "lazy")

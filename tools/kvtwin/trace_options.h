@@ -11,6 +11,7 @@
 
 #include "core/result.h"
 #include "tools/kvtwin/options.h"
+#include "traces/backends.h"
 #include "traces/runner.h"
 #include "traces/serving_sim.h"
 
@@ -25,7 +26,7 @@ struct ServingOptions {
   std::string pool_bytes = "1GiB";
   std::string host_bytes = "0";
   std::string write_policy = "write_through";
-  std::string storage_dir;            // refused for now: the storage tier is not wired in
+  std::string storage_dir;            // the storage tier's parent folder (BackendOptions); "": the temporary folder
   std::string storage_bytes = "0";
   std::uint64_t token_scale = 16;
   std::uint32_t max_running = 64;
@@ -47,6 +48,10 @@ void add_serving_options(CLI::App& app, ServingOptions& options);
 Result<traces::ServingParams> serving_params(const ServingOptions& options);
 // How to read a request trace for the serving simulator: --requests, --skip-requests, --block-tokens.
 traces::RequestReadOptions request_read_options(const ServingOptions& options);
+// The backends' options of these options (--storage-dir).
+traces::BackendOptions backend_options(const ServingOptions& options);
+// A storage tier (--storage-bytes) is the model's alone for now: an error for a run with the GPU.
+Status check_storage_backends(traces::BackendChoice choice, const traces::ServingParams& params);
 
 // --verify-every auto: the full verify() after every op on pools of at most 4 MiB; on larger
 // pools at checkpoints and at the end, with the incremental verify (what each op changed, the same
