@@ -7,6 +7,7 @@
 #include <optional>
 #include <utility>
 #include <string>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -64,6 +65,11 @@ class Backend {
 
   // `length` raw pool bytes from `offset` (an error in tables-only mode or out of range).
   virtual Result<std::vector<std::uint8_t>> raw_bytes(std::uint64_t offset, std::uint64_t length) const = 0;
+
+  // The digest of pool byte ranges (core/bytes_digest.h), computed where the bytes live: the
+  // default reads them with raw_bytes; a backend whose bytes are far away (the GPU's) overrides it
+  // so that comparing what an operation wrote costs a few bytes. The same errors as raw_bytes.
+  virtual Result<std::uint64_t> bytes_digest(std::span<const ByteRange> ranges) const;
 };
 
 }  // namespace kvtwin

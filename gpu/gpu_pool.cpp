@@ -549,4 +549,15 @@ Result<std::vector<std::uint8_t>> GpuPool::raw_bytes(std::uint64_t offset, std::
   return bytes_.download(offset, length, stream_);
 }
 
+Result<std::uint64_t> GpuPool::bytes_digest(std::span<const ByteRange> ranges) const {
+  KVTWIN_TRY_STATUS(require_pool());
+  if (config_.tables_only)
+    return make_error(ErrorKind::unsupported, "bytes_digest: this pool is tables-only and holds no bytes");
+  for (const ByteRange& r : ranges)
+    if (r.offset > config_.total_bytes || r.length > config_.total_bytes - r.offset)
+      return out_of_range("bytes_digest: [" + std::to_string(r.offset) + ", +" + std::to_string(r.length) +
+                          ") is outside the pool's " + std::to_string(config_.total_bytes) + " bytes");
+  return bytes_.digest(ranges, stream_);
+}
+
 }  // namespace kvtwin::gpu

@@ -67,6 +67,8 @@ class GpuPool final : public Backend {
   // bytes back, instead of downloading every table (core/tables_digest.h).
   Result<std::uint64_t> tables_digest() const override;
   Result<std::vector<std::uint8_t>> raw_bytes(std::uint64_t offset, std::uint64_t length) const override;
+  // The digest of byte ranges computed on the device (core/bytes_digest.h): eight bytes back.
+  Result<std::uint64_t> bytes_digest(std::span<const ByteRange> ranges) const override;
 
   // The backend's own invariant check (gpu/device_invariants.h): downloads every side's device
   // tables and holds the host counters (watermarks, allocated and hole counts, the free queue's

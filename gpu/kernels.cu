@@ -6,6 +6,7 @@
 #include <cfloat>
 #include <type_traits>
 
+#include "core/bytes_digest.h"
 #include "core/det_math.h"
 
 namespace kvtwin::gpu {
@@ -404,6 +405,39 @@ cudaError_t launch_decode_attention(const AttentionParams& p, cudaStream_t strea
   if (p.kv_heads == 0 || p.query_heads % p.kv_heads != 0) return cudaErrorInvalidValue;
   const dim3 grid(p.query_heads, static_cast<unsigned>(std::min<std::int64_t>(p.rows, kMaxGridY)));
   decode_attention_kernel<<<grid, kAttentionThreads, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+// ---------------------------------------------------------------- bytes digest
+
+__global__ void __launch_bounds__(kThreads) bytes_digest_kernel(const BytesDigestParams p) {
+  std::uint64_t local = 0;
+  for (std::int64_t r = blockIdx.x; r < p.count; r += gridDim.x) {
+    const std::uint64_t off = p.ranges[2 * r], len = p.ranges[2 * r + 1];
+    if (len == 0) continue;
+    const std::uint64_t end = off + len;
+    for (std::uint64_t w = off / 8 + threadIdx.x; w <= (end - 1) / 8; w += blockDim.x) {
+      const std::uint64_t lo = w * 8;
+      std::uint64_t word = 0;
+      if (lo >= off && lo + 8 <= end) {
+        word = *reinterpret_cast<const std::uint64_t*>(p.pool + lo);  // the buffer is 256-byte aligned
+      } else {
+        // A word the range covers in part: its bytes outside the range read as zero.
+        for (std::uint64_t b = 0; b < 8; ++b)
+          if (lo + b >= off && lo + b < end) word |= std::uint64_t{p.pool[lo + b]} << (8 * b);
+      }
+      local += bytes_digest_term(w, word);
+    }
+  }
+  // A warp's sum, then one atomic add a warp (a sum mod 2^64 does not depend on the order).
+  for (int d = 16; d > 0; d /= 2) local += __shfl_down_sync(0xffffffffu, local, d);
+  if ((threadIdx.x & 31) == 0 && local != 0) atomicAdd(p.sum, static_cast<unsigned long long>(local));
+}
+
+cudaError_t launch_bytes_digest(const BytesDigestParams& p, cudaStream_t stream) {
+  if (p.count <= 0) return cudaSuccess;
+  const unsigned blocks = static_cast<unsigned>(std::min<std::int64_t>(p.count, 4096));
+  bytes_digest_kernel<<<blocks, kThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

@@ -187,4 +187,16 @@ struct AttentionParams {
 };
 cudaError_t launch_decode_attention(const AttentionParams& p, cudaStream_t stream);
 
+// The digest of pool byte ranges (core/bytes_digest.h): `ranges` holds `count` (offset, length)
+// pairs on the device, each inside the pool; a chunk of a longer range must start and end on
+// 8-byte boundaries (a word's term depends on every byte of it in its range). Each range's words
+// are summed by one block at a time; `sum` (zeroed by the caller) gets the total, mod 2^64.
+struct BytesDigestParams {
+  const std::uint8_t* pool = nullptr;
+  const std::uint64_t* ranges = nullptr;
+  std::int64_t count = 0;
+  unsigned long long* sum = nullptr;
+};
+cudaError_t launch_bytes_digest(const BytesDigestParams& p, cudaStream_t stream);
+
 }  // namespace kvtwin::gpu

@@ -1,6 +1,8 @@
 // The pool's device bytes and the page move (pool_bytes.h).
 #include "gpu/pool_bytes.h"
 
+#include <algorithm>
+
 #include "gpu/kernels.cuh"
 
 namespace kvtwin::gpu {
@@ -49,6 +51,43 @@ Result<std::vector<std::uint8_t>> DevicePoolBytes::download(std::uint64_t offset
     KVTWIN_CUDA_SYNC(stream);
   }
   return out;
+}
+
+Result<std::uint64_t> DevicePoolBytes::digest(std::span<const ByteRange> ranges, cudaStream_t stream) const {
+  // Chunks of at most 64 KiB, cut at 8-byte boundaries of the pool (a word is never split), so
+  // that a long range (a page envelope a move wrote) spreads over many blocks.
+  constexpr std::uint64_t kChunk = std::uint64_t{64} << 10;
+  std::vector<std::uint64_t> chunks;
+  for (const ByteRange& r : ranges) {
+    std::uint64_t at = r.offset;
+    const std::uint64_t end = r.offset + r.length;
+    while (at < end) {
+      const std::uint64_t next = std::min(end, at / 8 * 8 + kChunk);
+      chunks.push_back(at);
+      chunks.push_back(next - at);
+      at = next;
+    }
+  }
+  if (chunks.empty()) return std::uint64_t{0};
+  KVTWIN_TRY_STATUS(digest_staging_.reserve(std::max<std::size_t>(chunks.size(), 2)));
+  KVTWIN_TRY_STATUS(digest_ranges_.reserve(chunks.size()));
+  KVTWIN_TRY_STATUS(digest_sum_.reserve(1));
+  // The staging buffer is reused at the next call only after this one synchronized.
+  std::copy(chunks.begin(), chunks.end(), digest_staging_.get());
+  KVTWIN_CUDA_TRY(cudaMemcpyAsync(digest_ranges_.get(), digest_staging_.get(), chunks.size() * sizeof(std::uint64_t),
+                                  cudaMemcpyHostToDevice, stream));
+  KVTWIN_CUDA_TRY(cudaMemsetAsync(digest_sum_.get(), 0, sizeof(unsigned long long), stream));
+  BytesDigestParams p;
+  p.pool = buffer_.get();
+  p.ranges = digest_ranges_.get();
+  p.count = static_cast<std::int64_t>(chunks.size() / 2);
+  p.sum = digest_sum_.get();
+  KVTWIN_CUDA_TRY(launch_bytes_digest(p, stream));
+  // The sum comes back through the staging buffer's first word (pinned: a true async copy).
+  KVTWIN_CUDA_TRY(cudaMemcpyAsync(digest_staging_.get(), digest_sum_.get(), sizeof(unsigned long long),
+                                  cudaMemcpyDeviceToHost, stream));
+  KVTWIN_CUDA_SYNC(stream);
+  return static_cast<std::uint64_t>(digest_staging_.get()[0]);
 }
 
 }  // namespace kvtwin::gpu

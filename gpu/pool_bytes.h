@@ -11,13 +11,16 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include <cuda_runtime_api.h>
 
+#include "core/backend.h"
 #include "core/pool_config.h"
 #include "gpu/device_buffer.h"
 #include "gpu/faults.h"
+#include "gpu/pinned_buffer.h"
 
 namespace kvtwin::gpu {
 
@@ -38,11 +41,18 @@ class DevicePoolBytes {
 
   // `length` bytes from `offset` (the caller checked the range); synchronizes the stream.
   Result<std::vector<std::uint8_t>> download(std::uint64_t offset, std::uint64_t length, cudaStream_t stream) const;
+  // The digest of `ranges` (core/bytes_digest.h; the caller checked them), computed on the device:
+  // the ranges go up, eight bytes come back; synchronizes the stream.
+  Result<std::uint64_t> digest(std::span<const ByteRange> ranges, cudaStream_t stream) const;
 
  private:
   DeviceBuffer<std::uint8_t> buffer_;
   std::vector<std::uint64_t> page_bytes_;             // per side: its page envelope (page_size * E)
   std::vector<std::uint64_t> shape_page_bytes_;       // per side: page_size * the first part's row (the fault's envelope)
+  // digest()'s scratch: the ranges as (offset, length) chunks, staged in pinned memory, and the sum.
+  mutable PinnedBuffer<std::uint64_t> digest_staging_;
+  mutable DeviceBuffer<std::uint64_t> digest_ranges_;
+  mutable DeviceBuffer<unsigned long long> digest_sum_;
 };
 
 }  // namespace kvtwin::gpu

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/bytes_digest.h"
 #include "core/check.h"
 #include "core/checked.h"
 #include "core/printable.h"
@@ -958,6 +959,16 @@ Result<std::vector<std::uint8_t>> Model::raw_bytes(std::uint64_t offset, std::ui
                         ") is outside the pool's " + num(size) + " bytes");
   auto r = pool_->bytes->range(offset, length);
   return std::vector<std::uint8_t>(r.begin(), r.end());
+}
+
+Result<std::uint64_t> Model::bytes_digest(std::span<const ByteRange> ranges) const {
+  if (!poisoned_.empty()) return make_error(ErrorKind::environment, "bytes_digest: the model is poisoned: " + poisoned_);
+  KVTWIN_TRY(const std::span<const std::uint8_t> all, bytes_view());
+  for (const ByteRange& r : ranges)
+    if (r.offset > all.size() || r.length > all.size() - r.offset)
+      return out_of_range("bytes_digest: [" + num(r.offset) + ", " + num(r.offset) + " + " + num(r.length) +
+                          ") is outside the pool's " + num(std::uint64_t{all.size()}) + " bytes");
+  return kvtwin::bytes_digest(all, ranges);
 }
 
 Result<std::span<const std::uint8_t>> Model::bytes_view() const {

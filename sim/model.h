@@ -90,6 +90,8 @@ class Model : public Backend {
 
   // `length` raw bytes from `offset` (an error in tables-only mode, before `build`, or out of range).
   Result<std::vector<std::uint8_t>> raw_bytes(std::uint64_t offset, std::uint64_t length) const override;
+  // bytes_digest (core/bytes_digest.h) over the buffer in place, without a copy.
+  Result<std::uint64_t> bytes_digest(std::span<const ByteRange> ranges) const override;
 
   // The byte ranges the last apply() wrote (whole entries of written rows, whole page envelopes
   // of moves), in the order written, adjacent repeats merged; empty for tables-only pools. The

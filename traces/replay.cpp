@@ -86,7 +86,11 @@ std::string report_text(const ReplayReport& r) {
        std::to_string(s.tables_compared) +
        (s.tables_digests_compared > 0 ? " (" + std::to_string(s.tables_digests_compared) + " by digest)" : "") + ", verify " + std::to_string(s.verifies) + " in full and " +
        std::to_string(s.changed_verifies) + " of what an op changed, pools " +
-       std::to_string(s.pools_compared) + " over " + std::to_string(s.pages_compared) + " pages)";
+       std::to_string(s.pools_compared) + " over " + std::to_string(s.pages_compared) + " pages" +
+       (s.touched_compared > 0 ? ", written bytes " + std::to_string(s.touched_compared) + " (" +
+                                     std::to_string(s.touched_by_digest) + " by digest)"
+                               : std::string()) +
+       ")";
   t += "\n  pages moved by compaction " + std::to_string(s.compaction_moves);
   if (r.serving) {
     const ServingSummary& v = *r.serving;

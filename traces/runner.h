@@ -141,6 +141,7 @@ struct RunStats {
   std::uint64_t pages_compared = 0;
   std::uint64_t invariants_checked = 0;  // table-invariant checks (one per player)
   std::uint64_t touched_compared = 0;    // operations whose written bytes were compared
+  std::uint64_t touched_by_digest = 0;   // of those, by digest (core/bytes_digest.h)
   std::uint64_t observer_checks = 0;     // observer calls that passed
   std::uint64_t compaction_moves = 0;  // page moves reported by compactions (first backend)
   std::uint64_t errors = 0;            // ops answered with an error (expected or not)

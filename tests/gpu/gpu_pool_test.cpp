@@ -14,6 +14,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "core/bytes_digest.h"
 #include "core/det_math.h"
 #include "core/oracle.h"
 #include "core/tables_digest.h"
@@ -158,6 +159,36 @@ TEST_F(GpuPoolTest, RowsReadBackThroughTranslationBeforeAndAfterCompaction) {
   // A sink lane reads as zeros.
   EXPECT_EQ(as<Bytes>(pool.apply(Read{0, "k", {0}})).bytes, std::vector<std::uint8_t>(32, 0));
   EXPECT_EQ(error_of(pool.apply(Read{0, "q", {0}})), ErrorKind::invalid_argument);
+}
+
+TEST_F(GpuPoolTest, TheBytesDigestOnTheDeviceIsTheHostsOverAnyRanges) {
+  // A pool of 40 pages of 4 tokens (256-byte entries), every row of 3 pages written: the device's
+  // digest of ranges aligned or not, one byte long, inside one word, adjacent, and longer than the
+  // 64 KiB chunks it cuts them into, against core's host reference over the downloaded bytes.
+  const std::int64_t ps = 4;
+  const PoolConfig c = tiny_config({LayerKind::full, LayerKind::full}, ps, 400);
+  ASSERT_TRUE(pool.apply(BuildPool{c}).ok());
+  const std::vector<std::int64_t> pages = as<Allocated>(pool.apply(Alloc{300 * ps})).pages;
+  ASSERT_TRUE(pool.apply(MakeBatch{1, tokens_of(pages, ps), {}}).ok());
+  ASSERT_TRUE(pool.apply(Rebind{1, 0}).ok());
+  for (std::uint32_t layer = 0; layer < 2; ++layer) ASSERT_TRUE(pool.apply(Write{layer, 9, 1u, {}, false, {}, false}).ok());
+  const std::vector<std::uint8_t> all = pool.raw_bytes(0, c.total_bytes).value();
+  ASSERT_GT(c.total_bytes, 200'000u);
+  const std::vector<std::vector<ByteRange>> cases = {
+      {{0, c.total_bytes}},
+      {{4096, 8}, {4104, 8}},
+      {{4097, 1}},
+      {{4099, 3}, {4102, 9}, {5000, 77}},
+      {{12345, 150'001}},
+      {{8, 65536}, {65544, 65536 + 3}, {c.total_bytes - 5, 5}},
+      {}};
+  for (const std::vector<ByteRange>& ranges : cases) {
+    SCOPED_TRACE(std::to_string(ranges.size()) + " ranges");
+    const Result<std::uint64_t> device = pool.bytes_digest(ranges);
+    ASSERT_TRUE(device.ok()) << device.error().message;
+    EXPECT_EQ(*device, bytes_digest(all, ranges));
+  }
+  EXPECT_EQ(pool.bytes_digest(std::vector<ByteRange>{{c.total_bytes - 4, 5}}).error().kind, ErrorKind::out_of_range);
 }
 
 TEST_F(GpuPoolTest, UnmarkedLocIsRefusedAndWritesNothing) {
