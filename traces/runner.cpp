@@ -334,9 +334,22 @@ bool Runner::check_pools() {
   const std::uint64_t floor = derived_->geometry.reserved_floor_bytes;
   const std::uint64_t total = derived_->geometry.total_bytes;
   const std::uint64_t page = derived_->geometry.sub_pools[0].page_bytes;
-  // Whole pages at a time, up to kComparedBytesPerRead: a backend far away (the GPU) answers each
-  // read with one copy, so few large reads cost what the bytes do, not a round trip a page. The
-  // bytes are compared as they are (a digest of both would read them once more for nothing).
+  // Digests first, each computed where its backend's bytes live (core/bytes_digest.h): a backend
+  // far away (the GPU) then sends eight bytes, not its pool. The sink's bytes below the reserved
+  // floor are never compared (SPEC 3).
+  {
+    const std::vector<ByteRange> whole = {ByteRange{floor, total - floor}};
+    Result<std::uint64_t> da = players_[0].backend->bytes_digest(whole);
+    Result<std::uint64_t> db = players_[1].backend->bytes_digest(whole);
+    if (da.ok() && db.ok() && *da == *db) {
+      stats_.pages_compared += (total - floor + page - 1) / page;
+      ++stats_.pools_compared;
+      return true;
+    }
+  }
+  // They differ (or a backend cannot digest): the bytes themselves, to name the first that
+  // differs. Whole pages at a time, up to kComparedBytesPerRead: a backend far away answers each
+  // read with one copy, so few large reads cost what the bytes do, not a round trip a page.
   constexpr std::uint64_t kComparedBytesPerRead = std::uint64_t{8} << 20;
   const std::uint64_t chunk = std::max<std::uint64_t>(page, kComparedBytesPerRead / page * page);
   // The bytes below the reserved floor belong to the sink (SPEC 3): never compared.
