@@ -2,6 +2,7 @@
 #include "core/layout.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "core/checked.h"
@@ -276,6 +277,24 @@ Result<std::uint64_t> PageMajorLaw::row_byte_address(PhysicalTokenId pt, std::si
   KVTWIN_TRY(std::uint64_t block_bytes, checked_mul(page_size, row_bytes, "page-major block"));
   KVTWIN_TRY(std::uint64_t view_start, checked_mul(block_index(part_index, layer), block_bytes, "page-major view start"));
   return checked_mul_add(kid, row_bytes, view_start, "page-major row address");
+}
+
+Result<std::vector<std::uint8_t>> page_major_page(const DenseEntryLayout& layout, std::uint64_t page_size,
+                                                 std::span<const std::uint8_t> page) {
+  KVTWIN_TRY(const PageMajorLaw law, PageMajorLaw::from_layout(layout, page_size));
+  std::vector<std::uint8_t> out(page.size(), 0);
+  for (std::uint64_t t = 0; t < page_size; ++t)
+    for (std::size_t p = 0; p < layout.parts.size(); ++p) {
+      const DensePart& part = layout.parts[p];
+      for (std::uint32_t l = 0; l < part.layer_num; ++l) {
+        const std::uint64_t from = t * layout.entry_bytes + part.offset_bytes + std::uint64_t{l} * part.layer_stride_bytes;
+        KVTWIN_TRY(const std::uint64_t to, law.row_byte_address(PhysicalTokenId{static_cast<std::int64_t>(t)}, p, l));
+        if (to + part.row_bytes() > out.size() || from + part.row_bytes() > page.size())
+          return make_error(ErrorKind::internal, "a page-major row falls outside the page envelope");
+        std::memcpy(out.data() + to, page.data() + from, part.row_bytes());
+      }
+    }
+  return out;
 }
 
 }  // namespace kvtwin

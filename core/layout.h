@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -115,6 +116,13 @@ struct PageMajorLaw {
   // page_size * blocks_per_page * row_bytes; from_layout checked that it fits 64 bits.
   std::uint64_t page_bytes() const { return page_size * blocks_per_page * row_bytes; }
 };
+
+// One token-major page envelope (`page`, page_size entries) in PageMajorLaw's page-local byte
+// order, as an older page-major build would have stored it: the storage tier's migration
+// reproducers (SPEC 10.16). Bytes past the page-major page stay zero. An error when the layout has
+// no page-major form.
+Result<std::vector<std::uint8_t>> page_major_page(const DenseEntryLayout& layout, std::uint64_t page_size,
+                                                 std::span<const std::uint8_t> page);
 
 // Stored-page format tags (SPEC.md section 8): a page written under one law must miss under the other.
 inline constexpr std::string_view kTokenMajorFormatTag = "tm1";

@@ -23,6 +23,7 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 
 #include "core/check.h"
 #include "core/oracle.h"
@@ -828,6 +829,45 @@ std::vector<StoredPageKey> PageStore::eviction_order() const {
   order.reserve(by_recency_.size());
   for (const auto& [recency, key] : by_recency_) order.push_back(key);
   return order;
+}
+
+// ------------------------------------------------------------------ a pool's scratch store
+
+Result<std::unique_ptr<ScratchPageStore>> ScratchPageStore::open(const std::string& parent, std::uint64_t storage_bytes,
+                                                                 PageStoreFaults faults, std::string_view op) {
+  std::error_code ec;
+  const std::filesystem::path base = parent.empty() ? std::filesystem::temp_directory_path(ec) : std::filesystem::path(parent);
+  if (ec) return make_error(ErrorKind::io, std::string(op) + ": no temporary folder for the storage tier: " + ec.message());
+  std::string pattern = (base / "kvtwin-store-XXXXXX").string();
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    const int err = errno;
+    return make_error(ErrorKind::io, std::string(op) + ": cannot make a folder for the storage tier under " +
+                                         base.string() + ": " + std::strerror(err));
+  }
+  std::unique_ptr<ScratchPageStore> out(new ScratchPageStore());
+  out->folder_ = pattern;
+  PageStoreConfig c;
+  c.folder = pattern + "/pages";
+  c.storage_bytes = storage_bytes;
+  c.faults = faults;
+  c.io_hook = [](StoreIoStep step, const std::string&) {
+    return step == StoreIoStep::sync_file || step == StoreIoStep::sync_folder ? kStoreIoSkip : 0;
+  };
+  KVTWIN_TRY(PageStore store, PageStore::open(std::move(c)));
+  out->store_.emplace(std::move(store));
+  return out;
+}
+
+ScratchPageStore::~ScratchPageStore() {
+  store_.reset();
+  std::error_code ignored;
+  if (!folder_.empty()) std::filesystem::remove_all(folder_, ignored);
+}
+
+std::uint64_t stored_page_payload_bytes(std::uint64_t page_size, std::uint64_t layers, std::uint64_t parts,
+                                        std::uint64_t page_bytes, bool with_bytes) {
+  if (!with_bytes) return 8;
+  return 8 + page_size * layers * parts * kStoredRowRecordBytes + page_bytes;
 }
 
 }  // namespace kvtwin

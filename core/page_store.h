@@ -37,6 +37,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -264,5 +266,37 @@ class PageStore {
   PageStoreStats stats_;
   std::vector<std::string> corruption_reports_;
 };
+
+// ------------------------------------------------------------------ a pool's scratch store
+
+// The store a pool's storage tier uses (docs/storage.md "Pool operations"): a PageStore in a fresh
+// folder of its own, `kvtwin-store-XXXXXX` under `parent` (the system's temporary folder when
+// empty), removed with it: a pool never finds pages an earlier run stored. Its syncs are skipped
+// (the folder is scratch; the store's own tests cover durability). Both backends open one the
+// same way, so that their stores keep and evict the same pages.
+class ScratchPageStore {
+ public:
+  // io Error (prefixed with `op`) when the folder cannot be made.
+  static Result<std::unique_ptr<ScratchPageStore>> open(const std::string& parent, std::uint64_t storage_bytes,
+                                                        PageStoreFaults faults, std::string_view op);
+  ~ScratchPageStore();  // closes the store, then removes its folder
+  ScratchPageStore(const ScratchPageStore&) = delete;
+  ScratchPageStore& operator=(const ScratchPageStore&) = delete;
+
+  PageStore& store() { return *store_; }
+
+ private:
+  ScratchPageStore() = default;
+  std::string folder_;
+  std::optional<PageStore> store_;
+};
+
+// The payload bytes of every stored page of one side of a pool (both backends write exactly this
+// many, so that their stores' capacity in page-file bytes holds the same pages): a row count,
+// `page_size * layers * parts` row records of 17 bytes (the model's oracle identities; zeros
+// where the backend keeps none), then the page's bytes; tables only, the count alone.
+std::uint64_t stored_page_payload_bytes(std::uint64_t page_size, std::uint64_t layers, std::uint64_t parts,
+                                        std::uint64_t page_bytes, bool with_bytes);
+inline constexpr std::uint64_t kStoredRowRecordBytes = 17;  // source token, write number, written
 
 }  // namespace kvtwin

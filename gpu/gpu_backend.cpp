@@ -30,7 +30,11 @@ std::string cuda_device_description() {
          std::to_string(runtime / 1000) + "." + std::to_string((runtime % 1000) / 10);
 }
 
-std::unique_ptr<Backend> make_gpu_backend(const Faults& faults) { return std::make_unique<GpuPool>(faults); }
+std::unique_ptr<Backend> make_gpu_backend(const Faults& faults, const std::string& storage_parent) {
+  auto pool = std::make_unique<GpuPool>(faults);
+  pool->set_storage_parent(storage_parent);
+  return pool;
+}
 
 Status verify_gpu_backend(const Backend& backend) {
   const auto* gpu = dynamic_cast<const GpuPool*>(&backend);

@@ -20,8 +20,9 @@ bool cuda_device_available();
 // "NVIDIA H200, 132 SMs, 139.8 GiB, CUDA 13.0" or why there is none ("no CUDA device: ...").
 std::string cuda_device_description();
 
-// A fresh CUDA backend (no pool yet: BuildPool first), with the given fault switches.
-std::unique_ptr<Backend> make_gpu_backend(const Faults& faults = {});
+// A fresh CUDA backend (no pool yet: BuildPool first), with the given fault switches; its storage
+// tier makes its folder under `storage_parent` (empty: the system's temporary folder).
+std::unique_ptr<Backend> make_gpu_backend(const Faults& faults = {}, const std::string& storage_parent = "");
 
 // The CUDA backend's own invariant check, for a runner Player's `verify`: every host counter
 // against the device tables and the tables' invariants (GpuPool::verify). An error when `backend`

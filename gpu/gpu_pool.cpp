@@ -118,12 +118,6 @@ Error GpuPool::attributed(const Error& error, std::uint64_t index, const Op& op,
 }
 
 namespace {
-OpResult storage_op_unsupported(const Op& op) {
-  return make_error(ErrorKind::unsupported, "'" + std::string(op_name(op)) +
-                                                "': the GPU backend has no storage tier yet (docs/storage.md); play it "
-                                                "with --backend model");
-}
-
 OpResult state_op_unsupported(const Op& op) {
   return make_error(ErrorKind::unsupported, "'" + std::string(op_name(op)) +
                                                 "': the GPU backend has no state sub-pool yet (SPEC 11); play it with "
@@ -212,8 +206,8 @@ OpResult GpuPool::dispatch(const Op& op) {
           [&](const Offload&) { return host_op(op); },
           [&](const LoadBack&) { return host_op(op); },
           [&](const TransferWait&) { return host_op(op); },
-          [&](const StorePages&) { return storage_op_unsupported(op); },
-          [&](const LoadStored&) { return storage_op_unsupported(op); },
+          [&](const StorePages& o) { return store_pages(o); },
+          [&](const LoadStored& o) { return load_stored(o); },
           // SPEC 11's state sub-pool: not on the GPU yet (a hybrid build is refused).
           [&](const StateAlloc&) { return state_op_unsupported(op); },
           [&](const StateFree&) { return state_op_unsupported(op); },
@@ -251,6 +245,7 @@ OpResult GpuPool::build(const BuildPool& op) {
   // Building (or rebuilding) replaces the whole state: tables, bytes, batches, readers, graphs,
   // the host arena and its transfers (every copy in flight lands first).
   transfers_.reset();
+  store_.reset();
   graphs_.clear();
   batches_.clear();
   readers_.clear();

@@ -33,12 +33,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <cuda_runtime_api.h>
 
 #include "core/backend.h"
+#include "core/page_store.h"
 #include "core/pool_config.h"
 #include "gpu/batches.h"
 #include "gpu/decode_step.h"
@@ -87,6 +89,9 @@ class GpuPool final : public Backend {
   void set_sync_each_op(bool on) { sync_each_op_ = on; }
   bool sync_each_op() const { return sync_each_op_; }
 
+  // Where the storage tier makes its folder (sim::Model::set_storage_parent's meaning).
+  void set_storage_parent(std::string parent) { storage_parent_ = std::move(parent); }
+
   // For tests and benchmarks: the device buffer and its derived description (valid once built).
   std::uint8_t* device_pool() const { return bytes_.data(); }
   const PoolDerived* derived() const { return built_ ? &derived_ : nullptr; }
@@ -103,6 +108,13 @@ class GpuPool final : public Backend {
   OpResult move_pages(const MovePages& op);
   OpResult begin_read(const BeginRead& op);
   OpResult capture(const Capture& op);
+  // The storage tier below the host arena (storage_tier.cpp).
+  Result<PageStore*> page_store(std::string_view op);
+  Status check_storage_pages(std::string_view op, std::size_t side, const std::vector<std::int64_t>& host,
+                             const std::vector<std::uint64_t>& hashes) const;
+  std::string storage_space(const PageStore& store, std::string_view tag, std::string_view side) const;
+  OpResult store_pages(const StorePages& op);
+  OpResult load_stored(const LoadStored& op);
 
   Status require_pool() const;
   Result<std::size_t> side_named(std::string_view sub_pool, std::string_view what) const;
@@ -139,6 +151,9 @@ class GpuPool final : public Backend {
   DecodeGraphs graphs_;
   PinnedHostArena host_arena_;  // built when host_bytes > 0
   HostTransfers transfers_;
+  // The storage tier (storage_bytes > 0): opened at its first operation, dropped at a build.
+  std::string storage_parent_;
+  std::unique_ptr<ScratchPageStore> store_;
 };
 
 }  // namespace kvtwin::gpu

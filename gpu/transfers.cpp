@@ -25,6 +25,8 @@ Error in_flight(std::string message) {
 
 std::string name_of(std::uint32_t transfer) { return "transfer " + std::to_string(transfer); }
 
+}  // namespace
+
 // Host ids of one side checked: inside the arena (out_of_range), distinct and allocated
 // (invalid_argument); -1 allowed where `allow_absent` (a load-back's SWA half not loaded).
 Status check_host_ids(const PinnedHostArena& arena, std::size_t side, const std::vector<std::int64_t>& ids,
@@ -48,8 +50,6 @@ Status check_host_ids(const PinnedHostArena& arena, std::size_t side, const std:
                      "' is not allocated; allocate it with host_alloc first");
   return ok_status();
 }
-
-}  // namespace
 
 CopyMechanism copy_mechanism_from_environment() {
   const char* env = std::getenv("KVTWIN_GPU_COPY");

@@ -164,4 +164,9 @@ class HostTransfers {
   Result<DeviceBuffer<std::int64_t>> take_lists(std::size_t count);
 };
 
+// Host ids of one side checked as the model checks them: inside the arena (out_of_range), named
+// once and allocated (invalid_argument); -1 allowed where `allow_absent`.
+Status check_host_ids(const PinnedHostArena& arena, std::size_t side, const std::vector<std::int64_t>& ids,
+                      bool allow_absent, std::string_view what);
+
 }  // namespace kvtwin::gpu

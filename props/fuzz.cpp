@@ -196,9 +196,9 @@ Result<CaseResult> run_case(const CaseSpec& spec, const BackendFactory& make_bac
   }
   if (!host_ops) result.config.host_bytes = 0;
   if (const Result<PoolDerived> d = derive_pool(result.config); d.ok() && d->has_state()) result.config.host_bytes = 0;
-  // The storage tier (the model's only) in about half the model-only cases with a host arena: room
-  // for 2 to 32 small pages' files, so that eviction runs too. Drawn apart, as the host arena is.
-  if (!gpu && result.config.host_bytes != 0) {
+  // The storage tier in about half the cases with a host arena: room for 2 to 32 small pages'
+  // files, so that eviction runs too. Drawn apart, as the host arena is.
+  if (result.config.host_bytes != 0) {
     RngChoices storage_choices(Rng(spec.seed).derive("storage_bytes"));
     if (storage_choices.chance(1, 2))
       result.config.storage_bytes = static_cast<std::uint64_t>(storage_choices.between(2, 32)) * 4096;

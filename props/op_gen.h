@@ -40,7 +40,7 @@ struct OpGenOptions {
   // On a hybrid chain (SPEC 11), about one operation in this many (0: none) is a state operation
   // (state_alloc/free/write/read/slots, a reader of state slots). Runs with the GPU set it to 0.
   std::uint32_t state_one_in = 3;
-  // On a pool with a storage tier (storage_bytes; the model's only), about one operation in this
+  // On a pool with a storage tier (storage_bytes), about one operation in this
   // many (0: none) is store_pages or load_stored, over a few hashes so that reads hit and miss.
   std::uint32_t storage_one_in = 6;
 };

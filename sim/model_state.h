@@ -111,16 +111,8 @@ struct Model::Pool {
   std::uint64_t host_writes = 0;
 
   // ---- the storage tier (model_storage.cpp; docs/storage.md): opened at its first operation in
-  // a fresh folder of the system's temporary folder, removed with the pool.
-  struct StoreFolder {
-    std::string path;
-    StoreFolder() = default;
-    StoreFolder(const StoreFolder&) = delete;
-    StoreFolder& operator=(const StoreFolder&) = delete;
-    ~StoreFolder();
-  };
-  StoreFolder store_folder;        // declared before the store: removed after it is closed
-  std::optional<PageStore> store;  // nullopt until the first store_pages / load_stored
+  // a fresh folder (core/page_store.h ScratchPageStore), removed with the pool.
+  std::unique_ptr<ScratchPageStore> store;  // null until the first store_pages / load_stored
 };
 
 }  // namespace kvtwin::sim

@@ -24,8 +24,10 @@ std::string num(std::uint64_t v) { return std::to_string(v); }
 
 Error invalid(std::string message) { return make_error(ErrorKind::invalid_argument, std::move(message)); }
 
-// A stored page's payload: the row count, each row's identity, then the page's bytes (none in a
-// tables-only pool). Little-endian fixed-width fields.
+// A stored page's payload (core/page_store.h stored_page_payload_bytes, the same size for every
+// page of a side and on both backends): the row count, each row's identity, zero records up to
+// the side's `max_rows`, then the page's bytes (none in a tables-only pool). Little-endian
+// fixed-width fields.
 void put_u64(std::vector<std::uint8_t>& out, std::uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
 }
@@ -34,61 +36,44 @@ std::uint64_t get_u64(std::span<const std::uint8_t> in, std::size_t at) {
   for (int i = 0; i < 8; ++i) v |= std::uint64_t{in[at + static_cast<std::size_t>(i)]} << (8 * i);
   return v;
 }
-constexpr std::size_t kRowRecordBytes = 17;  // source token, write number, written
 
-std::vector<std::uint8_t> encode_payload(const std::vector<WrittenRow>& rows, std::span<const std::uint8_t> bytes) {
+std::vector<std::uint8_t> encode_payload(const std::vector<WrittenRow>& rows, std::span<const std::uint8_t> bytes,
+                                         std::uint64_t max_rows, bool with_bytes) {
+  KVTWIN_CHECK(rows.size() <= max_rows, "a host page holds at most a page's rows");
   std::vector<std::uint8_t> out;
-  out.reserve(8 + rows.size() * kRowRecordBytes + bytes.size());
+  out.reserve(8 + max_rows * kStoredRowRecordBytes + bytes.size());
   put_u64(out, rows.size());
   for (const WrittenRow& r : rows) {
     put_u64(out, static_cast<std::uint64_t>(r.source_token));
     put_u64(out, r.write_number);
     out.push_back(r.written ? 1 : 0);
   }
+  if (with_bytes) out.resize(8 + max_rows * kStoredRowRecordBytes, 0);
   out.insert(out.end(), bytes.begin(), bytes.end());
   return out;
 }
 
 // The rows and the page bytes of a payload; an error when it is not one this model wrote for a
-// page of `page_bytes` (the store checked its digest, so only a foreign writer gets here).
+// side of `max_rows` rows and pages of `page_bytes` (the store checked its digest, so only a
+// foreign writer gets here).
 Result<std::pair<std::vector<WrittenRow>, std::span<const std::uint8_t>>> decode_payload(
-    std::span<const std::uint8_t> in, std::uint64_t page_bytes) {
-  if (in.size() < 8) return make_error(ErrorKind::internal, "a stored page's payload is shorter than its row count");
+    std::span<const std::uint8_t> in, std::uint64_t max_rows, std::uint64_t page_bytes, bool with_bytes) {
+  const std::uint64_t want = with_bytes ? 8 + max_rows * kStoredRowRecordBytes + page_bytes : 8;
+  if (in.size() != want || get_u64(in, 0) > (with_bytes ? max_rows : 0))
+    return make_error(ErrorKind::internal, "a stored page's payload of " + num(std::uint64_t{in.size()}) +
+                                               " bytes is not one of this pool's (" + num(want) + " bytes, at most " +
+                                               num(max_rows) + " rows)");
   const std::uint64_t n = get_u64(in, 0);
-  const std::uint64_t rows_end = 8 + n * kRowRecordBytes;
-  if (n > in.size() || rows_end > in.size() || (in.size() - rows_end != page_bytes && in.size() != rows_end))
-    return make_error(ErrorKind::internal, "a stored page's payload does not hold " + num(n) + " rows and a page of " +
-                                               num(page_bytes) + " bytes");
   std::vector<WrittenRow> rows(static_cast<std::size_t>(n));
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    const std::size_t at = 8 + i * kRowRecordBytes;
+    const std::size_t at = 8 + i * kStoredRowRecordBytes;
     rows[i].source_token = static_cast<std::int64_t>(get_u64(in, at));
     rows[i].write_number = get_u64(in, at + 8);
     rows[i].written = in[at + 16] != 0;
   }
-  return std::pair{std::move(rows), in.subspan(static_cast<std::size_t>(rows_end))};
+  return std::pair{std::move(rows), in.subspan(static_cast<std::size_t>(want - (with_bytes ? page_bytes : 0)))};
 }
 
-// One token-major page envelope in the page-major byte order of an older build (core/layout.h
-// PageMajorLaw, page-local): what a page stored by such a build holds. Bytes past the page-major
-// page stay zero.
-Result<std::vector<std::uint8_t>> page_major_order(const DenseEntryLayout& layout, std::uint64_t page_size,
-                                                   std::span<const std::uint8_t> page) {
-  KVTWIN_TRY(const PageMajorLaw law, PageMajorLaw::from_layout(layout, page_size));
-  std::vector<std::uint8_t> out(page.size(), 0);
-  for (std::uint64_t t = 0; t < page_size; ++t)
-    for (std::size_t p = 0; p < layout.parts.size(); ++p) {
-      const DensePart& part = layout.parts[p];
-      for (std::uint32_t l = 0; l < part.layer_num; ++l) {
-        const std::uint64_t from = t * layout.entry_bytes + part.offset_bytes + std::uint64_t{l} * part.layer_stride_bytes;
-        KVTWIN_TRY(const std::uint64_t to, law.row_byte_address(PhysicalTokenId{static_cast<std::int64_t>(t)}, p, l));
-        if (to + part.row_bytes() > out.size() || from + part.row_bytes() > page.size())
-          return make_error(ErrorKind::internal, "a page-major row falls outside the page envelope");
-        std::memcpy(out.data() + to, page.data() + from, part.row_bytes());
-      }
-    }
-  return out;
-}
 
 // The space of one side's pages: the pool's storage space and the side ("llama-tm1.full"). A
 // composite's full and sliding-window pages of one prefix share its hash; their layouts differ.
@@ -98,43 +83,18 @@ std::string side_space(const PageStore& store, std::string_view model, std::stri
 
 }  // namespace
 
-Model::Pool::StoreFolder::~StoreFolder() {
-  if (path.empty()) return;
-  std::error_code ignored;
-  std::filesystem::remove_all(path, ignored);
-}
-
 Result<PageStore*> Model::page_store(std::string_view op) {
   KVTWIN_TRY(HostArena * host, host_arena(op));
   (void)host;
   if (pool_->config.storage_bytes == 0)
     return invalid(std::string(op) + ": this pool has no storage tier; build it with storage_bytes (the page files' "
                                      "bytes the tier may hold, docs/storage.md)");
-  if (pool_->store) return &*pool_->store;
   // A fresh folder of the pool's own under the storage parent (set_storage_parent; its name is
   // never observable: keys and answers do not depend on it).
-  std::error_code ec;
-  const std::filesystem::path tmp =
-      storage_parent_.empty() ? std::filesystem::temp_directory_path(ec) : std::filesystem::path(storage_parent_);
-  if (ec) return make_error(ErrorKind::io, std::string(op) + ": no temporary folder for the storage tier: " + ec.message());
-  std::string pattern = (tmp / "kvtwin-store-XXXXXX").string();
-  if (::mkdtemp(pattern.data()) == nullptr) {
-    const int err = errno;
-    return make_error(ErrorKind::io, std::string(op) + ": cannot make a folder for the storage tier under " +
-                                         tmp.string() + ": " + std::strerror(err));
+  if (!pool_->store) {
+    KVTWIN_TRY(pool_->store, ScratchPageStore::open(storage_parent_, pool_->config.storage_bytes, page_store_faults(), op));
   }
-  pool_->store_folder.path = pattern;
-  PageStoreConfig c;
-  c.folder = pattern + "/pages";
-  c.storage_bytes = pool_->config.storage_bytes;
-  c.faults = page_store_faults();
-  c.io_hook = [](StoreIoStep step, const std::string&) {
-    // The model's store is scratch, removed with the pool: durability buys nothing here.
-    return step == StoreIoStep::sync_file || step == StoreIoStep::sync_folder ? kStoreIoSkip : 0;
-  };
-  KVTWIN_TRY(PageStore store, PageStore::open(std::move(c)));
-  pool_->store.emplace(std::move(store));
-  return &*pool_->store;
+  return &pool_->store->store();
 }
 
 Status Model::check_storage_pages(std::string_view op, std::size_t side, const std::vector<std::int64_t>& host,
@@ -161,6 +121,7 @@ OpResult Model::on(const StorePages& op) {
     return invalid("store_pages: page_count " + num(op.page_count) + " is above the " +
                    num(std::uint64_t{op.host.size()}) + " host pages given (the chunk's trailing pages are stored)");
   const DenseEntryLayout& layout = pool_->derived.layouts[side];
+  const std::uint64_t max_rows = pool_->config.page_size * layout.parts.front().layer_num * layout.parts.size();
   const std::string tag = op.layout == "page_major" ? std::string(kPageMajorFormatTag)
                           : op.layout == "untagged" ? std::string()
                                                     : std::string(kTokenMajorFormatTag);
@@ -179,7 +140,7 @@ OpResult Model::on(const StorePages& op) {
       const std::span<const std::byte> page = host.physical_page_bytes(side, p);
       const std::span<const std::uint8_t> page_u8(reinterpret_cast<const std::uint8_t*>(page.data()), page.size());
       if (op.layout == "page_major") {
-        Result<std::vector<std::uint8_t>> reordered = page_major_order(layout, pool_->config.page_size, page_u8);
+        Result<std::vector<std::uint8_t>> reordered = page_major_page(layout, pool_->config.page_size, page_u8);
         if (!reordered.ok())
           return invalid("store_pages: sub-pool '" + op.side + "' has no page-major form: " + reordered.error().message);
         bytes = std::move(reordered).value();
@@ -188,7 +149,7 @@ OpResult Model::on(const StorePages& op) {
       }
     }
     payloads.push_back(encode_payload(rows == pool_->host_rows[side].end() ? std::vector<WrittenRow>{} : rows->second,
-                                      bytes));
+                                      bytes, max_rows, host.with_bytes()));
   }
   std::vector<StorePage> pages;
   for (std::size_t k = 0; k < keys.size(); ++k) pages.push_back(StorePage{keys[k], payloads[k]});
@@ -208,6 +169,8 @@ OpResult Model::on(const LoadStored& op) {
   KVTWIN_TRY_STATUS(check_storage_pages("load_stored", side, op.host, op.hashes));
   HostArena& host = *pool_->host;
   const std::uint64_t page_bytes = host.side(side).page_bytes;
+  const DenseEntryLayout& layout = pool_->derived.layouts[side];
+  const std::uint64_t max_rows = pool_->config.page_size * layout.parts.front().layer_num * layout.parts.size();
   const std::string space = side_space(*store, pool_->config.shape.name, kTokenMajorFormatTag, op.side);
   // Every read and decode first (a failing one changes nothing), then the pages.
   std::vector<StoreRead> reads;
@@ -227,7 +190,7 @@ OpResult Model::on(const LoadStored& op) {
       hits.emplace_back();
       continue;
     }
-    KVTWIN_TRY(auto decoded, decode_payload(r.bytes, host.with_bytes() ? page_bytes : 0));
+    KVTWIN_TRY(auto decoded, decode_payload(r.bytes, max_rows, page_bytes, host.with_bytes()));
     hits.emplace_back(std::move(decoded));
   }
   Ids out;

@@ -479,7 +479,7 @@ Result<BackendSet> make_backend_set(BackendChoice choice, const std::string& fau
 #if KVTWIN_HAVE_GPU
     Result<gpu::Faults> switches = gpu::parse_faults(gpu_fault ? faults.joined() : "");
     if (!switches.ok()) return switches.error();
-    std::unique_ptr<Backend> device = gpu::make_gpu_backend(*switches);
+    std::unique_ptr<Backend> device = gpu::make_gpu_backend(*switches, options.storage_parent);
     Player p;
     p.backend = device.get();
     // The GPU's own invariant check: its host counters against its device tables.

@@ -418,14 +418,6 @@ std::vector<Item> gate_items(const CheckOptions& o, const GateSetup& g) {
                        "replays this trace";
             return r;
           }
-          if (std::any_of(lines.begin(), lines.end(), [](const traces::TraceLine& l) {
-                return std::holds_alternative<StorePages>(l.op) || std::holds_alternative<LoadStored>(l.op);
-              })) {
-            r.state = ItemResult::State::skipped;
-            r.detail = "the storage tier (docs/storage.md): the GPU has none yet; kvtwin check --backend model "
-                       "replays this trace";
-            return r;
-          }
         }
       }
       Result<traces::ReplayReport> report =

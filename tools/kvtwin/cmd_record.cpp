@@ -59,7 +59,6 @@ int run_record(const RecordOptions& o, const std::string& command) {
                                                    "or Azure); replay it with kvtwin replay"));
   Result<traces::ServingParams> params = serving_params(o.serving);
   if (!params.ok()) return bad_input("record", params.error());
-  if (Status s = check_storage_backends(*choice, *params); !s.ok()) return bad_input("record", s.error());
   Result<PoolConfig> config = traces::serving_pool_config(*params);
   if (!config.ok()) return bad_input("record", config.error());
   Result<traces::RequestTrace> trace =

@@ -107,7 +107,6 @@ int run_replay(const ReplayOptions& o, const std::string& command) {
   } else {
     Result<traces::ServingParams> params = serving_params(o.serving);
     if (!params.ok()) return bad_input("replay", params.error());
-    if (Status s = check_storage_backends(*choice, *params); !s.ok()) return bad_input("replay", s.error());
     Result<traces::RequestTrace> trace =
         traces::read_request_trace(o.file, format, request_read_options(o.serving));
     if (!trace.ok()) return bad_input("replay", trace.error());

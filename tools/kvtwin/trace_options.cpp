@@ -80,13 +80,6 @@ traces::BackendOptions backend_options(const ServingOptions& o) {
   return b;
 }
 
-Status check_storage_backends(traces::BackendChoice choice, const traces::ServingParams& params) {
-  if (params.storage_bytes == 0 || choice == traces::BackendChoice::model) return ok_status();
-  return make_error(ErrorKind::unsupported,
-                    "--storage-bytes: the storage tier below the host is the reference model's alone for now (the GPU "
-                    "answers store_pages and load_stored unsupported, docs/storage.md); run it with --backend model");
-}
-
 Result<traces::ServingParams> serving_params(const ServingOptions& o) {
   traces::ServingParams p;
   KVTWIN_TRY_STATUS(check_model_source(o.source));

@@ -50,8 +50,6 @@ Result<traces::ServingParams> serving_params(const ServingOptions& options);
 traces::RequestReadOptions request_read_options(const ServingOptions& options);
 // The backends' options of these options (--storage-dir).
 traces::BackendOptions backend_options(const ServingOptions& options);
-// A storage tier (--storage-bytes) is the model's alone for now: an error for a run with the GPU.
-Status check_storage_backends(traces::BackendChoice choice, const traces::ServingParams& params);
 
 // --verify-every auto: the full verify() after every op on pools of at most 4 MiB; on larger
 // pools at checkpoints and at the end, with the incremental verify (what each op changed, the same
