@@ -116,6 +116,11 @@ std::string report_text(const ReplayReport& r) {
     }
     t += "\n  cache evictions " + std::to_string(v.cache_evicted_pages) + " pages, sliding-window frees " +
          std::to_string(v.swa_freed_pages) + " pages";
+    if (v.state_allocs != 0)
+      t += "\n  state slots (SPEC 11): " + std::to_string(v.state_allocs) + " allocated, at most " +
+           std::to_string(v.peak_state_slots) + " at once, " + std::to_string(v.state_writes) + " state writes, " +
+           std::to_string(v.state_no_room) + " allocations answered no_room first; no prefix cache (a hybrid's "
+           "prefix reuse needs state checkpoints, not modelled yet)";
     if (v.host_pages == 0) {
       t += "\n  host tier: none (--host-bytes 0)";
     } else {

@@ -211,6 +211,11 @@ nlohmann::json summary_json(const ServingSummary& s) {
                {"evicted_blocks", s.host_evicted_blocks},
                {"retractions_backed_up", s.retractions_backed_up},
                {"retraction_restored_tokens", s.retraction_restored_tokens}};
+  if (s.state_allocs != 0)
+    j["state"] = {{"allocs", s.state_allocs},
+                  {"peak_slots", s.peak_state_slots},
+                  {"writes", s.state_writes},
+                  {"no_room", s.state_no_room}};
   j["storage"] = {{"stores", s.stores},
                   {"reads", s.storage_reads},
                   {"pages_stored", s.pages_stored},
@@ -249,6 +254,16 @@ Result<ServingSimulator> ServingSimulator::create(const ServingParams& params, c
                         " tokens is not a whole number of " + std::to_string(params.page_size) +
                         "-token pages (the trace's " + blocks + "); lower the page size or the token scale");
     sim.cache_.emplace(sim.block_tokens_ / params.page_size);
+  }
+  if (sim.derived_.has_state()) {
+    if (params.host_bytes != 0)
+      return bad_params("model '" + sim.config_.shape.name +
+                        "' is a hybrid (SPEC 11: a recurrent state per request, staged apart from the host arena); "
+                        "the serving simulator's host tier does not model its states yet: run it with --host-bytes 0");
+    // No prefix cache: reusing a prefix needs its state at the prefix's end (not modelled yet).
+    sim.cache_.reset();
+    const SubPoolGeometry& owner = sim.derived_.geometry.sub_pools[0];
+    sim.state_pages_each_ = ceil_div(sim.derived_.geometry.state->entry_bytes, owner.page_bytes);
   }
   if (params.storage_bytes != 0) {
     // A block is written down a side at a time, in one batch: each side's pages must fit at once
@@ -348,7 +363,7 @@ std::uint64_t ServingSimulator::pages_free_with(std::uint64_t full_held, std::ui
 }
 
 std::uint64_t ServingSimulator::free_pages_estimate() const {
-  return pages_free_with(full_pages_held_, swa_pages_held_);
+  return pages_free_with(full_pages_held_ + state_slots_held_ * state_pages_each_, swa_pages_held_);
 }
 
 std::uint64_t ServingSimulator::reserve_pages() const {
@@ -436,6 +451,41 @@ Status ServingSimulator::release(Running& r) {
   if (cache_) cache_->unlock(r.path);
   r.pages.clear();
   r.path.clear();
+  if (hybrid()) KVTWIN_TRY_STATUS(state_free_of(r.request));
+  return ok_status();
+}
+
+// ---------------------------------------------------------------- hybrid models' states
+
+Result<bool> ServingSimulator::state_alloc(std::uint64_t request) {
+  // Bounded: each round allocates or evicts at least one cache page.
+  while (true) {
+    KVTWIN_TRY(Outcome o, send_expect_ok(Op(StateAlloc{request})));
+    if (std::holds_alternative<Allocated>(o)) {
+      ++state_slots_held_;
+      ++summary_.state_allocs;
+      summary_.peak_state_slots = std::max(summary_.peak_state_slots, state_slots_held_);
+      return true;
+    }
+    KVTWIN_CHECK(std::holds_alternative<NoRoom>(o), "state_alloc answers a slot or no_room");
+    ++summary_.state_no_room;
+    if (!cache_ || cache_->evictable_pages() == 0) return false;
+    KVTWIN_TRY_STATUS(evict(state_pages_each_));
+  }
+}
+
+Status ServingSimulator::state_free_of(std::uint64_t request) {
+  KVTWIN_TRY_STATUS(send_expect_ok(Op(StateFree{request})));
+  KVTWIN_CHECK(state_slots_held_ > 0, "a state slot freed is one held");
+  --state_slots_held_;
+  return ok_status();
+}
+
+Status ServingSimulator::write_states(const std::vector<std::uint64_t>& requests) {
+  for (std::uint64_t request : requests) {
+    KVTWIN_TRY_STATUS(send_expect_ok(Op(StateWrite{request, step_})));
+    ++summary_.state_writes;
+  }
   return ok_status();
 }
 
@@ -510,7 +560,7 @@ Status ServingSimulator::admit(std::vector<Running>& admitted) {
 
     // A prompt that cannot fit an empty pool (with one decode page) is rejected; a retracted request
     // whose prompt plus output so far has outgrown it is dropped.
-    if (total_pages + 1 > pages_free_with(0, 0)) {
+    if (total_pages + 1 + (hybrid() ? state_pages_each_ : 0) > pages_free_with(0, 0)) {
       KVTWIN_TRY_STATUS(drop_backup());
       waiting_.pop_front();
       ++(pending.generated != 0 ? summary_.requests_dropped : summary_.requests_rejected);
@@ -521,7 +571,8 @@ Status ServingSimulator::admit(std::vector<Running>& admitted) {
     if (cache_) cache_->lock(path);
     const std::uint64_t reserve = alone ? 0 : reserve_pages() + own_reserve;
     const std::uint64_t available = free_pages_estimate() + (cache_ ? cache_->evictable_pages() : 0);
-    if (need_pages + reserve > available) {
+    const std::uint64_t state_pages = hybrid() ? state_pages_each_ : 0;  // a fresh state slot's token cost
+    if (need_pages + state_pages + reserve > available) {
       if (cache_) cache_->unlock(path);
       break;
     }
@@ -607,6 +658,11 @@ Status ServingSimulator::admit(std::vector<Running>& admitted) {
         KVTWIN_TRY_STATUS(host_free({pending.backup}));
         waiting_.front().backup.clear();
       }
+    }
+    // Hybrid models: the request's state slot, once its pages are placed.
+    if (placed && hybrid()) {
+      KVTWIN_TRY(const bool got, state_alloc(pending.request));
+      if (!got) placed = false;
     }
     if (!placed) {
       // No room after all: give back what this admission took, as it was.
@@ -696,6 +752,11 @@ Status ServingSimulator::prefill(std::vector<Running>& admitted) {
   for (Running& r : admitted) {
     r.seq_len = r.prompt_len;
     if (!params_.share_within_step) insert_blocks(r);
+  }
+  if (hybrid()) {  // each prompt's state after its prefill
+    std::vector<std::uint64_t> requests;
+    for (const Running& r : admitted) requests.push_back(r.request);
+    KVTWIN_TRY_STATUS(write_states(requests));
   }
   for (Running& r : admitted) running_.push_back(std::move(r));
   return ok_status();
@@ -1114,6 +1175,11 @@ Status ServingSimulator::decode() {
     ++r.seq_len;
     ++r.generated;
   }
+  if (hybrid()) {  // every running request's state moves one token on
+    std::vector<std::uint64_t> requests;
+    for (const Running& r : running_) requests.push_back(r.request);
+    KVTWIN_TRY_STATUS(write_states(requests));
+  }
   summary_.decode_tokens += running_.size();
   return ok_status();
 }
@@ -1164,6 +1230,9 @@ Status ServingSimulator::check_accounting(bool window_settled) const {
     return make_error(ErrorKind::internal, "serving simulator accounting broken at step " + std::to_string(step_) + ": " +
                                                what);
   };
+  if (hybrid() && state_slots_held_ != running_.size())
+    return broken(std::to_string(state_slots_held_) + " state slots held for " + std::to_string(running_.size()) +
+                  " running requests (one each)");
   std::uint64_t private_pages = 0, swa_freed = 0;
   for (const Running& r : running_) {
     const std::string who = "request " + std::to_string(r.request);

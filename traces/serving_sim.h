@@ -54,6 +54,13 @@
 // what it keeps (its own LRU by page-file bytes): a block it no longer holds misses, and the match
 // stops there. An io error of the store (a full disk, a folder that cannot be written) turns the
 // tier off for the rest of the run, said in the summary; nothing else changes.
+// Hybrid models (SPEC 11, a state sub-pool; docs/traces.md "Hybrid models"): every admitted
+// request takes a state slot (state_alloc, evicting cache pages when the pool has no room for
+// it; its token cost is part of the admission's fit), its state is written after its prefill and
+// at every decode step (state_write), and freed when it finishes or is retracted (state_free; a
+// retracted request recomputes its state at re-admission). Prefix reuse needs the state at the
+// prefix's end, a checkpoint per cached prefix, which is not modelled yet: a hybrid pool runs
+// without a prefix cache, and without a host tier (its state is staged apart from the host arena).
 // Not modelled: prefix pages
 // owned by the cache keep their SWA pages (only a request's private pages are SWA-evicted);
 // retraction backups of full + SWA composites (they recompute, as the seeds' engines do).
@@ -199,6 +206,12 @@ struct ServingSummary {
   std::uint64_t bytes_read_from_storage = 0;
   std::uint64_t storage_missed_pages = 0;  // pages asked for that the store no longer held
   std::string storage_error;  // why the tier went off during the run ("": it did not)
+  // Hybrid models (SPEC 11; all 0 otherwise): state slots allocated, the most held at once, state
+  // writes, and allocations answered no_room before they fit.
+  std::uint64_t state_allocs = 0;
+  std::uint64_t peak_state_slots = 0;
+  std::uint64_t state_writes = 0;
+  std::uint64_t state_no_room = 0;
   std::uint64_t host_pages = 0;        // pages the host arena holds on every side at once (0: no host tier)
   std::uint64_t peak_host_pages = 0;   // the most host pages in use at once (the first side's)
   std::uint64_t peak_host_bytes = 0;   // the same in bytes, every side
@@ -350,6 +363,13 @@ class ServingSimulator {
   // is keyed by its whole prefix, as the device cache keys a node by its path).
   std::vector<std::uint64_t> block_keys(const Request& req, std::uint64_t blocks) const;
   bool host_tier() const { return params_.host_bytes != 0; }
+  // Hybrid models: a state slot for `request` (true), evicting cache pages while the pool has no
+  // room; false when it cannot fit. state_free_of frees it; write_states writes the states of
+  // `requests` at write number step_.
+  bool hybrid() const { return derived_.has_state(); }
+  Result<bool> state_alloc(std::uint64_t request);
+  Status state_free_of(std::uint64_t request);
+  Status write_states(const std::vector<std::uint64_t>& requests);
   void note_host_occupancy();
   void note_occupancy();
   // The simulator's own accounting, checked after every step (a simulator bug is a failure, not
@@ -383,6 +403,8 @@ class ServingSimulator {
   std::uint64_t now_us_ = 0;
   std::uint64_t step_ = 0;
   std::uint64_t full_pages_held_ = 0;  // owner-side pages this simulator holds
+  std::uint64_t state_slots_held_ = 0;  // hybrid models: the running requests' state slots
+  std::uint64_t state_pages_each_ = 0;  // hybrid models: owner-side pages a state slot's bytes take
   std::uint64_t swa_pages_held_ = 0;   // SWA pages still bound (composite only)
   bool freed_this_step_ = false;
   ServingSummary summary_;

@@ -961,5 +961,64 @@ TEST(ServingSimStorage, WithASmallHostAndALargeStoreTheHitRateIsTheEndlessCaches
   }
 }
 
+
+// ---------------------------------------------------------------- hybrid models (SPEC 11, issue 10)
+
+TEST(ServingSimHybrid, EveryRunningRequestHoldsOneStateSlotWrittenAtPrefillAndEachDecodeStep) {
+  const RequestTrace t = mooncake(80);
+  for (const char* model : {"qwen3.5-9b", "kvtwin-tripool-8l", "falcon-h1-7b"}) {
+    SCOPED_TRACE(model);
+    ServingParams p = params(model, 1, 1ull << 30, 16);
+    p.tables_only = true;
+    p.checkpoint_every = 0;
+    const SimRun run = simulate(t, p);
+    ASSERT_TRUE(run.report.passed()) << run.report.failure->describe();
+    const ServingSummary& s = *run.report.serving;
+    EXPECT_EQ(s.requests_served + s.requests_rejected + s.requests_dropped, 80u);
+    EXPECT_EQ(s.state_allocs, s.admissions) << "a state slot per admission";
+    EXPECT_EQ(s.state_writes, s.admissions + s.decode_tokens) << "the state after the prefill, then one a decode token";
+    EXPECT_GT(s.peak_state_slots, 0u);
+    EXPECT_LE(s.peak_state_slots, p.max_running);
+    EXPECT_EQ(s.cached_tokens, 0u) << "no prefix cache: a hybrid's prefix reuse needs state checkpoints";
+    expect_empty_at_the_end(run);
+  }
+}
+
+TEST(ServingSimHybrid, AStateTooLargeForManyAtOnceLimitsTheRunningRequests) {
+  // Falcon-H1-7B's state is 139 MB: a 1 GiB pool holds a handful beside their pages.
+  const RequestTrace t = mooncake(40);
+  ServingParams p = params("falcon-h1-7b", 1, 1ull << 30, 16);
+  p.tables_only = true;
+  p.checkpoint_every = 0;
+  const SimRun run = simulate(t, p);
+  ASSERT_TRUE(run.report.passed()) << run.report.failure->describe();
+  EXPECT_LE(run.report.serving->peak_state_slots, 7u);
+  EXPECT_EQ(run.report.serving->requests_served, 40u);
+}
+
+TEST(ServingSimHybrid, WithBytesTheStatesAreWrittenAndCheckedByTheOracle) {
+  // The tri-pool [state up | swa float | full down] with real entries: every state write's bytes
+  // are the content oracle's, checked by the model at checkpoints and at the end.
+  const RequestTrace t = mooncake(10);
+  ServingParams p = params("kvtwin-tripool-8l", 1, 1ull << 30, 16);
+  p.checkpoint_every = 16;
+  const SimRun run = simulate(t, p);
+  ASSERT_TRUE(run.report.passed()) << run.report.failure->describe();
+  EXPECT_GT(run.report.serving->state_writes, 10u);
+  EXPECT_GT(run.report.serving->swa_freed_pages, 0u) << "the float's SWA pages leave the window";
+  expect_empty_at_the_end(run);
+}
+
+TEST(ServingSimHybrid, AHostTierIsRefusedForAHybridModel) {
+  const RequestTrace t = mooncake(4);
+  ServingParams p = params("qwen3.5-9b", 1, 1ull << 30, 16);
+  p.tables_only = true;
+  p.host_bytes = 1ull << 30;
+  Result<ServingSimulator> sim = ServingSimulator::create(p, t);
+  ASSERT_FALSE(sim.ok());
+  EXPECT_THAT(sim.error().message, HasSubstr("is a hybrid"));
+  EXPECT_THAT(sim.error().message, HasSubstr("--host-bytes 0"));
+}
+
 }  // namespace
 }  // namespace kvtwin::traces
