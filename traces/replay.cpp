@@ -119,8 +119,9 @@ std::string report_text(const ReplayReport& r) {
     if (v.state_allocs != 0)
       t += "\n  state slots (SPEC 11): " + std::to_string(v.state_allocs) + " allocated, at most " +
            std::to_string(v.peak_state_slots) + " at once, " + std::to_string(v.state_writes) + " state writes, " +
-           std::to_string(v.state_no_room) + " allocations answered no_room first; no prefix cache (a hybrid's "
-           "prefix reuse needs state checkpoints, not modelled yet)";
+           std::to_string(v.state_no_room) + " allocations answered no_room first; " +
+           std::to_string(v.state_checkpoints) + " prefix checkpoints (at most " +
+           std::to_string(v.peak_state_checkpoints) + " at once)";
     if (v.host_pages == 0) {
       t += "\n  host tier: none (--host-bytes 0)";
     } else {

@@ -215,7 +215,9 @@ nlohmann::json summary_json(const ServingSummary& s) {
     j["state"] = {{"allocs", s.state_allocs},
                   {"peak_slots", s.peak_state_slots},
                   {"writes", s.state_writes},
-                  {"no_room", s.state_no_room}};
+                  {"no_room", s.state_no_room},
+                  {"checkpoints", s.state_checkpoints},
+                  {"peak_checkpoints", s.peak_state_checkpoints}};
   j["storage"] = {{"stores", s.stores},
                   {"reads", s.storage_reads},
                   {"pages_stored", s.pages_stored},
@@ -260,8 +262,6 @@ Result<ServingSimulator> ServingSimulator::create(const ServingParams& params, c
       return bad_params("model '" + sim.config_.shape.name +
                         "' is a hybrid (SPEC 11: a recurrent state per request, staged apart from the host arena); "
                         "the serving simulator's host tier does not model its states yet: run it with --host-bytes 0");
-    // No prefix cache: reusing a prefix needs its state at the prefix's end (not modelled yet).
-    sim.cache_.reset();
     const SubPoolGeometry& owner = sim.derived_.geometry.sub_pools[0];
     sim.state_pages_each_ = ceil_div(sim.derived_.geometry.state->entry_bytes, owner.page_bytes);
   }
@@ -363,7 +363,7 @@ std::uint64_t ServingSimulator::pages_free_with(std::uint64_t full_held, std::ui
 }
 
 std::uint64_t ServingSimulator::free_pages_estimate() const {
-  return pages_free_with(full_pages_held_ + state_slots_held_ * state_pages_each_, swa_pages_held_);
+  return pages_free_with(full_pages_held_ + (state_slots_held_ + checkpoints_.size()) * state_pages_each_, swa_pages_held_);
 }
 
 std::uint64_t ServingSimulator::reserve_pages() const {
@@ -432,7 +432,14 @@ Status ServingSimulator::evict(std::uint64_t pages_wanted, bool draining) {
     for (const auto& [key, block] : to_host) wanted.push_back({key, block->pages});
     KVTWIN_TRY_STATUS(offload_blocks(wanted));
   }
-  for (const RadixCache::EvictedBlock& block : blocks) pages.insert(pages.end(), block.pages.begin(), block.pages.end());
+  for (const RadixCache::EvictedBlock& block : blocks) {
+    pages.insert(pages.end(), block.pages.begin(), block.pages.end());
+    // Hybrid: an evicted block's state checkpoint goes with it.
+    if (auto c = checkpoints_.find(block.node); c != checkpoints_.end()) {
+      KVTWIN_TRY_STATUS(send_expect_ok(Op(StateFree{c->second})));
+      checkpoints_.erase(c);
+    }
+  }
   const std::uint64_t n = pages.size();
   KVTWIN_TRY_STATUS(free_pages(std::move(pages)));
   // Cache pages are never SWA-evicted: each held a page on both sides of a composite.
@@ -457,21 +464,52 @@ Status ServingSimulator::release(Running& r) {
 
 // ---------------------------------------------------------------- hybrid models' states
 
-Result<bool> ServingSimulator::state_alloc(std::uint64_t request) {
+Result<bool> ServingSimulator::state_alloc(std::uint64_t id) {
   // Bounded: each round allocates or evicts at least one cache page.
   while (true) {
-    KVTWIN_TRY(Outcome o, send_expect_ok(Op(StateAlloc{request})));
-    if (std::holds_alternative<Allocated>(o)) {
-      ++state_slots_held_;
-      ++summary_.state_allocs;
-      summary_.peak_state_slots = std::max(summary_.peak_state_slots, state_slots_held_);
-      return true;
-    }
+    KVTWIN_TRY(Outcome o, send_expect_ok(Op(StateAlloc{id})));
+    if (std::holds_alternative<Allocated>(o)) return true;
     KVTWIN_CHECK(std::holds_alternative<NoRoom>(o), "state_alloc answers a slot or no_room");
     ++summary_.state_no_room;
     if (!cache_ || cache_->evictable_pages() == 0) return false;
     KVTWIN_TRY_STATUS(evict(state_pages_each_));
   }
+}
+
+void ServingSimulator::truncate_to_checkpoint(std::vector<RadixCache::NodeId>& path) const {
+  std::size_t keep = 0;
+  for (std::size_t i = 0; i < path.size(); ++i)
+    if (checkpoints_.contains(path[i])) keep = i + 1;
+  path.resize(keep);
+}
+
+Status ServingSimulator::make_checkpoints(const std::vector<Running>& admitted) {
+  if (!cache_) return ok_status();
+  for (const Running& r : admitted) {
+    // The deepest cached block of the prompt (the request computed the state at every block end
+    // of its prompt past its reused prefix). Without room, even after evicting, the prefix stays
+    // cached but not reusable.
+    const Request& req = trace_->requests[r.request];
+    const std::uint64_t full_blocks = req.input_tokens / trace_->block_tokens;
+    const std::vector<std::int64_t> hashes(req.block_hashes.begin(),
+                                           req.block_hashes.begin() + static_cast<std::ptrdiff_t>(full_blocks));
+    const std::vector<RadixCache::NodeId> path = cache_->match(hashes, step_);
+    if (path.empty() || checkpoints_.contains(path.back())) continue;
+    const RadixCache::NodeId node = path.back();
+    const std::uint64_t id = checkpoint_id(node);
+    // Room for it may come from other cache leaves (the prefix itself is locked meanwhile).
+    cache_->lock(path);
+    Result<bool> got = state_alloc(id);
+    cache_->unlock(path);
+    if (!got.ok()) return got.error();
+    if (!*got) continue;
+    KVTWIN_TRY_STATUS(send_expect_ok(Op(StateWrite{id, step_})));
+    ++summary_.state_writes;
+    checkpoints_[node] = id;
+    ++summary_.state_checkpoints;
+    summary_.peak_state_checkpoints = std::max<std::uint64_t>(summary_.peak_state_checkpoints, checkpoints_.size());
+  }
+  return ok_status();
 }
 
 Status ServingSimulator::state_free_of(std::uint64_t request) {
@@ -508,6 +546,7 @@ Status ServingSimulator::admit(std::vector<Running>& admitted) {
       std::vector<std::int64_t> hashes(req.block_hashes.begin(),
                                        req.block_hashes.begin() + static_cast<std::ptrdiff_t>(full_blocks));
       path = cache_->match(hashes, step_);
+      if (hybrid()) truncate_to_checkpoint(path);
       if (host_tier()) {
         keys = block_keys(req, full_blocks);
         // The storage tier: the blocks past the device path that are on neither the device nor
@@ -662,7 +701,13 @@ Status ServingSimulator::admit(std::vector<Running>& admitted) {
     // Hybrid models: the request's state slot, once its pages are placed.
     if (placed && hybrid()) {
       KVTWIN_TRY(const bool got, state_alloc(pending.request));
-      if (!got) placed = false;
+      if (got) {
+        ++state_slots_held_;
+        ++summary_.state_allocs;
+        summary_.peak_state_slots = std::max(summary_.peak_state_slots, state_slots_held_);
+      } else {
+        placed = false;
+      }
     }
     if (!placed) {
       // No room after all: give back what this admission took, as it was.
@@ -757,6 +802,7 @@ Status ServingSimulator::prefill(std::vector<Running>& admitted) {
     std::vector<std::uint64_t> requests;
     for (const Running& r : admitted) requests.push_back(r.request);
     KVTWIN_TRY_STATUS(write_states(requests));
+    KVTWIN_TRY_STATUS(make_checkpoints(admitted));
   }
   for (Running& r : admitted) running_.push_back(std::move(r));
   return ok_status();

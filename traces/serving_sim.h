@@ -59,8 +59,12 @@
 // it; its token cost is part of the admission's fit), its state is written after its prefill and
 // at every decode step (state_write), and freed when it finishes or is retracted (state_free; a
 // retracted request recomputes its state at re-admission). Prefix reuse needs the state at the
-// prefix's end, a checkpoint per cached prefix, which is not modelled yet: a hybrid pool runs
-// without a prefix cache, and without a host tier (its state is staged apart from the host arena).
+// prefix's end, so the cache keeps a state checkpoint (a state slot of its own) at the deepest
+// cached block of each prompt, written after that prompt's prefill, as engines keep one per cached
+// prefix; a match reuses the path only up to its deepest checkpointed block, and evicting a block
+// frees its checkpoint. A checkpoint evicts other cache leaves for its room; one that still does
+// not fit is not made (the prefix stays cached, not reusable). No host tier (a hybrid's state is
+// staged apart from the host arena).
 // Not modelled: prefix pages
 // owned by the cache keep their SWA pages (only a request's private pages are SWA-evicted);
 // retraction backups of full + SWA composites (they recompute, as the seeds' engines do).
@@ -212,6 +216,8 @@ struct ServingSummary {
   std::uint64_t peak_state_slots = 0;
   std::uint64_t state_writes = 0;
   std::uint64_t state_no_room = 0;
+  std::uint64_t state_checkpoints = 0;       // checkpoints made (a state slot each)
+  std::uint64_t peak_state_checkpoints = 0;  // the most held at once
   std::uint64_t host_pages = 0;        // pages the host arena holds on every side at once (0: no host tier)
   std::uint64_t peak_host_pages = 0;   // the most host pages in use at once (the first side's)
   std::uint64_t peak_host_bytes = 0;   // the same in bytes, every side
@@ -363,11 +369,11 @@ class ServingSimulator {
   // is keyed by its whole prefix, as the device cache keys a node by its path).
   std::vector<std::uint64_t> block_keys(const Request& req, std::uint64_t blocks) const;
   bool host_tier() const { return params_.host_bytes != 0; }
-  // Hybrid models: a state slot for `request` (true), evicting cache pages while the pool has no
-  // room; false when it cannot fit. state_free_of frees it; write_states writes the states of
+  // Hybrid models: a state slot for `id` (a request, or a checkpoint) (true), evicting cache
+  // pages while the pool has no room; false when it cannot fit. state_free_of frees it; write_states writes the states of
   // `requests` at write number step_.
   bool hybrid() const { return derived_.has_state(); }
-  Result<bool> state_alloc(std::uint64_t request);
+  Result<bool> state_alloc(std::uint64_t id);
   Status state_free_of(std::uint64_t request);
   Status write_states(const std::vector<std::uint64_t>& requests);
   void note_host_occupancy();
@@ -405,6 +411,11 @@ class ServingSimulator {
   std::uint64_t full_pages_held_ = 0;  // owner-side pages this simulator holds
   std::uint64_t state_slots_held_ = 0;  // hybrid models: the running requests' state slots
   std::uint64_t state_pages_each_ = 0;  // hybrid models: owner-side pages a state slot's bytes take
+  std::map<RadixCache::NodeId, std::uint64_t> checkpoints_;  // hybrid: cache node -> its checkpoint's state id
+  static std::uint64_t checkpoint_id(RadixCache::NodeId node) { return (std::uint64_t{1} << 40) + node; }
+  // Hybrid: the path up to its deepest checkpointed node.
+  void truncate_to_checkpoint(std::vector<RadixCache::NodeId>& path) const;
+  Status make_checkpoints(const std::vector<Running>& admitted);
   std::uint64_t swa_pages_held_ = 0;   // SWA pages still bound (composite only)
   bool freed_this_step_ = false;
   ServingSummary summary_;

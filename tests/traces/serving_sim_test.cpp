@@ -968,7 +968,7 @@ TEST(ServingSimHybrid, EveryRunningRequestHoldsOneStateSlotWrittenAtPrefillAndEa
   const RequestTrace t = mooncake(80);
   for (const char* model : {"qwen3.5-9b", "kvtwin-tripool-8l", "falcon-h1-7b"}) {
     SCOPED_TRACE(model);
-    ServingParams p = params(model, 1, 1ull << 30, 16);
+    ServingParams p = params(model, 1, 1ull << 30, 16);  // a pool the cache fills: checkpoints evict
     p.tables_only = true;
     p.checkpoint_every = 0;
     const SimRun run = simulate(t, p);
@@ -976,12 +976,32 @@ TEST(ServingSimHybrid, EveryRunningRequestHoldsOneStateSlotWrittenAtPrefillAndEa
     const ServingSummary& s = *run.report.serving;
     EXPECT_EQ(s.requests_served + s.requests_rejected + s.requests_dropped, 80u);
     EXPECT_EQ(s.state_allocs, s.admissions) << "a state slot per admission";
-    EXPECT_EQ(s.state_writes, s.admissions + s.decode_tokens) << "the state after the prefill, then one a decode token";
+    EXPECT_EQ(s.state_writes, s.admissions + s.decode_tokens + s.state_checkpoints)
+        << "the state after the prefill, then one a decode token, and each checkpoint's";
     EXPECT_GT(s.peak_state_slots, 0u);
     EXPECT_LE(s.peak_state_slots, p.max_running);
-    EXPECT_EQ(s.cached_tokens, 0u) << "no prefix cache: a hybrid's prefix reuse needs state checkpoints";
+    EXPECT_LE(s.peak_state_checkpoints, s.state_checkpoints);
     expect_empty_at_the_end(run);
   }
+}
+
+TEST(ServingSimHybrid, APrefixIsReusedOnlyUpToAStateCheckpoint) {
+  // Prompts cycling over 4 prefixes of 3 shared blocks: each prompt checkpoints its deepest cached
+  // block, so a later prompt of the same prefix reuses all 3 blocks (the endless cache's reuse),
+  // as the same run on a model without a state does.
+  const RequestTrace t = cycling_prefixes(24, 4);
+  ServingParams p = params("qwen3.5-9b", 1, 4ull << 30, 16);
+  p.tables_only = true;
+  p.checkpoint_every = 0;
+  p.max_running = 1;
+  const SimRun hybrid = simulate(t, p);
+  ASSERT_TRUE(hybrid.report.passed()) << hybrid.report.failure->describe();
+  const ServingSummary& s = *hybrid.report.serving;
+  EXPECT_GT(s.state_checkpoints, 0u);
+  EXPECT_GT(s.cached_tokens, 0u);
+  EXPECT_EQ(s.cached_tokens, endless_cache_tokens(t, 16)) << "every repeated prefix is reused from its checkpoint";
+  EXPECT_EQ(s.state_writes, s.admissions + s.decode_tokens + s.state_checkpoints);
+  expect_empty_at_the_end(hybrid);
 }
 
 TEST(ServingSimHybrid, AStateTooLargeForManyAtOnceLimitsTheRunningRequests) {
