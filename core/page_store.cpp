@@ -26,6 +26,7 @@
 #include <filesystem>
 
 #include "core/check.h"
+#include "core/layout.h"
 #include "core/oracle.h"
 #include "core/printable.h"
 #include "core/rng.h"
@@ -864,10 +865,10 @@ ScratchPageStore::~ScratchPageStore() {
   if (!folder_.empty()) std::filesystem::remove_all(folder_, ignored);
 }
 
-std::uint64_t stored_page_payload_bytes(std::uint64_t page_size, std::uint64_t layers, std::uint64_t parts,
-                                        std::uint64_t page_bytes, bool with_bytes) {
-  if (!with_bytes) return 8;
-  return 8 + page_size * layers * parts * kStoredRowRecordBytes + page_bytes;
+StoredPayloadLayout stored_payload_layout(const DenseEntryLayout& layout, std::uint64_t page_size,
+                                          std::uint64_t page_bytes, bool with_bytes) {
+  const std::uint64_t rows_per_entry = layout.parts.empty() ? 0 : layout.parts.front().layer_num * layout.parts.size();
+  return StoredPayloadLayout{page_size * rows_per_entry, page_bytes, with_bytes};
 }
 
 }  // namespace kvtwin

@@ -50,6 +50,8 @@
 
 namespace kvtwin {
 
+struct DenseEntryLayout;  // core/layout.h
+
 // ------------------------------------------------------------------ fault switches (SPEC 10)
 
 struct PageStoreFaults {
@@ -291,12 +293,22 @@ class ScratchPageStore {
   std::optional<PageStore> store_;
 };
 
-// The payload bytes of every stored page of one side of a pool (both backends write exactly this
-// many, so that their stores' capacity in page-file bytes holds the same pages): a row count,
-// `page_size * layers * parts` row records of 17 bytes (the model's oracle identities; zeros
-// where the backend keeps none), then the page's bytes; tables only, the count alone.
-std::uint64_t stored_page_payload_bytes(std::uint64_t page_size, std::uint64_t layers, std::uint64_t parts,
-                                        std::uint64_t page_bytes, bool with_bytes);
+// Where the parts of a stored page's payload lie, for one side of a pool. Both backends write
+// payloads of exactly total_bytes(), so that their stores' capacity in page-file bytes holds the
+// same pages: a row count (8 bytes), `max_rows` row records of kStoredRowRecordBytes (the model's
+// oracle identities; zeros where a backend keeps none), then the page's bytes; tables only, the
+// count alone.
 inline constexpr std::uint64_t kStoredRowRecordBytes = 17;  // source token, write number, written
+struct StoredPayloadLayout {
+  std::uint64_t max_rows = 0;    // page_size * layers * parts of the side
+  std::uint64_t page_bytes = 0;  // the side's page envelope
+  bool with_bytes = false;       // false: a tables-only pool (the count alone)
+
+  std::uint64_t bytes_offset() const { return with_bytes ? 8 + max_rows * kStoredRowRecordBytes : 8; }
+  std::uint64_t total_bytes() const { return bytes_offset() + (with_bytes ? page_bytes : 0); }
+};
+// The payload layout of a side of `layout`, `page_size` entries a page of `page_bytes`.
+StoredPayloadLayout stored_payload_layout(const DenseEntryLayout& layout, std::uint64_t page_size,
+                                          std::uint64_t page_bytes, bool with_bytes);
 
 }  // namespace kvtwin

@@ -2,7 +2,7 @@
 // bullet): store_pages and load_stored move whole pinned host pages between the arena and a real
 // on-disk page store (core/page_store.h) of the pool's own, as the model does: the same scratch
 // folder scheme, the same spaces (one a side), the same keys, and payloads of the same size
-// (stored_page_payload_bytes), so that both stores keep and evict the same pages and answer the
+// (StoredPayloadLayout), so that both stores keep and evict the same pages and answer the
 // same. The GPU keeps no row identities: its payload's row records are zeros, and a read writes
 // back only the page's bytes. What a page read back holds is checked where it lands: a load-back
 // puts it in the device pool, and the runner compares the bytes there with the model's.
@@ -19,11 +19,6 @@ namespace {
 Error invalid(std::string message) { return make_error(ErrorKind::invalid_argument, std::move(message)); }
 
 std::string num(std::uint64_t v) { return std::to_string(v); }
-
-// Rows a side's page holds: page_size entries, every layer of every part.
-std::uint64_t max_rows(const PoolConfig& config, const DenseEntryLayout& layout) {
-  return config.page_size * layout.parts.front().layer_num * layout.parts.size();
-}
 
 }  // namespace
 
@@ -75,14 +70,14 @@ OpResult GpuPool::store_pages(const StorePages& op) {
              store->keys(storage_space(*store, tag, op.side), op.hashes, op.page_count));
   const bool with_bytes = host_arena_.host_bytes() != nullptr;
   const std::uint64_t page_bytes = host_arena_.page_bytes(side);
-  const std::uint64_t rows_end = 8 + max_rows(config_, layout) * kStoredRowRecordBytes;
+  const StoredPayloadLayout payload_layout = stored_payload_layout(layout, config_.page_size, page_bytes, with_bytes);
   // Synchronous storage access under the thread's lease (SPEC 8): the pages resolved inside it.
   host_arena_.acquire(op.thread);
   const std::size_t first = op.host.size() - keys.size();
   std::vector<std::vector<std::uint8_t>> payloads;
   Status status = ok_status();
   for (std::size_t i = first; i < op.host.size() && status.ok(); ++i) {
-    std::vector<std::uint8_t> payload(with_bytes ? rows_end : 8, 0);  // no rows kept: a count of 0
+    std::vector<std::uint8_t> payload(payload_layout.bytes_offset(), 0);  // no rows kept: a count of 0
     if (with_bytes) {
       Result<std::int64_t> physical = host_arena_.resolve(op.thread, side, op.host[i]);
       if (!physical.ok()) {
@@ -120,12 +115,11 @@ OpResult GpuPool::load_stored(const LoadStored& op) {
   KVTWIN_TRY(PageStore * store, page_store("load_stored"));
   KVTWIN_TRY(const std::size_t side, side_named(op.side, "load_stored"));
   KVTWIN_TRY_STATUS(check_storage_pages("load_stored", side, op.host, op.hashes));
-  const DenseEntryLayout& layout = derived_.layouts[side];
   const std::string space = storage_space(*store, kTokenMajorFormatTag, op.side);
   const bool with_bytes = host_arena_.host_bytes() != nullptr;
   const std::uint64_t page_bytes = host_arena_.page_bytes(side);
-  const std::uint64_t rows_end = 8 + max_rows(config_, layout) * kStoredRowRecordBytes;
-  const std::uint64_t payload_bytes = with_bytes ? rows_end + page_bytes : 8;
+  const StoredPayloadLayout payload = stored_payload_layout(derived_.layouts[side], config_.page_size, page_bytes, with_bytes);
+  const std::uint64_t payload_bytes = payload.total_bytes();
   // Every read first (a failing one changes nothing), then the pages, under the thread's lease.
   host_arena_.acquire(op.thread);
   std::vector<StoreRead> reads;
@@ -155,7 +149,7 @@ OpResult GpuPool::load_stored(const LoadStored& op) {
         return physical.error();
       }
       std::memcpy(host_arena_.host_bytes() + static_cast<std::uint64_t>(*physical) * page_bytes,
-                  reads[i].bytes.data() + rows_end, page_bytes);
+                  reads[i].bytes.data() + payload.bytes_offset(), page_bytes);
     }
     out.values.push_back(1);
   }

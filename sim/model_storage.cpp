@@ -4,11 +4,8 @@
 // content oracle's row identities (tables only: the identities alone), so a page read back is
 // checked by verify() like any host page: bytes in another layout's order show there, and an
 // answer (which pages were stored, which reads hit) is compared with the trace's expectation.
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <set>
-#include <system_error>
 
 #include "core/check.h"
 #include "core/layout.h"
@@ -24,10 +21,9 @@ std::string num(std::uint64_t v) { return std::to_string(v); }
 
 Error invalid(std::string message) { return make_error(ErrorKind::invalid_argument, std::move(message)); }
 
-// A stored page's payload (core/page_store.h stored_page_payload_bytes, the same size for every
-// page of a side and on both backends): the row count, each row's identity, zero records up to
-// the side's `max_rows`, then the page's bytes (none in a tables-only pool). Little-endian
-// fixed-width fields.
+// A stored page's payload (core/page_store.h StoredPayloadLayout, the same size for every page of
+// a side and on both backends): the row count, each row's identity, zero records up to the side's
+// max_rows, then the page's bytes (none in a tables-only pool). Little-endian fixed-width fields.
 void put_u64(std::vector<std::uint8_t>& out, std::uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
 }
@@ -38,31 +34,30 @@ std::uint64_t get_u64(std::span<const std::uint8_t> in, std::size_t at) {
 }
 
 std::vector<std::uint8_t> encode_payload(const std::vector<WrittenRow>& rows, std::span<const std::uint8_t> bytes,
-                                         std::uint64_t max_rows, bool with_bytes) {
-  KVTWIN_CHECK(rows.size() <= max_rows, "a host page holds at most a page's rows");
+                                         const StoredPayloadLayout& payload) {
+  KVTWIN_CHECK(rows.size() <= payload.max_rows, "a host page holds at most a page's rows");
   std::vector<std::uint8_t> out;
-  out.reserve(8 + max_rows * kStoredRowRecordBytes + bytes.size());
+  out.reserve(payload.total_bytes());
   put_u64(out, rows.size());
   for (const WrittenRow& r : rows) {
     put_u64(out, static_cast<std::uint64_t>(r.source_token));
     put_u64(out, r.write_number);
     out.push_back(r.written ? 1 : 0);
   }
-  if (with_bytes) out.resize(8 + max_rows * kStoredRowRecordBytes, 0);
+  if (payload.with_bytes) out.resize(payload.bytes_offset(), 0);
   out.insert(out.end(), bytes.begin(), bytes.end());
   return out;
 }
 
-// The rows and the page bytes of a payload; an error when it is not one this model wrote for a
-// side of `max_rows` rows and pages of `page_bytes` (the store checked its digest, so only a
-// foreign writer gets here).
+// The rows and the page bytes of a payload; an error when it is not one of `payload`'s layout
+// (the store checked its digest, so only a foreign writer gets here).
 Result<std::pair<std::vector<WrittenRow>, std::span<const std::uint8_t>>> decode_payload(
-    std::span<const std::uint8_t> in, std::uint64_t max_rows, std::uint64_t page_bytes, bool with_bytes) {
-  const std::uint64_t want = with_bytes ? 8 + max_rows * kStoredRowRecordBytes + page_bytes : 8;
-  if (in.size() != want || get_u64(in, 0) > (with_bytes ? max_rows : 0))
+    std::span<const std::uint8_t> in, const StoredPayloadLayout& payload) {
+  const std::uint64_t want = payload.total_bytes();
+  if (in.size() != want || get_u64(in, 0) > (payload.with_bytes ? payload.max_rows : 0))
     return make_error(ErrorKind::internal, "a stored page's payload of " + num(std::uint64_t{in.size()}) +
                                                " bytes is not one of this pool's (" + num(want) + " bytes, at most " +
-                                               num(max_rows) + " rows)");
+                                               num(payload.max_rows) + " rows)");
   const std::uint64_t n = get_u64(in, 0);
   std::vector<WrittenRow> rows(static_cast<std::size_t>(n));
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -71,7 +66,7 @@ Result<std::pair<std::vector<WrittenRow>, std::span<const std::uint8_t>>> decode
     rows[i].write_number = get_u64(in, at + 8);
     rows[i].written = in[at + 16] != 0;
   }
-  return std::pair{std::move(rows), in.subspan(static_cast<std::size_t>(want - (with_bytes ? page_bytes : 0)))};
+  return std::pair{std::move(rows), in.subspan(static_cast<std::size_t>(payload.bytes_offset()))};
 }
 
 
@@ -121,13 +116,14 @@ OpResult Model::on(const StorePages& op) {
     return invalid("store_pages: page_count " + num(op.page_count) + " is above the " +
                    num(std::uint64_t{op.host.size()}) + " host pages given (the chunk's trailing pages are stored)");
   const DenseEntryLayout& layout = pool_->derived.layouts[side];
-  const std::uint64_t max_rows = pool_->config.page_size * layout.parts.front().layer_num * layout.parts.size();
+  HostArena& host = *pool_->host;
+  const StoredPayloadLayout payload =
+      stored_payload_layout(layout, pool_->config.page_size, host.side(side).page_bytes, host.with_bytes());
   const std::string tag = op.layout == "page_major" ? std::string(kPageMajorFormatTag)
                           : op.layout == "untagged" ? std::string()
                                                     : std::string(kTokenMajorFormatTag);
   const std::string space = side_space(*store, pool_->config.shape.name, tag, op.side);
   KVTWIN_TRY(const std::vector<StoredPageKey> keys, store->keys(space, op.hashes, op.page_count));
-  HostArena& host = *pool_->host;
   // The pages stored are the last keys.size() of `host` (all of them under SPEC 10.15's fault).
   const std::size_t first = op.host.size() - keys.size();
   std::vector<std::vector<std::uint8_t>> payloads;
@@ -149,7 +145,7 @@ OpResult Model::on(const StorePages& op) {
       }
     }
     payloads.push_back(encode_payload(rows == pool_->host_rows[side].end() ? std::vector<WrittenRow>{} : rows->second,
-                                      bytes, max_rows, host.with_bytes()));
+                                      bytes, payload));
   }
   std::vector<StorePage> pages;
   for (std::size_t k = 0; k < keys.size(); ++k) pages.push_back(StorePage{keys[k], payloads[k]});
@@ -169,8 +165,8 @@ OpResult Model::on(const LoadStored& op) {
   KVTWIN_TRY_STATUS(check_storage_pages("load_stored", side, op.host, op.hashes));
   HostArena& host = *pool_->host;
   const std::uint64_t page_bytes = host.side(side).page_bytes;
-  const DenseEntryLayout& layout = pool_->derived.layouts[side];
-  const std::uint64_t max_rows = pool_->config.page_size * layout.parts.front().layer_num * layout.parts.size();
+  const StoredPayloadLayout payload =
+      stored_payload_layout(pool_->derived.layouts[side], pool_->config.page_size, page_bytes, host.with_bytes());
   const std::string space = side_space(*store, pool_->config.shape.name, kTokenMajorFormatTag, op.side);
   // Every read and decode first (a failing one changes nothing), then the pages.
   std::vector<StoreRead> reads;
@@ -190,7 +186,7 @@ OpResult Model::on(const LoadStored& op) {
       hits.emplace_back();
       continue;
     }
-    KVTWIN_TRY(auto decoded, decode_payload(r.bytes, max_rows, page_bytes, host.with_bytes()));
+    KVTWIN_TRY(auto decoded, decode_payload(r.bytes, payload));
     hits.emplace_back(std::move(decoded));
   }
   Ids out;

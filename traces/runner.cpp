@@ -224,6 +224,14 @@ bool Runner::check_invariants(bool verify_runs, bool changed_runs) {
   return true;
 }
 
+bool Runner::bytes_digests_agree(std::span<const ByteRange> ranges) const {
+  // Each computed where its backend's bytes live (core/bytes_digest.h): eight bytes a backend.
+  // A backend that cannot digest agrees with nothing (the caller compares the bytes).
+  const Result<std::uint64_t> a = players_[0].backend->bytes_digest(ranges);
+  const Result<std::uint64_t> b = players_[1].backend->bytes_digest(ranges);
+  return a.ok() && b.ok() && *a == *b;
+}
+
 bool Runner::check_touched() {
   if (players_.size() < 2 || !derived_ || config_->tables_only || !players_[0].touched || !cadence_.compare_touched)
     return true;
@@ -246,16 +254,11 @@ bool Runner::check_touched() {
       merged.push_back(r);
     }
   }
-  // Digests first, each computed where its backend's bytes live (core/bytes_digest.h): eight bytes
-  // a backend when they agree; the bytes themselves only to name the first one that differs.
-  {
-    Result<std::uint64_t> da = players_[0].backend->bytes_digest(merged);
-    Result<std::uint64_t> db = players_[1].backend->bytes_digest(merged);
-    if (da.ok() && db.ok() && *da == *db) {
-      ++stats_.touched_compared;
-      ++stats_.touched_by_digest;
-      return true;
-    }
+  // Digests first; the bytes themselves only to name the first one that differs.
+  if (bytes_digests_agree(merged)) {
+    ++stats_.touched_compared;
+    ++stats_.touched_by_digest;
+    return true;
   }
   for (const ByteRange& r : merged) {
     Result<std::vector<std::uint8_t>> a = players_[0].backend->raw_bytes(r.offset, r.length);
@@ -334,18 +337,12 @@ bool Runner::check_pools() {
   const std::uint64_t floor = derived_->geometry.reserved_floor_bytes;
   const std::uint64_t total = derived_->geometry.total_bytes;
   const std::uint64_t page = derived_->geometry.sub_pools[0].page_bytes;
-  // Digests first, each computed where its backend's bytes live (core/bytes_digest.h): a backend
-  // far away (the GPU) then sends eight bytes, not its pool. The sink's bytes below the reserved
-  // floor are never compared (SPEC 3).
-  {
-    const std::vector<ByteRange> whole = {ByteRange{floor, total - floor}};
-    Result<std::uint64_t> da = players_[0].backend->bytes_digest(whole);
-    Result<std::uint64_t> db = players_[1].backend->bytes_digest(whole);
-    if (da.ok() && db.ok() && *da == *db) {
-      stats_.pages_compared += (total - floor + page - 1) / page;
-      ++stats_.pools_compared;
-      return true;
-    }
+  // Digests first: a backend far away (the GPU) then sends eight bytes, not its pool. The sink's
+  // bytes below the reserved floor are never compared (SPEC 3).
+  if (bytes_digests_agree(std::vector<ByteRange>{ByteRange{floor, total - floor}})) {
+    stats_.pages_compared += (total - floor + page - 1) / page;
+    ++stats_.pools_compared;
+    return true;
   }
   // They differ (or a backend cannot digest): the bytes themselves, to name the first that
   // differs. Whole pages at a time, up to kComparedBytesPerRead: a backend far away answers each

@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -200,6 +201,8 @@ class Runner {
   bool check_verify(bool incremental, bool checkpoint);
   bool check_touched();
   bool check_pools();
+  // Whether the first two players' digests of `ranges` agree (false when either cannot digest).
+  bool bytes_digests_agree(std::span<const ByteRange> ranges) const;
   std::string describe_byte(std::uint64_t byte) const;
 
   std::vector<Player> players_;

@@ -1001,7 +1001,7 @@ Status ServingSimulator::fetch_from_storage(const std::vector<std::uint64_t>& ke
       continue;
     }
     for (std::uint64_t i = 0; i < bp; ++i) {
-      auto c = stored_content_.find(page_hash(wanted[b], i));
+      auto c = stored_content_.find(hashes[b * bp + i]);
       if (c != stored_content_.end()) host_content_[h.pages[0][i]] = c->second;
       else host_content_.erase(h.pages[0][i]);
     }

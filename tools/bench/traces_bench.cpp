@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "core/check.h"
@@ -50,14 +51,22 @@ std::string traces_dir() {
   return env != nullptr ? env : std::string(KVTWIN_SOURCE_DIR) + "/../shared/traces-external";
 }
 
-void BM_MooncakeWholeTablesOnly(benchmark::State& state) {
+// The shared Mooncake conversation trace (its first `limit` requests; 0: all), or nullopt with the
+// benchmark skipped when it is absent.
+std::optional<RequestTrace> shared_mooncake(benchmark::State& state, std::uint64_t limit) {
   const std::string path = traces_dir() + "/mooncake/conversation_trace.jsonl";
   if (!std::filesystem::exists(path)) {
     state.SkipWithError(("no " + path + " (set KVTWIN_TRACES_DIR)").c_str());
-    return;
+    return std::nullopt;
   }
-  Result<RequestTrace> trace = read_request_trace(path, TraceFormat::mooncake, {});
+  Result<RequestTrace> trace = read_request_trace(path, TraceFormat::mooncake, {limit});
   KVTWIN_CHECK(trace.ok(), "the Mooncake trace reads");
+  return std::move(trace).value();
+}
+
+// The whole-trace replays' serving parameters: Llama-3.1-8B at TP 1, 16-token pages, token scale
+// 16, a 16 GiB pool, 128 running, tables only.
+ServingParams whole_mooncake_params() {
   ServingParams p;
   p.model = "llama-3.1-8b";
   p.page_size = 16;
@@ -65,6 +74,13 @@ void BM_MooncakeWholeTablesOnly(benchmark::State& state) {
   p.token_scale = 16;
   p.max_running = 128;
   p.tables_only = true;
+  return p;
+}
+
+void BM_MooncakeWholeTablesOnly(benchmark::State& state) {
+  const std::optional<RequestTrace> trace = shared_mooncake(state, 0);
+  if (!trace) return;
+  ServingParams p = whole_mooncake_params();
   CheckCadence cadence;
   cadence.verify_every = static_cast<std::uint64_t>(state.range(0));
   std::uint64_t ops = 0;
@@ -88,20 +104,9 @@ BENCHMARK(BM_MooncakeWholeTablesOnly)->Arg(0)->Arg(1000)->Unit(benchmark::kSecon
 // host_over_plain and storage_over_plain (seconds over the device-only replay's), each run's hit
 // rate, and the tiers' traffic.
 void BM_MooncakeWholeTiers(benchmark::State& state) {
-  const std::string path = traces_dir() + "/mooncake/conversation_trace.jsonl";
-  if (!std::filesystem::exists(path)) {
-    state.SkipWithError(("no " + path + " (set KVTWIN_TRACES_DIR)").c_str());
-    return;
-  }
-  Result<RequestTrace> trace = read_request_trace(path, TraceFormat::mooncake, {});
-  KVTWIN_CHECK(trace.ok(), "the Mooncake trace reads");
-  ServingParams p;
-  p.model = "llama-3.1-8b";
-  p.page_size = 16;
-  p.pool_bytes = std::uint64_t{16} << 30;
-  p.token_scale = 16;
-  p.max_running = 128;
-  p.tables_only = true;
+  const std::optional<RequestTrace> trace = shared_mooncake(state, 0);
+  if (!trace) return;
+  ServingParams p = whole_mooncake_params();
   p.write_policy = WritePolicy::write_back;
   const std::uint64_t host = static_cast<std::uint64_t>(state.range(0)) << 30;
   const std::uint64_t storage = static_cast<std::uint64_t>(state.range(1)) << 30;
@@ -141,13 +146,8 @@ BENCHMARK(BM_MooncakeWholeTiers)->Args({4, 64})->Unit(benchmark::kSecond)->Itera
 // oracle), a device and a host too small for the working set, against the same replay with the
 // device alone. Counters: storage_over_plain, the bytes stored and read, the hit rates.
 void BM_MooncakeSampleStorageWithBytes(benchmark::State& state) {
-  const std::string path = traces_dir() + "/mooncake/conversation_trace.jsonl";
-  if (!std::filesystem::exists(path)) {
-    state.SkipWithError(("no " + path + " (set KVTWIN_TRACES_DIR)").c_str());
-    return;
-  }
-  Result<RequestTrace> trace = read_request_trace(path, TraceFormat::mooncake, {300});
-  KVTWIN_CHECK(trace.ok(), "the Mooncake trace reads");
+  const std::optional<RequestTrace> trace = shared_mooncake(state, 300);
+  if (!trace) return;
   ServingParams p;
   p.model = "llama-3.1-8b";
   p.tp = 8;
