@@ -7,6 +7,7 @@
 
 #include "core/reasons.h"
 #include "gpu/device_invariants.h"
+#include "gpu/state_pool.h"
 
 namespace kvtwin::gpu {
 namespace {
@@ -78,10 +79,18 @@ std::uint64_t DeviceAllocator::band_end_byte(std::size_t side) const {
 
 // ---------------------------------------------------------------- allocation (SPEC 4, 4.2, 4.3)
 
-bool DeviceAllocator::fits(std::int64_t k) const {
+bool DeviceAllocator::fits(std::int64_t k, std::uint64_t low_end_bytes) const {
   const DeviceSide& full = *sides_[0];
   if (k > full.queue_count()) return false;  // free virtual ids
   const std::int64_t need_full = std::max<std::int64_t>(k - full.holes(), 0);  // lazy: holes first
+  if (!full.grows_up()) {
+    // SPEC 11 [state up | owner down]: the band (wm, num_pages) grows down to its first usable
+    // page and never below the state's frontier (the state end is never moved by the owner).
+    if (sides_.size() != 1 || k > full.remaining()) return false;
+    const std::int64_t new_begin = full.watermark() + 1 - need_full;
+    return new_begin >= full.min_page() &&
+           static_cast<std::uint64_t>(new_begin) * full.geometry().page_bytes >= low_end_bytes;
+  }
   if (sides_.size() == 1) return need_full <= full.band_room_single();
   // Composite: joint pre-check (SPEC 4.3; lazy mode per docs/decisions.md).
   const DeviceSide& swa = *sides_[1];
@@ -407,13 +416,17 @@ Result<PoolTables> DeviceAllocator::tables(cudaStream_t stream) const {
   return out;
 }
 
-Result<std::uint64_t> DeviceAllocator::tables_digest(cudaStream_t stream) const {
+Result<std::uint64_t> DeviceAllocator::tables_digest(cudaStream_t stream, const DeviceStatePool* state) const {
   KVTWIN_TRY_STATUS(digest_sum_.reserve(1));
   KVTWIN_CUDA_TRY(cudaMemsetAsync(digest_sum_.get(), 0, sizeof(unsigned long long), stream));
   std::uint64_t host_terms = 0;
   for (std::size_t i = 0; i < sides_.size(); ++i) {
     KVTWIN_TRY_STATUS(sides_[i]->add_digest_terms(i, digest_sum_.get(), stream));
     host_terms += sides_[i]->digest_counter_terms(i);
+  }
+  if (state != nullptr) {
+    KVTWIN_TRY(std::uint64_t state_terms, state->add_digest_terms(digest_sum_.get(), stream));
+    host_terms += state_terms;
   }
   unsigned long long device_terms = 0;
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(&device_terms, digest_sum_.get(), sizeof device_terms, cudaMemcpyDeviceToHost, stream));

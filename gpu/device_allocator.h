@@ -33,6 +33,8 @@
 
 namespace kvtwin::gpu {
 
+class DeviceStatePool;
+
 class DeviceAllocator {
  public:
   // One side's planned compaction (SPEC 4.1): moves sources[i] -> destinations[i] (host copies;
@@ -79,8 +81,10 @@ class DeviceAllocator {
   std::uint64_t band_begin_byte(std::size_t side) const;
   std::uint64_t band_end_byte(std::size_t side) const;
 
-  // Whether k more pages fit (SPEC 4, 4.2, 4.3; docs/decisions.md for lazy composites).
-  bool fits(std::int64_t pages) const;
+  // Whether k more pages fit (SPEC 4, 4.2, 4.3; docs/decisions.md for lazy composites). On a
+  // hybrid chain [state up | owner down] (SPEC 11) the owner's band may grow down to
+  // `low_end_bytes`, the state sub-pool's frontier, and no further.
+  bool fits(std::int64_t pages, std::uint64_t low_end_bytes = 0) const;
   // Binds k pages that fit: the k virtual pages at the queue front, bound in order on every side
   // (owner first). Returns the virtual pages (synchronizes: the host returns them).
   Result<std::vector<std::int64_t>> alloc(std::int64_t pages, cudaStream_t stream);
@@ -106,7 +110,8 @@ class DeviceAllocator {
   // What a checker compares (core/backend.h), the device digest of it, and the backend's own
   // invariant check (device_invariants.h).
   Result<PoolTables> tables(cudaStream_t stream) const;
-  Result<std::uint64_t> tables_digest(cudaStream_t stream) const;
+  // With `state` (a hybrid chain), the state sub-pool's terms are added in the same reduction.
+  Result<std::uint64_t> tables_digest(cudaStream_t stream, const DeviceStatePool* state = nullptr) const;
   Status verify(cudaStream_t stream) const;
 
  private:

@@ -14,7 +14,7 @@ struct Entry {
   Member member;
 };
 
-constexpr std::size_t kSwitches = 26;
+constexpr std::size_t kSwitches = 28;
 // Every member of Faults is one switch of the table (a member added without a row fails here;
 // faults_test checks that the rows set distinct members).
 static_assert(sizeof(Faults) == kSwitches * sizeof(bool), "every fault switch needs a row in table()");
@@ -123,6 +123,18 @@ const std::array<Entry, kSwitches>& table() {
         "taken and the length need not be a multiple of the page size (refused then, as the seed's assert)",
         "HostTransfers::offload (transfers.cpp) on the SWA side with token ids; seen by offload"},
        &Faults::swa_offload_token_filter},
+      {{"state_reused_under_reader", 22,
+        "a state slot that compaction moved away from while a forward still read it is not quarantined from reuse: "
+        "the next state_alloc takes it, so the new request's state overwrites what the reader reads",
+        "DeviceStatePool and GpuPool::state_alloc (state_pool.cpp, gpu_pool.cpp); seen by state_alloc after a "
+        "state_free or flush moved a slot an open state reader holds"},
+       &Faults::state_reused_under_reader},
+      {{"state_entry_padded", 23,
+        "the state sub-pool's slot addresses use the entry padded to 32 bytes, as a token entry is, while the "
+        "byte budget charges E_state: the views and the budget disagree and slots land past their bytes",
+        "DeviceStatePool::slot_byte (state_pool.cpp); seen by state_write, state_read and the state's compaction "
+        "on a state entry that is not a multiple of 32 bytes"},
+       &Faults::state_entry_padded},
   }};
   return kTable;
 }

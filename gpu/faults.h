@@ -45,6 +45,8 @@ struct Faults {
   bool transfer_logical_as_physical = false;   // 19: a host transfer takes host logical ids as physical pages
   bool compaction_ignores_transfers = false;   // 20: device and host compaction run with transfers in flight
   bool swa_offload_token_filter = false;       // 21: an SWA offload filters single tokens, not whole pages
+  bool state_reused_under_reader = false;      // 22: state_alloc takes a slot a reader still reads (moved away by compaction)
+  bool state_entry_padded = false;             // 23: state slot addresses use the entry padded to 32 bytes, the budget E_state
 
   bool any() const;
   bool operator==(const Faults&) const = default;

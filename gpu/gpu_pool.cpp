@@ -117,14 +117,6 @@ Error GpuPool::attributed(const Error& error, std::uint64_t index, const Op& op,
                error.reason};
 }
 
-namespace {
-OpResult state_op_unsupported(const Op& op) {
-  return make_error(ErrorKind::unsupported, "'" + std::string(op_name(op)) +
-                                                "': the GPU backend has no state sub-pool yet (SPEC 11); play it with "
-                                                "--backend model");
-}
-}  // namespace
-
 OpResult GpuPool::dispatch(const Op& op) {
   const Faults& f = faults_;
   return std::visit(
@@ -138,7 +130,10 @@ OpResult GpuPool::dispatch(const Op& op) {
           [&](const MovePages& o) { return move_pages(o); },
           [&](const BeginRead& o) { return begin_read(o); },
           [&](const EndRead& o) -> OpResult {
+            const std::optional<std::size_t> side = readers_.side_of(o.reader);
             KVTWIN_TRY_STATUS(readers_.end(o));
+            // SPEC 10.22: a quarantined slot no reader holds any more may be reused.
+            if (state_.built() && side == state_index()) state_.release_quarantine(state_held());
             return ok(Done{});
           },
           [&](const MakeBatch& o) -> OpResult {
@@ -208,12 +203,12 @@ OpResult GpuPool::dispatch(const Op& op) {
           [&](const TransferWait&) { return host_op(op); },
           [&](const StorePages& o) { return store_pages(o); },
           [&](const LoadStored& o) { return load_stored(o); },
-          // SPEC 11's state sub-pool: not on the GPU yet (a hybrid build is refused).
-          [&](const StateAlloc&) { return state_op_unsupported(op); },
-          [&](const StateFree&) { return state_op_unsupported(op); },
-          [&](const StateWrite&) { return state_op_unsupported(op); },
-          [&](const StateRead&) { return state_op_unsupported(op); },
-          [&](const StateSlots&) { return state_op_unsupported(op); },
+          // SPEC 11's state sub-pool (state_pool.h).
+          [&](const StateAlloc& o) { return state_alloc(o); },
+          [&](const StateFree& o) { return state_free(o); },
+          [&](const StateWrite& o) { return state_write(o); },
+          [&](const StateRead& o) { return state_read(o); },
+          [&](const StateSlots& o) { return state_slots(o); },
       },
       op);
 }
@@ -225,13 +220,12 @@ OpResult GpuPool::build(const BuildPool& op) {
   Result<PoolDerived> derived =
       faults_.row_misaligned_accepted ? derive_pool_unchecked_rows(op.config) : derive_pool(op.config);
   if (!derived.ok()) return derived.error();
-  // SPEC 11's hybrid chains (a state sub-pool, a float middle) are the model's only, for now.
-  if (derived->has_state())
+  // SPEC 11's tri-pool (a float middle between the state and the owner) is the model's only, for now.
+  if (derived->has_float())
     return make_error(ErrorKind::unsupported,
-                      "the GPU backend has no state sub-pool yet (SPEC 11, chain " + chain_text(derived->chain) +
+                      "the GPU backend has no float middle yet (SPEC 11, chain " + chain_text(derived->chain) +
                           "); play this pool with --backend model, or give the model's token chain alone (\"chain\": " +
-                          "[\"" + derived->layouts.front().sub_pool + "\"" +
-                          (derived->is_composite() ? ", \"swa\"" : "") + "])");
+                          "[\"" + derived->layouts.front().sub_pool + "\", \"swa\"])");
   if (op.config.host_bytes != 0) {
     // SPEC 8: page_num = host_bytes // max(page bytes) host pages; none is no arena (the
     // configuration does not build, and an earlier pool stays).
@@ -249,6 +243,7 @@ OpResult GpuPool::build(const BuildPool& op) {
   graphs_.clear();
   batches_.clear();
   readers_.clear();
+  state_.reset();
   allocator_.reset();
   bytes_.reset();
   built_ = false;
@@ -257,6 +252,7 @@ OpResult GpuPool::build(const BuildPool& op) {
   derived_ = std::move(derived).value();
   KVTWIN_TRY_STATUS(bytes_.init(config_, derived_, stream_));
   KVTWIN_TRY_STATUS(allocator_.init(config_, derived_, stream_));
+  if (derived_.has_state()) KVTWIN_TRY_STATUS(state_.init(config_, derived_, stream_));
   KVTWIN_TRY_STATUS(doors_.init(config_, derived_));
   translation_.init(config_);
   KVTWIN_TRY_STATUS(transfers_.init(config_, derived_));
@@ -281,7 +277,8 @@ OpResult GpuPool::alloc(const Alloc& op) {
                    std::to_string(ps) + " tokens; allocate a multiple of the page size");
   const std::uint64_t k = op.tokens / ps;
   if (k == 0) return ok(Allocated{});
-  if (k > static_cast<std::uint64_t>(allocator_.owner().queue_count()) || !allocator_.fits(static_cast<std::int64_t>(k)))
+  if (k > static_cast<std::uint64_t>(allocator_.owner().queue_count()) ||
+      !allocator_.fits(static_cast<std::int64_t>(k), owner_low_end()))
     return ok(NoRoom{});
   KVTWIN_TRY(std::vector<std::int64_t> pages, allocator_.alloc(static_cast<std::int64_t>(k), stream_));
   return ok(Allocated{std::move(pages)});
@@ -317,7 +314,23 @@ OpResult GpuPool::alloc_many(const AllocMany& op) {
   // All or nothing (SPEC 4): the requests fit one after another exactly when their sum fits;
   // then each is bound in turn (on a grow-down side, one combined band would order pages
   // differently from consecutive allocations).
-  if (total > free_ids || !allocator_.fits(static_cast<std::int64_t>(total))) return ok(NoRoom{});
+  if (total > free_ids || !allocator_.fits(static_cast<std::int64_t>(total), owner_low_end())) return ok(NoRoom{});
+  if (state_.built()) {
+    // SPEC 11: a hybrid chain binds the sum in one allocation and hands it out in order (the
+    // model's rule for chains whose ends share the budget).
+    std::vector<std::int64_t> pages;
+    if (total > 0) {
+      KVTWIN_TRY(pages, allocator_.alloc(static_cast<std::int64_t>(total), stream_));
+    }
+    std::size_t at = 0;
+    for (std::uint64_t tokens : op.tokens) {
+      const std::size_t n = static_cast<std::size_t>(tokens / ps);
+      out.pages.emplace_back(pages.begin() + static_cast<std::ptrdiff_t>(at),
+                             pages.begin() + static_cast<std::ptrdiff_t>(at + n));
+      at += n;
+    }
+    return ok(std::move(out));
+  }
   for (std::uint64_t tokens : op.tokens) {
     std::vector<std::int64_t> pages;
     if (tokens / ps > 0) {
@@ -419,12 +432,136 @@ OpResult GpuPool::free_swa(const FreeSwa& op) {
 
 OpResult GpuPool::flush(const Flush&) {
   KVTWIN_TRY(DeviceAllocator::FreePlan plan, allocator_.plan_flush(faults_, stream_));
-  return commit_checked(plan);
+  if (!state_.built()) return commit_checked(plan);
+  // SPEC 11: the state sub-pool's holes too, after the token side; both checked before either commits.
+  for (const DeviceAllocator::SideCompaction& c : plan.compactions)
+    KVTWIN_TRY_STATUS(check_moves(c.side, c.sources, c.destinations));
+  KVTWIN_TRY(DeviceStatePool::Moves state_moves, state_.plan_flush(stream_));
+  KVTWIN_TRY_STATUS(check_state_moves(state_moves));
+  KVTWIN_TRY(Compaction out, allocator_.commit(plan, bytes_, faults_, stream_));
+  KVTWIN_TRY_STATUS(state_.commit_flush(state_moves, state_held(), bytes_, faults_, stream_));
+  for (std::size_t i = 0; i < state_moves.sources.size(); ++i)
+    out.moves.push_back(PageMove{state_.name(), state_moves.sources[i], state_moves.destinations[i]});
+  return ok(std::move(out));
+}
+
+// ---------------------------------------------------------------- the state sub-pool (SPEC 11)
+
+namespace {
+Error no_state(const char* op) {
+  return make_error(ErrorKind::invalid_argument, std::string(op) +
+                                                     ": this pool has no state sub-pool; state operations apply to "
+                                                     "hybrid chains (SPEC 11: [state up | full down], [state up | swa "
+                                                     "float | full down])");
+}
+}  // namespace
+
+DeviceStatePool::Held GpuPool::state_held() const {
+  return [this](std::int64_t slot) { return readers_.holds(state_index(), slot); };
+}
+
+Status GpuPool::check_state_moves(const DeviceStatePool::Moves& moves) const {
+  for (std::size_t i = 0; i < moves.sources.size(); ++i)
+    if (readers_.holds(state_index(), moves.destinations[i]))
+      return make_error(ErrorKind::reader_conflict, "state compaction would move slot " +
+                                                        std::to_string(moves.sources[i]) + " onto slot " +
+                                                        std::to_string(moves.destinations[i]) +
+                                                        ", which an open reader holds; end the reader first");
+  return ok_status();
+}
+
+OpResult GpuPool::state_alloc(const StateAlloc& op) {
+  if (!state_.built()) return no_state("state_alloc");
+  if (const std::int64_t v = state_.slot_of(op.request); v >= 0)
+    return invalid("state_alloc: request " + std::to_string(op.request) + " already holds state slot " +
+                   std::to_string(v) + "; free it first (state_free)");
+  KVTWIN_TRY(const std::int64_t slot, state_.next_physical(stream_));
+  if (slot < 0) return ok(NoRoom{});
+  // SPEC 10.22: a slot moved away from under a reader still holds what it reads: no room until the
+  // reader is done (fault 22 takes it anyway).
+  if (state_.quarantined(slot) && !faults_.state_reused_under_reader) return ok(NoRoom{});
+  // A hole is inside the band already; a slot at the watermark must end below the owner's band
+  // (SPEC 11: the two ends share the bytes).
+  if (slot >= state_.slots().watermark()) {
+    const std::uint64_t slot_end = static_cast<std::uint64_t>(slot + 1) * state_.entry_bytes();
+    if (slot_end > allocator_.band_begin_byte(0)) return ok(NoRoom{});
+  }
+  KVTWIN_TRY(const std::int64_t v, state_.alloc(op.request, stream_));
+  return ok(Allocated{{v}, {}});
+}
+
+OpResult GpuPool::state_free(const StateFree& op) {
+  if (!state_.built()) return no_state("state_free");
+  if (state_.slot_of(op.request) < 0)
+    return make_refusal(ErrorKind::double_free, reason::not_allocated,
+                        "state_free: request " + std::to_string(op.request) +
+                            " holds no state slot (double free or never allocated); free each state slot once");
+  KVTWIN_TRY(DeviceStatePool::Moves moves, state_.plan_free(op.request, stream_));
+  KVTWIN_TRY_STATUS(check_state_moves(moves));
+  KVTWIN_TRY_STATUS(state_.commit_free(op.request, moves, state_held(), bytes_, faults_, stream_));
+  Compaction out;
+  for (std::size_t i = 0; i < moves.sources.size(); ++i)
+    out.moves.push_back(PageMove{state_.name(), moves.sources[i], moves.destinations[i]});
+  return ok(std::move(out));
+}
+
+OpResult GpuPool::state_write(const StateWrite& op) {
+  if (!state_.built()) return no_state("state_write");
+  const std::int64_t v = state_.slot_of(op.request);
+  if (v < 0)
+    return invalid("state_write: request " + std::to_string(op.request) +
+                   " holds no state slot; state_alloc gives it one");
+  KVTWIN_TRY_STATUS(state_.write(v, op.request, op.write_number, bytes_, faults_, stream_));
+  return ok(Done{});
+}
+
+OpResult GpuPool::state_read(const StateRead& op) {
+  if (!state_.built()) return no_state("state_read");
+  if (config_.tables_only)
+    return make_error(ErrorKind::unsupported, "state_read: a tables-only pool has no bytes; build with tables_only: false");
+  const StateEntryLayout& layout = *derived_.state_layout;
+  KVTWIN_TRY(const StateBlock* block, layout.block(op.block));
+  if (op.layer >= block->layer_num)
+    return out_of_range("state_read: layer " + std::to_string(op.layer) + " is outside block '" + block->name + "''s " +
+                        std::to_string(block->layer_num) + " state layers");
+  for (std::size_t i = 0; i < op.slots.size(); ++i)
+    if (op.slots[i] < 0 || op.slots[i] >= state_.num_slots())
+      return out_of_range("state_read: slot " + std::to_string(op.slots[i]) + " at position " + std::to_string(i) +
+                          " is outside the state sub-pool's slots [0, " + std::to_string(state_.num_slots()) + ")");
+  KVTWIN_TRY(std::vector<std::uint8_t> data, state_.read(op.slots, *block, op.layer, bytes_, faults_, stream_));
+  return ok(Bytes::of(std::move(data)));
+}
+
+OpResult GpuPool::state_slots(const StateSlots& op) {
+  if (!state_.built()) return no_state("state_slots");
+  Ids out;
+  for (std::uint64_t r : op.requests) {
+    const std::int64_t v = state_.slot_of(r);
+    if (v < 0) {
+      out.values.push_back(0);
+      continue;
+    }
+    KVTWIN_TRY(const std::int64_t p, state_.physical_of(v, stream_));
+    out.values.push_back(std::max<std::int64_t>(p, 0));
+  }
+  return ok(std::move(out));
 }
 
 OpResult GpuPool::move_pages(const MovePages& op) {
+  if (state_.built() && op.sub_pool == state_.name())
+    return invalid("move_pages: the state sub-pool's slots move only by its own compaction (state_free, flush)");
   KVTWIN_TRY(std::size_t index, side_named(op.sub_pool, "move_pages"));
   KVTWIN_TRY(DeviceAllocator::RawMove move, allocator_.plan_raw_move(index, op, stream_));
+  // SPEC 11: nor over the state sub-pool's slots in use (its band and its quarantined slots).
+  if (state_.built())
+    for (std::int64_t p : op.dst) {
+      const std::uint64_t page_bytes = derived_.geometry.sub_pools[index].page_bytes;
+      const std::uint64_t begin = static_cast<std::uint64_t>(p) * page_bytes, end = begin + page_bytes;
+      const std::uint64_t state_begin = static_cast<std::uint64_t>(state_.slots().min_page()) * state_.entry_bytes();
+      if (begin < state_.frontier_bytes() && state_begin < end)
+        return invalid("move_pages: destination page " + std::to_string(p) + " of sub-pool '" + op.sub_pool +
+                       "' overlaps the state sub-pool's slots in use; choose a destination in the gap");
+    }
   if (move.pages == 0) return ok(Done{});
   // Every move past the readers first, then past the transfers in flight (the model's order).
   KVTWIN_TRY_STATUS(readers_.check_moves(index, allocator_.side_name(index), op.src, op.dst, faults_));
@@ -449,6 +586,11 @@ OpResult GpuPool::move_pages(const MovePages& op) {
 
 OpResult GpuPool::begin_read(const BeginRead& op) {
   KVTWIN_TRY_STATUS(readers_.require_new(op));
+  if (state_.built() && op.sub_pool == state_.name()) {
+    // A forward reading state slots (SPEC 10.22): its slots may move, but stay quarantined.
+    KVTWIN_TRY_STATUS(readers_.begin(op, state_index(), state_.num_slots()));
+    return ok(Done{});
+  }
   KVTWIN_TRY(std::size_t index, side_named(op.sub_pool, "begin_read"));
   KVTWIN_TRY_STATUS(readers_.begin(op, index, allocator_.side(index).num_pages()));
   return ok(Done{});
@@ -514,12 +656,14 @@ OpResult GpuPool::host_op(const Op& op) {
 
 Result<PoolTables> GpuPool::tables() const {
   KVTWIN_TRY_STATUS(require_pool());
-  return allocator_.tables(stream_);
+  KVTWIN_TRY(PoolTables out, allocator_.tables(stream_));
+  if (state_.built()) KVTWIN_TRY_STATUS(state_.add_tables(out, stream_));
+  return out;
 }
 
 Result<std::uint64_t> GpuPool::tables_digest() const {
   KVTWIN_TRY_STATUS(require_pool());
-  return allocator_.tables_digest(stream_);
+  return allocator_.tables_digest(stream_, state_.built() ? &state_ : nullptr);
 }
 
 Status GpuPool::verify() const {
@@ -529,6 +673,7 @@ Status GpuPool::verify() const {
                                                std::to_string(bytes_.size_bytes()) + " bytes, not total_bytes " +
                                                std::to_string(config_.total_bytes));
   KVTWIN_TRY_STATUS(allocator_.verify(stream_));
+  if (state_.built()) KVTWIN_TRY_STATUS(state_.verify(state_held(), allocator_.band_begin_byte(0), stream_));
   // The host arena's tables against each other and against their device mirror (SPEC 8).
   if (host_arena_.built()) KVTWIN_TRY_STATUS(host_arena_.verify());
   return ok_status();

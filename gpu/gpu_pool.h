@@ -11,6 +11,7 @@
 //   decode_step.h       the captured decode steps (SPEC 7)
 //   host_arena.h        the host arena in pinned memory, its leases and recorded events (SPEC 8)
 //   transfers.h         offload and load-back on copy streams, their events, what they hold (SPEC 8)
+//   state_pool.h        a hybrid chain's state sub-pool: slots, request table, quarantine (SPEC 11)
 // Each operation validates first (host checks on the operation's own numbers, device checks on the
 // tables), plans what it will change, and only then commits, so that a failed operation leaves the
 // pool as it was. Rows written come from the content oracle (core/oracle.h).
@@ -29,7 +30,8 @@
 // are refused with the failure as the reason, tables() and raw_bytes() included; no answer that
 // could be wrong is ever given.
 //
-// Not covered: stored pages and format tags (SPEC 8's storage tier).
+// Hybrid chains (SPEC 11): [state up | owner down] is played; the tri-pool [state up | swa float |
+// owner down] (a float middle) is refused at build.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +52,7 @@
 #include "gpu/host_arena.h"
 #include "gpu/pool_bytes.h"
 #include "gpu/readers.h"
+#include "gpu/state_pool.h"
 #include "gpu/transfers.h"
 #include "gpu/translation.h"
 
@@ -115,6 +118,19 @@ class GpuPool final : public Backend {
   std::string storage_space(const PageStore& store, std::string_view tag, std::string_view side) const;
   OpResult store_pages(const StorePages& op);
   OpResult load_stored(const LoadStored& op);
+  // The state sub-pool (SPEC 11).
+  OpResult state_alloc(const StateAlloc& op);
+  OpResult state_free(const StateFree& op);
+  OpResult state_write(const StateWrite& op);
+  OpResult state_read(const StateRead& op);
+  OpResult state_slots(const StateSlots& op);
+  // The state sub-pool's place among the readers' sides (after the token sides).
+  std::size_t state_index() const { return allocator_.side_count(); }
+  DeviceStatePool::Held state_held() const;
+  // SPEC 10.22: no state move overwrites a slot an open reader holds (leaving one is allowed).
+  Status check_state_moves(const DeviceStatePool::Moves& moves) const;
+  // The lowest byte the owner's band may reach: the state sub-pool's frontier (0 without one).
+  std::uint64_t owner_low_end() const { return state_.built() ? state_.frontier_bytes() : 0; }
 
   Status require_pool() const;
   Result<std::size_t> side_named(std::string_view sub_pool, std::string_view what) const;
@@ -151,6 +167,7 @@ class GpuPool final : public Backend {
   DecodeGraphs graphs_;
   PinnedHostArena host_arena_;  // built when host_bytes > 0
   HostTransfers transfers_;
+  DeviceStatePool state_;  // built on a hybrid chain
   // The storage tier (storage_bytes > 0): opened at its first operation, dropped at a build.
   std::string storage_parent_;
   std::unique_ptr<ScratchPageStore> store_;

@@ -30,6 +30,18 @@ Status Readers::end(const EndRead& op) {
   return ok_status();
 }
 
+std::optional<std::size_t> Readers::side_of(std::uint32_t reader) const {
+  const auto it = open_.find(reader);
+  if (it == open_.end()) return std::nullopt;
+  return it->second.side;
+}
+
+bool Readers::holds(std::size_t side, std::int64_t page) const {
+  for (const auto& [id, reader] : open_)
+    if (reader.side == side && reader.pages.count(page) != 0) return true;
+  return false;
+}
+
 Status Readers::check_moves(std::size_t side, const std::string& sub_pool, const std::vector<std::int64_t>& src,
                             const std::vector<std::int64_t>& dst, const Faults& faults) const {
   if (faults.move_under_reader) return ok_status();  // fault 12

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -27,6 +28,11 @@ class Readers {
   Status begin(const BeginRead& op, std::size_t side, std::int64_t num_pages);
   Status end(const EndRead& op);
   void clear() { open_.clear(); }
+
+  // The side reader `reader` reads, when it is open.
+  std::optional<std::size_t> side_of(std::uint32_t reader) const;
+  // Whether some open reader of `side` holds `page`.
+  bool holds(std::size_t side, std::int64_t page) const;
 
   // SPEC 7 / docs/decisions.md: a move src[i] -> dst[i] of `side` whose source or destination a
   // reader holds is refused (ErrorKind::reader_conflict), the first such move and reader named.

@@ -34,23 +34,24 @@ Result<std::uint64_t> number_after(std::string_view part, std::string_view prefi
   return v;
 }
 
-Result<PoolConfig> case_config(const CaseSpec& spec, Choices& choices, bool state_chains) {
+Result<PoolConfig> case_config(const CaseSpec& spec, Choices& choices, bool float_chains) {
   // Now and then a tables-only pool past 4 GiB, so that every run derives and compares row
   // addresses past 2^32 (props/observers.h SizingObserver); and a pool of thousands of pages,
   // where operations at real sizes (props/op_gen.h) reach thousands of lanes.
   if (spec.config == "random") {
-    // SPEC 11: one random case in four is a hybrid chain when no GPU plays (drawn from a stream of
-    // its own, so that the other cases draw exactly what they drew before hybrids existed).
-    if (state_chains) {
+    // SPEC 11: one random case in four is a hybrid chain (drawn from a stream of its own, so that
+    // the other cases draw exactly what they drew before hybrids existed); the tri-pool only when
+    // no GPU plays (the GPU has no float middle yet).
+    {
       RngChoices hybrid(mix_seed(spec.seed, fnv1a64("hybrid")));
-      if (hybrid.chance(1, 4)) return generate_hybrid_config(hybrid);
+      if (hybrid.chance(1, 4)) return generate_hybrid_config(hybrid, float_chains);
     }
     return generate_config(choices, ConfigLimits{.past_4gib_one_in = 16, .large_one_in = 8});
   }
   return named_config(spec.config, spec.seed);
 }
 
-// Whether a GPU plays in a set (the GPU has no state sub-pool yet: no hybrid chain, no state op).
+// Whether a GPU plays in a set (the GPU has no float middle yet: no tri-pool).
 bool has_gpu(const BackendSet& set) {
   for (const traces::Player& p : set.players)
     if (p.backend->name() == "gpu") return true;
@@ -127,9 +128,10 @@ std::vector<std::string> catalogue_config_names(bool state_chains) {
   for (const ModelShape& s : model_catalogue()) {
     // Large entries get small pages so that a pool of tens of pages stays small. A hybrid model's
     // states are tens of MiB: its chain plays tables-only (the random hybrid pools carry bytes),
-    // or its token chain alone where the GPU plays.
+    // or, where the GPU plays and the chain has a float middle (the tri-pool), its token chain alone.
     // A state of tens of MiB is thousands of small pages: hybrid models get pages of 16 and 64.
-    const std::string suffix = !s.state ? "" : state_chains ? "/tables" : "/tokens";
+    const bool floats = std::find(s.layers.begin(), s.layers.end(), LayerKind::swa) != s.layers.end();
+    const std::string suffix = !s.state ? "" : state_chains || !floats ? "/tables" : "/tokens";
     const std::uint64_t eager_ps = s.state ? 16 : page_sizes[i % 4], lazy_ps = s.state ? 64 : page_sizes[(i + 1) % 4];
     names.push_back(s.name + "/ps" + std::to_string(eager_ps) + "/eager" + suffix);
     names.push_back(s.name + "/ps" + std::to_string(lazy_ps) + "/lazy" + suffix);

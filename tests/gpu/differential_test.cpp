@@ -438,6 +438,88 @@ TEST(FaultSwitch, Int32OffsetsAttentionIsCaught) {
   expect_caught("int32_offsets_attention", s);
 }
 
+// ---------------------------------------------------------------- hybrid chains (SPEC 11)
+
+// [state up | full down]: one full layer, a state of one layer with a conv (8, 3) bf16 block and
+// a (1, 4, 4) fp32 temporal block: E_state = 48 + 64 = 112 bytes, not a multiple of 32. Room for
+// `states` states and `pages` token pages above the floor.
+Scenario hybrid(CompactionMode mode, std::uint64_t ps = 2, std::uint64_t states = 6, std::uint64_t pages = 12) {
+  PoolConfig c;
+  c.shape = tiny_shape({LayerKind::full});
+  c.shape.name = "tiny-hybrid";
+  StateShape st;
+  st.layers = 1;
+  st.conv.push_back(StateTensor{{8, 3}, DType::bf16});
+  st.temporal = StateTensor{{1, 4, 4}, DType::fp32};
+  c.shape.state = st;
+  c.page_size = ps;
+  c.mode = mode;
+  c.seed = 5;
+  c.total_bytes = 1 << 20;
+  const PoolDerived probe = derive_pool(c).value();
+  c.total_bytes = probe.geometry.reserved_floor_bytes + states * probe.state_layout->entry_bytes +
+                  pages * probe.geometry.sub_pools[0].page_bytes;
+  return Scenario(c);
+}
+
+TEST(HybridChain, StateAndOwnerPlaySideBySide) {
+  KVTWIN_REQUIRE_CUDA();
+  for (const CompactionMode mode : {CompactionMode::eager, CompactionMode::lazy}) {
+    Scenario s = hybrid(mode);
+    const auto ps = static_cast<std::uint64_t>(s.ps);
+    // Slots and pages from both ends until they meet, a state written, moved, read back.
+    for (std::uint64_t r = 1; r <= 4; ++r) s.ops.push_back(StateAlloc{r});
+    s.ops.push_back(Alloc{3 * ps});
+    s.ops.push_back(AllocMany{{2 * ps, 0, ps}});
+    for (std::uint64_t r = 1; r <= 4; ++r) s.ops.push_back(StateWrite{r, 10 + r});
+    s.ops.push_back(StateSlots{{1, 2, 3, 4, 99}});
+    s.ops.push_back(StateFree{2});  // eager: slot 4 moves into slot 2
+    s.ops.push_back(StateRead{{0, 1, 2, 3}, "temporal", 0});
+    s.ops.push_back(StateRead{{2, 3}, "conv_0", 0});
+    s.ops.push_back(BeginRead{7, "state", {1}});
+    s.ops.push_back(StateFree{1});  // eager: slot 1 (held) is left, quarantined
+    s.ops.push_back(StateAlloc{5});
+    s.ops.push_back(StateWrite{5, 3});
+    s.ops.push_back(Flush{});
+    s.ops.push_back(EndRead{7});
+    s.ops.push_back(StateAlloc{6});
+    s.ops.push_back(StateAlloc{7});
+    s.ops.push_back(StateAlloc{8});
+    s.ops.push_back(Alloc{20 * ps});  // no room: the state's frontier stops the owner
+    s.ops.push_back(StateFree{99});   // a double free
+    s.ops.push_back(MovePages{"state", {1}, {2}});
+    s.ops.push_back(StateRead{{1, 2, 3}, "temporal", 0});
+    std::vector<Op> all = {BuildPool{s.config}};
+    all.insert(all.end(), s.ops.begin(), s.ops.end());
+    all.push_back(Checkpoint{});
+    const auto d = play_side_by_side(all, "");
+    EXPECT_FALSE(d.has_value()) << (mode == CompactionMode::eager ? "eager: " : "lazy: ") << d.value_or("");
+  }
+}
+
+TEST(FaultSwitch, StateReusedUnderReaderIsCaught) {
+  KVTWIN_REQUIRE_CUDA();
+  // SPEC 10.22: slot 2 moves to slot 1 (flush) while reader 2 holds it; the next alloc would take it.
+  Scenario s = hybrid(CompactionMode::lazy);
+  s.ops.push_back(StateAlloc{15});
+  s.ops.push_back(StateAlloc{10});
+  s.ops.push_back(BeginRead{2, "state", {2}});
+  s.ops.push_back(StateFree{15});
+  s.ops.push_back(Flush{});
+  s.ops.push_back(StateAlloc{12});
+  expect_caught("state_reused_under_reader", s);
+}
+
+TEST(FaultSwitch, StateEntryPaddedIsCaught) {
+  KVTWIN_REQUIRE_CUDA();
+  // SPEC 10.23: E_state is 112 bytes; padded to 128, slot 2's state lands 32 bytes late.
+  Scenario s = hybrid(CompactionMode::eager);
+  s.ops.push_back(StateAlloc{1});
+  s.ops.push_back(StateAlloc{2});
+  s.ops.push_back(StateWrite{2, 4});
+  expect_caught("state_entry_padded", s);
+}
+
 TEST(FaultSwitch, EverySwitchHasAReproducer) {
   // The reproducers above cover every GPU switch by name (keep them in step with gpu/faults.h).
   // The host transfer switches (13, 19, 20, 21) have theirs in host_transfer_test.cpp
@@ -452,7 +534,8 @@ TEST(FaultSwitch, EverySwitchHasAReproducer) {
       "pairing_out_of_order", "move_under_reader",   "transfer_before_producer_event",
       "alloc_many_partial",   "row_misaligned_accepted", "int32_offsets",
       "int32_offsets_move",   "int32_offsets_attention", "transfer_logical_as_physical",
-      "compaction_ignores_transfers", "swa_offload_token_filter"};
+      "compaction_ignores_transfers", "swa_offload_token_filter", "state_reused_under_reader",
+      "state_entry_padded"};
   EXPECT_EQ(covered, fault_names());
 }
 

@@ -403,9 +403,10 @@ std::vector<Item> gate_items(const CheckOptions& o, const GateSetup& g) {
                        "check --backend model replays this trace";
             return r;
           }
+          // SPEC 11's tri-pool: the GPU has no float middle yet ([state | owner] chains play).
           const auto is_hybrid = [](const PoolConfig& config) {
             const Result<PoolDerived> d = derive_pool(config);
-            return d.ok() && d->has_state();
+            return d.ok() && d->has_float();
           };
           // The header's pool, and any a build line rebuilds.
           if (is_hybrid(trace->header.config) ||
@@ -414,7 +415,7 @@ std::vector<Item> gate_items(const CheckOptions& o, const GateSetup& g) {
                 return build != nullptr && is_hybrid(build->config);
               })) {
             r.state = ItemResult::State::skipped;
-            r.detail = "a hybrid chain (SPEC 11): the GPU has no state sub-pool yet; kvtwin check --backend model "
+            r.detail = "a tri-pool chain (SPEC 11): the GPU has no float middle yet; kvtwin check --backend model "
                        "replays this trace";
             return r;
           }

@@ -50,7 +50,9 @@
 #include "core/rng.h"
 #include "gpu/cuda_check.h"
 #include "gpu/device_buffer.h"
+#include "core/catalogue.h"
 #include "gpu/gpu_backend.h"
+#include "gpu/gpu_pool.h"
 #include "gpu/kernels.cuh"
 #include "gpu/pinned_buffer.h"
 #include "gpu/transfer_kernels.cuh"
@@ -694,6 +696,38 @@ int main(int argc, char** argv) {
     KVTWIN_CUDA_CHECK(cudaStreamDestroy(st));
   }
   rows.insert(rows.end(), host_rows.begin(), host_rows.end());
+
+  // ---- a state slot move (SPEC 11): Qwen3.5-9B's state entry (51,511,296 bytes) moved by the
+  // state sub-pool's eager compaction, through the pool (state_alloc of a new request at the
+  // watermark, then state_free of slot 1's request: the band's last slot moves into slot 1), and
+  // the envelope copy alone as the pool issues it, against the ceiling above.
+  {
+    kvtwin::PoolConfig c;
+    c.shape = kvtwin::find_model("qwen3.5-9b").value();
+    c.page_size = 64;
+    c.mode = kvtwin::CompactionMode::eager;
+    c.seed = seed;
+    c.total_bytes = std::uint64_t{2} << 30;
+    kvtwin::gpu::GpuPool pool;
+    KVTWIN_CHECK(pool.apply(kvtwin::BuildPool{c}).ok(), "the qwen3.5-9b pool builds");
+    const std::uint64_t e = pool.derived()->state_layout->entry_bytes;
+    // Requests 1..4 in slots 1..4; each round frees the request in slot 1 and allocates a new one.
+    for (std::uint64_t r = 1; r <= 4; ++r)
+      KVTWIN_CHECK(pool.apply(kvtwin::StateAlloc{r}).ok(), "a state slot");
+    std::uint64_t next = 5, in_slot_one = 1;
+    const double op_us = time_on_stream_us([&] {
+      KVTWIN_CHECK(pool.apply(kvtwin::StateAlloc{next}).ok(), "a state slot");
+      const kvtwin::OpResult freed = pool.apply(kvtwin::StateFree{in_slot_one});
+      KVTWIN_CHECK(freed.ok(), "a state free");
+      in_slot_one = next++;  // the moved slot's request now sits in slot 1
+    }, 10, pool.stream());
+    rows.push_back({"state_slot_move_op", 1, 2 * e, op_us});
+    std::uint8_t* base = pool.device_pool();
+    const double copy_us = time_on_stream_us([&] {
+      KVTWIN_CUDA_CHECK(cudaMemcpyAsync(base + e, base + 4 * e, e, cudaMemcpyDeviceToDevice, pool.stream()));
+    }, 50, pool.stream());
+    rows.push_back({"state_envelope_copy", 1, 2 * e, copy_us});
+  }
 
   std::FILE* f = std::fopen(argv[1], "w");
   if (f == nullptr) {

@@ -1,0 +1,274 @@
+// The state sub-pool of a hybrid chain on the device (state_pool.h). Comments cite the SPEC.md
+// rule each step implements.
+#include "gpu/state_pool.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/oracle.h"
+#include "core/tables_digest.h"
+#include "gpu/cuda_check.h"
+#include "gpu/device_invariants.h"
+#include "gpu/device_io.h"
+
+namespace kvtwin::gpu {
+namespace {
+// The oracle identity of state bytes names this sub-pool index (token sub-pools are 0 and 1), as
+// the model's does: both backends write the same state for the same (request, write number).
+constexpr std::uint32_t kStateOracleSubPool = 7;
+
+Error broken(std::string message) {
+  return make_error(ErrorKind::internal, "gpu invariant broken: " + std::move(message));
+}
+}  // namespace
+
+Status DeviceStatePool::init(const PoolConfig& config, const PoolDerived& derived, cudaStream_t stream) {
+  reset();
+  KVTWIN_CHECK(derived.has_state() && derived.geometry.state.has_value(), "DeviceStatePool on a chain with a state sub-pool");
+  const SubPoolGeometry& g = *derived.geometry.state;
+  KVTWIN_CHECK(g.page_size == 1 && g.direction == GrowDirection::up, "the state sub-pool is slot-granular and grows up");
+  // SPEC 11: its own v2p / p2v and FIFO queue of virtual slot ids, min_slot .. num_slots - 1.
+  KVTWIN_TRY_STATUS(slots_.init(g, static_cast<std::int64_t>(g.num_pages), true, stream));
+  KVTWIN_TRY_STATUS(select_.reserve(slots_.p2v_len(), stream));
+  KVTWIN_TRY_STATUS(scratch_a_.reserve(static_cast<std::size_t>(slots_.p2v_len())));
+  KVTWIN_TRY_STATUS(scratch_b_.reserve(static_cast<std::size_t>(slots_.p2v_len())));
+  if (!config.tables_only) KVTWIN_TRY_STATUS(staging_.allocate(derived.state_layout->entry_bytes));
+  config_ = &config;
+  derived_ = &derived;
+  return ok_status();
+}
+
+void DeviceStatePool::reset() {
+  config_ = nullptr;
+  derived_ = nullptr;
+  requests_.clear();
+  quarantine_.clear();
+}
+
+std::int64_t DeviceStatePool::slot_of(std::uint64_t request) const {
+  const auto it = requests_.find(request);
+  return it == requests_.end() ? -1 : it->second;
+}
+
+Result<std::int64_t> DeviceStatePool::physical_of(std::int64_t vslot, cudaStream_t stream) const {
+  KVTWIN_TRY(std::vector<std::int64_t> row, download_ids(slots_.v2p() + vslot, 1, stream));
+  return row.front();
+}
+
+Result<std::vector<std::int64_t>> DeviceStatePool::holes(cudaStream_t stream) const {
+  return slots_.hole_list(select_, scratch_b_.get(), stream);
+}
+
+Result<std::int64_t> DeviceStatePool::next_physical(cudaStream_t stream) const {
+  if (slots_.queue_count() == 0 || slots_.remaining() == 0) return std::int64_t{-1};
+  // SPEC 4 with page size 1: the lowest hole first (lazy mode), else the watermark.
+  if (slots_.holes() > 0) {
+    KVTWIN_TRY(std::vector<std::int64_t> list, holes(stream));
+    return list.front();
+  }
+  return slots_.watermark();
+}
+
+std::uint64_t DeviceStatePool::frontier_bytes() const {
+  std::int64_t end = slots_.watermark();
+  if (!quarantine_.empty()) end = std::max(end, *quarantine_.rbegin() + 1);
+  return static_cast<std::uint64_t>(end) * entry_bytes();
+}
+
+Result<std::int64_t> DeviceStatePool::alloc(std::uint64_t request, cudaStream_t stream) {
+  KVTWIN_CHECK(slots_.queue_count() > 0 && slot_of(request) < 0, "a state alloc takes a free id for a request without one");
+  std::int64_t* v = scratch_a_.get();
+  KVTWIN_TRY_STATUS(slots_.take_virtual(1, v, stream));
+  KVTWIN_TRY_STATUS(slots_.bind(v, 1, select_, scratch_b_.get(), stream));
+  KVTWIN_TRY(std::vector<std::int64_t> taken, download_ids(v, 1, stream));
+  requests_.emplace(request, taken.front());
+  return taken.front();
+}
+
+Result<DeviceStatePool::Moves> DeviceStatePool::plan_free(std::uint64_t request, cudaStream_t stream) const {
+  const std::int64_t v = slot_of(request);
+  KVTWIN_CHECK(v >= 0, "a state free names a request that holds a slot");
+  Moves moves;
+  moves.new_watermark = slots_.watermark();
+  if (config_->mode == CompactionMode::lazy) return moves;  // SPEC 4.2: a hole, nothing moves
+  // SPEC 4.1 with page size 1: new_wm = wm - 1; the survivor in [new_wm, wm) (the band's last slot,
+  // every band slot being bound in eager mode) moves into the freed slot when that lies below.
+  KVTWIN_TRY(const std::int64_t freed, physical_of(v, stream));
+  moves.new_watermark = slots_.watermark() - 1;
+  if (freed < moves.new_watermark) {
+    moves.sources.push_back(moves.new_watermark);
+    moves.destinations.push_back(freed);
+  }
+  return moves;
+}
+
+Result<DeviceStatePool::Moves> DeviceStatePool::plan_flush(cudaStream_t stream) const {
+  Moves moves;
+  moves.new_watermark = slots_.watermark();
+  if (slots_.holes() == 0) return moves;
+  // SPEC 4.2 as 4.1: K holes, new_wm = wm - K; the bound slots in [new_wm, wm) ascending fill the
+  // holes below new_wm ascending, paired by position.
+  KVTWIN_TRY(std::vector<std::int64_t> list, holes(stream));
+  const std::int64_t k = static_cast<std::int64_t>(list.size());
+  moves.new_watermark = slots_.watermark() - k;
+  for (std::int64_t h : list)
+    if (h < moves.new_watermark) moves.destinations.push_back(h);
+  for (std::int64_t s = moves.new_watermark; s < slots_.watermark(); ++s)
+    if (!std::binary_search(list.begin(), list.end(), s)) moves.sources.push_back(s);
+  KVTWIN_CHECK(moves.sources.size() == moves.destinations.size(), "state flush: survivors and holes differ in number");
+  return moves;
+}
+
+std::uint64_t DeviceStatePool::slot_byte(std::int64_t slot, const Faults& faults) const {
+  // Fault 23 (state_entry_padded): the slot stride rounded up to 32 bytes, as a token entry's.
+  const std::uint64_t stride = faults.state_entry_padded ? (entry_bytes() + 31) / 32 * 32 : entry_bytes();
+  return static_cast<std::uint64_t>(slot) * stride;
+}
+
+Status DeviceStatePool::move_envelopes(const Moves& moves, const DevicePoolBytes& bytes, const Faults& faults,
+                                       cudaStream_t stream) const {
+  if (!bytes.holds_bytes()) return ok_status();
+  // A move copies the slot's whole envelope (E_state bytes); sources and destinations are
+  // distinct slots, so no copy overlaps another's.
+  const std::uint64_t e = entry_bytes();
+  for (std::size_t i = 0; i < moves.sources.size(); ++i) {
+    const std::uint64_t from = slot_byte(moves.sources[i], faults), to = slot_byte(moves.destinations[i], faults);
+    if (std::max(from, to) + e > bytes.size_bytes()) continue;  // (the padded fault's slot past the buffer)
+    KVTWIN_CUDA_TRY(cudaMemcpyAsync(bytes.data() + to, bytes.data() + from, e, cudaMemcpyDeviceToDevice, stream));
+  }
+  return ok_status();
+}
+
+Status DeviceStatePool::apply_moves(const Moves& moves, bool clears_holes, const Held& held, const DevicePoolBytes& bytes,
+                                    const Faults& faults, cudaStream_t stream) {
+  // SPEC 10.22: a source a reader still holds keeps its old bytes for that reader: quarantined.
+  for (std::int64_t s : moves.sources)
+    if (held(s)) quarantine_.insert(s);
+  KVTWIN_TRY_STATUS(move_envelopes(moves, bytes, faults, stream));
+  const std::int64_t n = static_cast<std::int64_t>(moves.sources.size());
+  const std::int64_t* src = nullptr;
+  const std::int64_t* dst = nullptr;
+  if (n > 0) {
+    KVTWIN_TRY(src, upload_ids(scratch_a_, moves.sources, stream));
+    KVTWIN_TRY(dst, upload_ids(scratch_b_, moves.destinations, stream));
+  }
+  return slots_.apply_compaction(src, dst, n, moves.new_watermark, clears_holes, stream);
+}
+
+Status DeviceStatePool::commit_free(std::uint64_t request, const Moves& moves, const Held& held,
+                                    const DevicePoolBytes& bytes, const Faults& faults, cudaStream_t stream) {
+  const std::int64_t v = slot_of(request);
+  KVTWIN_CHECK(v >= 0, "a state free names a request that holds a slot");
+  KVTWIN_TRY(const std::int64_t freed, physical_of(v, stream));
+  KVTWIN_TRY(std::int64_t * dv, upload_ids(scratch_a_, {v}, stream));
+  KVTWIN_TRY_STATUS(slots_.unbind(dv, 1, false, 1, stream));
+  if (config_->mode == CompactionMode::lazy) {
+    KVTWIN_TRY(std::int64_t * dp, upload_ids(scratch_b_, {freed}, stream));
+    KVTWIN_TRY_STATUS(slots_.add_holes(dp, 1, stream));
+  } else {
+    KVTWIN_TRY_STATUS(apply_moves(moves, false, held, bytes, faults, stream));
+  }
+  requests_.erase(request);
+  // SPEC 4: a freed id goes to the queue's back.
+  KVTWIN_TRY(dv, upload_ids(scratch_a_, {v}, stream));
+  return slots_.put_virtual(dv, 1, stream);
+}
+
+Status DeviceStatePool::commit_flush(const Moves& moves, const Held& held, const DevicePoolBytes& bytes,
+                                     const Faults& faults, cudaStream_t stream) {
+  if (slots_.holes() == 0) return ok_status();
+  return apply_moves(moves, true, held, bytes, faults, stream);
+}
+
+void DeviceStatePool::release_quarantine(const Held& held) {
+  for (auto it = quarantine_.begin(); it != quarantine_.end();) it = held(*it) ? std::next(it) : quarantine_.erase(it);
+}
+
+Status DeviceStatePool::write(std::int64_t vslot, std::uint64_t request, std::uint64_t write_number,
+                              const DevicePoolBytes& bytes, const Faults& faults, cudaStream_t stream) {
+  if (!bytes.holds_bytes()) return ok_status();
+  const StateEntryLayout& layout = *derived_->state_layout;
+  KVTWIN_TRY(const std::int64_t slot, physical_of(vslot, stream));
+  // The entry made on the host block by block, layer by layer (the blocks tile it, SPEC 11), then
+  // copied whole; the staging is reused only once the copy has landed.
+  std::uint8_t* entry = staging_.get();
+  for (std::size_t b = 0; b < layout.blocks.size(); ++b) {
+    const StateBlock& block = layout.blocks[b];
+    for (std::uint32_t l = 0; l < block.layer_num; ++l) {
+      const RowIdentity id{static_cast<std::int64_t>(request), kStateOracleSubPool, l, static_cast<std::uint32_t>(b),
+                           write_number};
+      fill_oracle_row(config_->seed, id, block.dtype,
+                      std::span<std::uint8_t>(entry + block.offset_bytes + l * block.layer_stride_bytes,
+                                              block.layer_stride_bytes));
+    }
+  }
+  const std::uint64_t at = slot_byte(slot, faults);
+  if (at + layout.entry_bytes > bytes.size_bytes()) return ok_status();  // (the padded fault's slot past the buffer)
+  KVTWIN_CUDA_TRY(cudaMemcpyAsync(bytes.data() + at, entry, layout.entry_bytes, cudaMemcpyHostToDevice, stream));
+  KVTWIN_CUDA_SYNC(stream);
+  return ok_status();
+}
+
+Result<std::vector<std::uint8_t>> DeviceStatePool::read(const std::vector<std::int64_t>& slots, const StateBlock& block,
+                                                        std::uint32_t layer, const DevicePoolBytes& bytes,
+                                                        const Faults& faults, cudaStream_t stream) const {
+  const std::uint64_t row = block.layer_stride_bytes;
+  std::vector<std::uint8_t> out(slots.size() * row, 0);  // the sink's slots read as zeros
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i] < slots_.min_page()) continue;
+    const std::uint64_t at = slot_byte(slots[i], faults) + block.offset_bytes + layer * row;
+    if (at + row > bytes.size_bytes()) continue;  // (the padded fault's slot past the buffer)
+    KVTWIN_CUDA_TRY(cudaMemcpyAsync(out.data() + i * row, bytes.data() + at, row, cudaMemcpyDeviceToHost, stream));
+  }
+  KVTWIN_CUDA_SYNC(stream);
+  return out;
+}
+
+Status DeviceStatePool::add_tables(PoolTables& out, cudaStream_t stream) const {
+  SideTables t;
+  t.name = name();
+  KVTWIN_TRY(t.v2p, download_ids(slots_.v2p(), slots_.v2p_len(), stream));
+  KVTWIN_TRY(t.p2v, download_ids(slots_.p2v(), slots_.p2v_len(), stream));
+  KVTWIN_TRY(t.free_queue, slots_.queue_contents(stream));
+  t.watermark = slots_.watermark();
+  KVTWIN_TRY(t.holes, holes(stream));
+  t.allocated_pages = static_cast<std::uint64_t>(slots_.allocated());
+  out.state = std::move(t);
+  out.state_requests.assign(requests_.begin(), requests_.end());
+  out.state_quarantine.assign(quarantine_.begin(), quarantine_.end());
+  return ok_status();
+}
+
+Result<std::uint64_t> DeviceStatePool::add_digest_terms(unsigned long long* sum, cudaStream_t stream) const {
+  KVTWIN_TRY_STATUS(slots_.add_digest_terms(kStateDigestSide, sum, stream));
+  std::uint64_t host = slots_.digest_counter_terms(kStateDigestSide);
+  for (const auto& [request, slot] : requests_)
+    host += tables_digest_term(kStateDigestSide + 1, TablesDigestPart::v2p, request, slot);
+  for (std::int64_t q : quarantine_)
+    host += tables_digest_term(kStateDigestSide + 1, TablesDigestPart::hole, static_cast<std::uint64_t>(q), 1);
+  return host;
+}
+
+Status DeviceStatePool::verify(const Held& held, std::uint64_t owner_begin_byte, cudaStream_t stream) const {
+  KVTWIN_TRY(SideSnapshot snap, slots_.snapshot(slots_.min_page(), stream));
+  KVTWIN_TRY_STATUS(check_device_sides({snap}, config_->mode == CompactionMode::lazy));
+  // The request table names bound slots, one request each, as many as are allocated.
+  if (static_cast<std::int64_t>(requests_.size()) != slots_.allocated())
+    return broken("the state sub-pool has " + std::to_string(slots_.allocated()) + " bound slots but " +
+                  std::to_string(requests_.size()) + " requests hold one");
+  for (const auto& [request, v] : requests_)
+    if (v < slots_.min_page() || v >= slots_.num_pages() || snap.v2p[static_cast<std::size_t>(v)] < slots_.min_page())
+      return broken("request " + std::to_string(request) + " holds state slot " + std::to_string(v) +
+                    ", which is not bound");
+  // SPEC 10.22: a quarantined slot is held by a reader still.
+  for (std::int64_t q : quarantine_)
+    if (!held(q))
+      return broken("state slot " + std::to_string(q) + " is quarantined, but no reader holds it");
+  // SPEC 11: the owner's band never reaches into the state's slots in use.
+  if (frontier_bytes() > owner_begin_byte)
+    return broken("the state sub-pool's frontier (byte " + std::to_string(frontier_bytes()) +
+                  ") is past the owner's band (from byte " + std::to_string(owner_begin_byte) + ")");
+  return ok_status();
+}
+
+}  // namespace kvtwin::gpu
