@@ -90,10 +90,11 @@ Result<DeviceStatePool::Moves> DeviceStatePool::plan_free(std::uint64_t request,
   KVTWIN_CHECK(v >= 0, "a state free names a request that holds a slot");
   Moves moves;
   moves.new_watermark = slots_.watermark();
+  KVTWIN_TRY(moves.freed, physical_of(v, stream));
+  const std::int64_t freed = moves.freed;
   if (config_->mode == CompactionMode::lazy) return moves;  // SPEC 4.2: a hole, nothing moves
   // SPEC 4.1 with page size 1: new_wm = wm - 1; the survivor in [new_wm, wm) (the band's last slot,
   // every band slot being bound in eager mode) moves into the freed slot when that lies below.
-  KVTWIN_TRY(const std::int64_t freed, physical_of(v, stream));
   moves.new_watermark = slots_.watermark() - 1;
   if (freed < moves.new_watermark) {
     moves.sources.push_back(moves.new_watermark);
@@ -158,8 +159,8 @@ Status DeviceStatePool::apply_moves(const Moves& moves, bool clears_holes, const
 Status DeviceStatePool::commit_free(std::uint64_t request, const Moves& moves, const Held& held,
                                     const DevicePoolBytes& bytes, const Faults& faults, cudaStream_t stream) {
   const std::int64_t v = slot_of(request);
-  KVTWIN_CHECK(v >= 0, "a state free names a request that holds a slot");
-  KVTWIN_TRY(const std::int64_t freed, physical_of(v, stream));
+  KVTWIN_CHECK(v >= 0 && moves.freed >= 0, "a state free names a request that holds a slot, planned");
+  const std::int64_t freed = moves.freed;
   KVTWIN_TRY(std::int64_t * dv, upload_ids(scratch_a_, {v}, stream));
   KVTWIN_TRY_STATUS(slots_.unbind(dv, 1, false, 1, stream));
   if (config_->mode == CompactionMode::lazy) {

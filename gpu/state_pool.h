@@ -54,6 +54,7 @@ class DeviceStatePool {
   struct Moves {
     std::vector<std::int64_t> sources, destinations;
     std::int64_t new_watermark = 0;
+    std::int64_t freed = -1;  // a free: the physical slot it frees
   };
   // Whether an open reader holds a physical slot.
   using Held = std::function<bool(std::int64_t)>;

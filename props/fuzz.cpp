@@ -209,7 +209,6 @@ Result<CaseResult> run_case(const CaseSpec& spec, const BackendFactory& make_bac
   result.swarm = weights.describe();
   OpGenOptions options;
   options.host_ops = host_ops;
-  if (gpu) options.state_one_in = 0;  // the GPU has no state sub-pool yet
   CaseRun run(std::move(backends), result.config);
   std::vector<Op> ops;
   for (std::uint64_t i = 0; !run.failure && i < spec.ops; ++i) {

@@ -476,8 +476,9 @@ TEST(HybridChain, StateAndOwnerPlaySideBySide) {
     s.ops.push_back(StateFree{2});  // eager: slot 4 moves into slot 2
     s.ops.push_back(StateRead{{0, 1, 2, 3}, "temporal", 0});
     s.ops.push_back(StateRead{{2, 3}, "conv_0", 0});
-    s.ops.push_back(BeginRead{7, "state", {1}});
-    s.ops.push_back(StateFree{1});  // eager: slot 1 (held) is left, quarantined
+    const auto m = static_cast<std::int64_t>(derive_pool(s.config).value().geometry.state->min_page_index);
+    s.ops.push_back(BeginRead{7, "state", {m + 2}});
+    s.ops.push_back(StateFree{1});  // eager: the band's last slot moves into slot m; slot m + 2 is held
     s.ops.push_back(StateAlloc{5});
     s.ops.push_back(StateWrite{5, 3});
     s.ops.push_back(Flush{});
@@ -499,11 +500,13 @@ TEST(HybridChain, StateAndOwnerPlaySideBySide) {
 
 TEST(FaultSwitch, StateReusedUnderReaderIsCaught) {
   KVTWIN_REQUIRE_CUDA();
-  // SPEC 10.22: slot 2 moves to slot 1 (flush) while reader 2 holds it; the next alloc would take it.
+  // SPEC 10.22: slot m+1 moves to slot m (flush) while reader 2 holds it; the next alloc would
+  // take it (m: the first usable slot; the sink's bytes may cover several).
   Scenario s = hybrid(CompactionMode::lazy);
+  const auto m = static_cast<std::int64_t>(derive_pool(s.config).value().geometry.state->min_page_index);
   s.ops.push_back(StateAlloc{15});
   s.ops.push_back(StateAlloc{10});
-  s.ops.push_back(BeginRead{2, "state", {2}});
+  s.ops.push_back(BeginRead{2, "state", {m + 1}});
   s.ops.push_back(StateFree{15});
   s.ops.push_back(Flush{});
   s.ops.push_back(StateAlloc{12});

@@ -727,6 +727,12 @@ int main(int argc, char** argv) {
       KVTWIN_CUDA_CHECK(cudaMemcpyAsync(base + e, base + 4 * e, e, cudaMemcpyDeviceToDevice, pool.stream()));
     }, 50, pool.stream());
     rows.push_back({"state_envelope_copy", 1, 2 * e, copy_us});
+    // The ceiling at this size: one copy of E_state bytes between two buffers of their own.
+    DeviceBuffer<std::uint8_t> a = device<std::uint8_t>(e), b = device<std::uint8_t>(e);
+    const double same_size_us = time_on_stream_us([&] {
+      KVTWIN_CUDA_CHECK(cudaMemcpyAsync(b.get(), a.get(), e, cudaMemcpyDeviceToDevice, pool.stream()));
+    }, 50, pool.stream());
+    rows.push_back({"copy@state_bytes", 1, 2 * e, same_size_us});
   }
 
   std::FILE* f = std::fopen(argv[1], "w");
