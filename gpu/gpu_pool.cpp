@@ -436,7 +436,7 @@ OpResult GpuPool::flush(const Flush&) {
   // SPEC 11: the state sub-pool's holes too, after the token side; both checked before either commits.
   for (const DeviceAllocator::SideCompaction& c : plan.compactions)
     KVTWIN_TRY_STATUS(check_moves(c.side, c.sources, c.destinations));
-  KVTWIN_TRY(DeviceStatePool::Moves state_moves, state_.plan_flush(stream_));
+  const DeviceStatePool::Moves state_moves = state_.plan_flush();
   KVTWIN_TRY_STATUS(check_state_moves(state_moves));
   KVTWIN_TRY(Compaction out, allocator_.commit(plan, bytes_, faults_, stream_));
   KVTWIN_TRY_STATUS(state_.commit_flush(state_moves, state_held(), bytes_, faults_, stream_));
@@ -475,7 +475,7 @@ OpResult GpuPool::state_alloc(const StateAlloc& op) {
   if (const std::int64_t v = state_.slot_of(op.request); v >= 0)
     return invalid("state_alloc: request " + std::to_string(op.request) + " already holds state slot " +
                    std::to_string(v) + "; free it first (state_free)");
-  KVTWIN_TRY(const std::int64_t slot, state_.next_physical(stream_));
+  const std::int64_t slot = state_.next_physical();
   if (slot < 0) return ok(NoRoom{});
   // SPEC 10.22: a slot moved away from under a reader still holds what it reads: no room until the
   // reader is done (fault 22 takes it anyway).
@@ -496,7 +496,7 @@ OpResult GpuPool::state_free(const StateFree& op) {
     return make_refusal(ErrorKind::double_free, reason::not_allocated,
                         "state_free: request " + std::to_string(op.request) +
                             " holds no state slot (double free or never allocated); free each state slot once");
-  KVTWIN_TRY(DeviceStatePool::Moves moves, state_.plan_free(op.request, stream_));
+  const DeviceStatePool::Moves moves = state_.plan_free(op.request);
   KVTWIN_TRY_STATUS(check_state_moves(moves));
   KVTWIN_TRY_STATUS(state_.commit_free(op.request, moves, state_held(), bytes_, faults_, stream_));
   Compaction out;
@@ -541,8 +541,7 @@ OpResult GpuPool::state_slots(const StateSlots& op) {
       out.values.push_back(0);
       continue;
     }
-    KVTWIN_TRY(const std::int64_t p, state_.physical_of(v, stream_));
-    out.values.push_back(std::max<std::int64_t>(p, 0));
+    out.values.push_back(std::max<std::int64_t>(state_.physical_of(v), 0));
   }
   return ok(std::move(out));
 }

@@ -33,6 +33,11 @@ Status DeviceStatePool::init(const PoolConfig& config, const PoolDerived& derive
   KVTWIN_TRY_STATUS(scratch_a_.reserve(static_cast<std::size_t>(slots_.p2v_len())));
   KVTWIN_TRY_STATUS(scratch_b_.reserve(static_cast<std::size_t>(slots_.p2v_len())));
   if (!config.tables_only) KVTWIN_TRY_STATUS(staging_.allocate(derived.state_layout->entry_bytes));
+  // The host's copy, as DeviceSide::init leaves the device tables.
+  host_v2p_.assign(static_cast<std::size_t>(slots_.v2p_len()), -1);
+  host_p2v_.assign(static_cast<std::size_t>(slots_.p2v_len()), -1);
+  host_v2p_[0] = host_p2v_[0] = 0;
+  for (std::int64_t v = slots_.min_page(); v < slots_.num_pages(); ++v) host_queue_.push_back(v);
   config_ = &config;
   derived_ = &derived;
   return ok_status();
@@ -43,6 +48,10 @@ void DeviceStatePool::reset() {
   derived_ = nullptr;
   requests_.clear();
   quarantine_.clear();
+  host_v2p_.clear();
+  host_p2v_.clear();
+  host_queue_.clear();
+  host_holes_.clear();
 }
 
 std::int64_t DeviceStatePool::slot_of(std::uint64_t request) const {
@@ -50,23 +59,14 @@ std::int64_t DeviceStatePool::slot_of(std::uint64_t request) const {
   return it == requests_.end() ? -1 : it->second;
 }
 
-Result<std::int64_t> DeviceStatePool::physical_of(std::int64_t vslot, cudaStream_t stream) const {
-  KVTWIN_TRY(std::vector<std::int64_t> row, download_ids(slots_.v2p() + vslot, 1, stream));
-  return row.front();
-}
-
-Result<std::vector<std::int64_t>> DeviceStatePool::holes(cudaStream_t stream) const {
+Result<std::vector<std::int64_t>> DeviceStatePool::device_holes(cudaStream_t stream) const {
   return slots_.hole_list(select_, scratch_b_.get(), stream);
 }
 
-Result<std::int64_t> DeviceStatePool::next_physical(cudaStream_t stream) const {
-  if (slots_.queue_count() == 0 || slots_.remaining() == 0) return std::int64_t{-1};
+std::int64_t DeviceStatePool::next_physical() const {
+  if (host_queue_.empty() || slots_.remaining() == 0) return -1;
   // SPEC 4 with page size 1: the lowest hole first (lazy mode), else the watermark.
-  if (slots_.holes() > 0) {
-    KVTWIN_TRY(std::vector<std::int64_t> list, holes(stream));
-    return list.front();
-  }
-  return slots_.watermark();
+  return host_holes_.empty() ? slots_.watermark() : *host_holes_.begin();
 }
 
 std::uint64_t DeviceStatePool::frontier_bytes() const {
@@ -76,21 +76,26 @@ std::uint64_t DeviceStatePool::frontier_bytes() const {
 }
 
 Result<std::int64_t> DeviceStatePool::alloc(std::uint64_t request, cudaStream_t stream) {
-  KVTWIN_CHECK(slots_.queue_count() > 0 && slot_of(request) < 0, "a state alloc takes a free id for a request without one");
-  std::int64_t* v = scratch_a_.get();
-  KVTWIN_TRY_STATUS(slots_.take_virtual(1, v, stream));
-  KVTWIN_TRY_STATUS(slots_.bind(v, 1, select_, scratch_b_.get(), stream));
-  KVTWIN_TRY(std::vector<std::int64_t> taken, download_ids(v, 1, stream));
-  requests_.emplace(request, taken.front());
-  return taken.front();
+  KVTWIN_CHECK(!host_queue_.empty() && slot_of(request) < 0, "a state alloc takes a free id for a request without one");
+  // The device binds the queue's front to the lowest hole or the watermark; the host's copy the same.
+  const std::int64_t v = host_queue_.front(), p = next_physical();
+  std::int64_t* dv = scratch_a_.get();
+  KVTWIN_TRY_STATUS(slots_.take_virtual(1, dv, stream));
+  KVTWIN_TRY_STATUS(slots_.bind(dv, 1, select_, scratch_b_.get(), stream));
+  host_queue_.pop_front();
+  host_holes_.erase(p);
+  host_v2p_[static_cast<std::size_t>(v)] = p;
+  host_p2v_[static_cast<std::size_t>(p)] = v;
+  requests_.emplace(request, v);
+  return v;
 }
 
-Result<DeviceStatePool::Moves> DeviceStatePool::plan_free(std::uint64_t request, cudaStream_t stream) const {
+DeviceStatePool::Moves DeviceStatePool::plan_free(std::uint64_t request) const {
   const std::int64_t v = slot_of(request);
   KVTWIN_CHECK(v >= 0, "a state free names a request that holds a slot");
   Moves moves;
   moves.new_watermark = slots_.watermark();
-  KVTWIN_TRY(moves.freed, physical_of(v, stream));
+  moves.freed = physical_of(v);
   const std::int64_t freed = moves.freed;
   if (config_->mode == CompactionMode::lazy) return moves;  // SPEC 4.2: a hole, nothing moves
   // SPEC 4.1 with page size 1: new_wm = wm - 1; the survivor in [new_wm, wm) (the band's last slot,
@@ -103,13 +108,13 @@ Result<DeviceStatePool::Moves> DeviceStatePool::plan_free(std::uint64_t request,
   return moves;
 }
 
-Result<DeviceStatePool::Moves> DeviceStatePool::plan_flush(cudaStream_t stream) const {
+DeviceStatePool::Moves DeviceStatePool::plan_flush() const {
   Moves moves;
   moves.new_watermark = slots_.watermark();
-  if (slots_.holes() == 0) return moves;
+  if (host_holes_.empty()) return moves;
   // SPEC 4.2 as 4.1: K holes, new_wm = wm - K; the bound slots in [new_wm, wm) ascending fill the
   // holes below new_wm ascending, paired by position.
-  KVTWIN_TRY(std::vector<std::int64_t> list, holes(stream));
+  const std::vector<std::int64_t> list(host_holes_.begin(), host_holes_.end());
   const std::int64_t k = static_cast<std::int64_t>(list.size());
   moves.new_watermark = slots_.watermark() - k;
   for (std::int64_t h : list)
@@ -153,7 +158,15 @@ Status DeviceStatePool::apply_moves(const Moves& moves, bool clears_holes, const
     KVTWIN_TRY(src, upload_ids(scratch_a_, moves.sources, stream));
     KVTWIN_TRY(dst, upload_ids(scratch_b_, moves.destinations, stream));
   }
-  return slots_.apply_compaction(src, dst, n, moves.new_watermark, clears_holes, stream);
+  KVTWIN_TRY_STATUS(slots_.apply_compaction(src, dst, n, moves.new_watermark, clears_holes, stream));
+  for (std::size_t i = 0; i < moves.sources.size(); ++i) {
+    const std::int64_t v = host_p2v_[static_cast<std::size_t>(moves.sources[i])];
+    host_v2p_[static_cast<std::size_t>(v)] = moves.destinations[i];
+    host_p2v_[static_cast<std::size_t>(moves.destinations[i])] = v;
+    host_p2v_[static_cast<std::size_t>(moves.sources[i])] = -1;
+  }
+  if (clears_holes) host_holes_.clear();
+  return ok_status();
 }
 
 Status DeviceStatePool::commit_free(std::uint64_t request, const Moves& moves, const Held& held,
@@ -163,21 +176,26 @@ Status DeviceStatePool::commit_free(std::uint64_t request, const Moves& moves, c
   const std::int64_t freed = moves.freed;
   KVTWIN_TRY(std::int64_t * dv, upload_ids(scratch_a_, {v}, stream));
   KVTWIN_TRY_STATUS(slots_.unbind(dv, 1, false, 1, stream));
+  host_v2p_[static_cast<std::size_t>(v)] = -1;
+  host_p2v_[static_cast<std::size_t>(freed)] = -1;
   if (config_->mode == CompactionMode::lazy) {
     KVTWIN_TRY(std::int64_t * dp, upload_ids(scratch_b_, {freed}, stream));
     KVTWIN_TRY_STATUS(slots_.add_holes(dp, 1, stream));
+    host_holes_.insert(freed);
   } else {
     KVTWIN_TRY_STATUS(apply_moves(moves, false, held, bytes, faults, stream));
   }
   requests_.erase(request);
   // SPEC 4: a freed id goes to the queue's back.
   KVTWIN_TRY(dv, upload_ids(scratch_a_, {v}, stream));
-  return slots_.put_virtual(dv, 1, stream);
+  KVTWIN_TRY_STATUS(slots_.put_virtual(dv, 1, stream));
+  host_queue_.push_back(v);
+  return ok_status();
 }
 
 Status DeviceStatePool::commit_flush(const Moves& moves, const Held& held, const DevicePoolBytes& bytes,
                                      const Faults& faults, cudaStream_t stream) {
-  if (slots_.holes() == 0) return ok_status();
+  if (host_holes_.empty()) return ok_status();
   return apply_moves(moves, true, held, bytes, faults, stream);
 }
 
@@ -189,7 +207,7 @@ Status DeviceStatePool::write(std::int64_t vslot, std::uint64_t request, std::ui
                               const DevicePoolBytes& bytes, const Faults& faults, cudaStream_t stream) {
   if (!bytes.holds_bytes()) return ok_status();
   const StateEntryLayout& layout = *derived_->state_layout;
-  KVTWIN_TRY(const std::int64_t slot, physical_of(vslot, stream));
+  const std::int64_t slot = physical_of(vslot);
   // The entry made on the host block by block, layer by layer (the blocks tile it, SPEC 11), then
   // copied whole; the staging is reused only once the copy has landed.
   std::uint8_t* entry = staging_.get();
@@ -232,7 +250,7 @@ Status DeviceStatePool::add_tables(PoolTables& out, cudaStream_t stream) const {
   KVTWIN_TRY(t.p2v, download_ids(slots_.p2v(), slots_.p2v_len(), stream));
   KVTWIN_TRY(t.free_queue, slots_.queue_contents(stream));
   t.watermark = slots_.watermark();
-  KVTWIN_TRY(t.holes, holes(stream));
+  KVTWIN_TRY(t.holes, device_holes(stream));
   t.allocated_pages = static_cast<std::uint64_t>(slots_.allocated());
   out.state = std::move(t);
   out.state_requests.assign(requests_.begin(), requests_.end());
@@ -253,6 +271,15 @@ Result<std::uint64_t> DeviceStatePool::add_digest_terms(unsigned long long* sum,
 Status DeviceStatePool::verify(const Held& held, std::uint64_t owner_begin_byte, cudaStream_t stream) const {
   KVTWIN_TRY(SideSnapshot snap, slots_.snapshot(slots_.min_page(), stream));
   KVTWIN_TRY_STATUS(check_device_sides({snap}, config_->mode == CompactionMode::lazy));
+  // The host's copy is the device's tables.
+  if (snap.v2p != host_v2p_ || snap.p2v != host_p2v_)
+    return broken("the state sub-pool's host copy of v2p / p2v differs from its device tables");
+  KVTWIN_TRY(std::vector<std::int64_t> queue, slots_.queue_contents(stream));
+  if (queue != std::vector<std::int64_t>(host_queue_.begin(), host_queue_.end()))
+    return broken("the state sub-pool's host copy of its free queue differs from the device's");
+  for (std::size_t p = 0; p < snap.hole_flags.size(); ++p)
+    if ((snap.hole_flags[p] != 0) != (host_holes_.count(static_cast<std::int64_t>(p)) != 0))
+      return broken("the state sub-pool's host copy of its holes differs from the device's at slot " + std::to_string(p));
   // The request table names bound slots, one request each, as many as are allocated.
   if (static_cast<std::int64_t>(requests_.size()) != slots_.allocated())
     return broken("the state sub-pool has " + std::to_string(slots_.allocated()) + " bound slots but " +

@@ -7,7 +7,7 @@
 // -> virtual slot table (requests are host numbers), and the quarantine of SPEC 10.22: a slot that
 // compaction moved away from while a reader (the forward that read it) still held it keeps its
 // old bytes for that reader, so it is neither reused nor covered by the owner's growth until every
-// such reader is done. A slot's compaction is planned on the host from the device tables (eager:
+// such reader is done. A slot's compaction is planned on the host from its copy of the tables (eager:
 // at most the band's last slot moves into the freed one; a flush: the band's top slots into its
 // lowest holes, paired in order) and committed on the device: the tables by apply_compaction, the
 // bytes as one envelope copy (E_state bytes, tens of MiB for a real model) per move.
@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <set>
@@ -71,23 +72,23 @@ class DeviceStatePool {
 
   // The virtual slot of a request, or -1.
   std::int64_t slot_of(std::uint64_t request) const;
-  // The physical slot of a virtual one (synchronizes: one row of v2p comes back).
-  Result<std::int64_t> physical_of(std::int64_t vslot, cudaStream_t stream) const;
+  // The physical slot of a virtual one (-1: unbound).
+  std::int64_t physical_of(std::int64_t vslot) const { return host_v2p_[static_cast<std::size_t>(vslot)]; }
   // The physical slot the next allocation takes (the lowest hole, else the watermark), or -1 when
   // no virtual id or usable slot is left.
-  Result<std::int64_t> next_physical(cudaStream_t stream) const;
+  std::int64_t next_physical() const;
   // One past the highest byte the state sub-pool may not give away: its band's end, or past its
   // highest quarantined slot (SPEC 10.22).
   std::uint64_t frontier_bytes() const;
   bool quarantined(std::int64_t slot) const { return quarantine_.count(slot) != 0; }
 
   // Binds the front virtual id to next_physical() for `request` (the caller checked room and
-  // quarantine); returns the virtual slot (synchronizes).
+  // quarantine); returns the virtual slot.
   Result<std::int64_t> alloc(std::uint64_t request, cudaStream_t stream);
   // The moves a free of `request`'s slot makes (eager: SPEC 4.1 with page size 1; lazy: none),
   // and a flush's (every hole). Nothing changes.
-  Result<Moves> plan_free(std::uint64_t request, cudaStream_t stream) const;
-  Result<Moves> plan_flush(cudaStream_t stream) const;
+  Moves plan_free(std::uint64_t request) const;
+  Moves plan_flush() const;
   // Commits a plan made just before: unbinds (a free), moves the tables and the envelopes, puts
   // the freed id at the queue's back; sources a reader holds enter the quarantine.
   Status commit_free(std::uint64_t request, const Moves& moves, const Held& held, const DevicePoolBytes& bytes,
@@ -122,13 +123,19 @@ class DeviceStatePool {
                         cudaStream_t stream) const;
   Status apply_moves(const Moves& moves, bool clears_holes, const Held& held, const DevicePoolBytes& bytes,
                      const Faults& faults, cudaStream_t stream);
-  Result<std::vector<std::int64_t>> holes(cudaStream_t stream) const;
+  Result<std::vector<std::int64_t>> device_holes(cudaStream_t stream) const;
 
   const PoolConfig* config_ = nullptr;
   const PoolDerived* derived_ = nullptr;
   DeviceSide slots_;
   mutable SelectScratch select_;
   mutable DeviceBuffer<std::int64_t> scratch_a_, scratch_b_;  // one operation's device id lists
+  // The host's copy of the slot tables (a few hundred slots at most: E_state is tens of MiB), kept
+  // with every device change so that no state operation waits for the device to learn an id;
+  // verify() holds it against the device tables, and tables() reports the device's own.
+  std::vector<std::int64_t> host_v2p_, host_p2v_;
+  std::deque<std::int64_t> host_queue_;
+  std::set<std::int64_t> host_holes_;
   std::map<std::uint64_t, std::int64_t> requests_;           // request -> virtual slot
   std::set<std::int64_t> quarantine_;                        // physical slots (SPEC 10.22)
   PinnedBuffer<std::uint8_t> staging_;                       // one entry, made by the oracle
