@@ -134,9 +134,38 @@ PoolConfig shrunk_pool_config(const PoolConfig& full) {
   const Result<PoolDerived> small = derive_pool(c);
   c.total_bytes = full.total_bytes;  // if either fails, the caller's derive_pool names what is wrong
   if (big.ok() && small.ok()) {
-    const unsigned __int128 scaled =
-        static_cast<unsigned __int128>(full.total_bytes) * small->layouts[0].entry_bytes / big->layouts[0].entry_bytes;
+    const std::uint64_t e_small = small->layouts[0].entry_bytes, e_big = big->layouts[0].entry_bytes;
+    const unsigned __int128 scaled = static_cast<unsigned __int128>(full.total_bytes) * e_small / e_big;
     c.total_bytes = static_cast<std::uint64_t>(scaled);
+    if (big->state_layout) {
+      // SPEC 11: the state entry shrinks by the token entries' ratio exactly, or not at all.
+      const StateEntryLayout& state = *big->state_layout;
+      const unsigned __int128 wide = static_cast<unsigned __int128>(state.entry_bytes) * e_small;
+      std::uint64_t conv_bytes = 0;  // one layer of every conv block, per rank
+      for (const StateBlock& b : state.blocks)
+        if (b.name != "temporal") conv_bytes += b.layer_stride_bytes;
+      if (wide % e_big == 0) {
+        const auto target = static_cast<std::uint64_t>(wide / e_big);
+        for (const bool keep_conv : {true, false}) {
+          const std::uint64_t conv = keep_conv ? conv_bytes : 0;
+          if (target <= conv || (target - conv) % 4 != 0 || conv % 4 != 0) continue;
+          StateShape small_state;
+          small_state.layers = 1;
+          if (keep_conv) small_state.conv = shape.state->conv;
+          // The first dimension is divided among the ranks, as the model's is.
+          small_state.temporal = StateTensor{{c.tp, static_cast<std::uint32_t>((target - conv) / 4)}, DType::fp32};
+          if ((target - conv) / 4 > UINT32_MAX) continue;
+          PoolConfig probe = c;
+          probe.shape.state = small_state;
+          const Result<PoolDerived> d = derive_pool(probe);
+          if (!d.ok() || d->state_layout->entry_bytes != target) continue;
+          shape.state = small_state;
+          shape.name += " (state shrunk to " + std::to_string(target) + " bytes" +
+                        (keep_conv ? ": one layer of its conv blocks and an fp32 rest)" : ": an fp32 block)");
+          break;
+        }
+      }
+    }
   }
   return c;
 }

@@ -152,7 +152,10 @@ Result<PoolConfig> serving_pool_config(const ServingParams& params);
 // least factor that gives every kind 2 layers, never more than the model has), one KV head per
 // rank (MLA rows unchanged), and total_bytes scaled by the entries' ratio so that every sub-pool
 // keeps its slot and page counts (on a composite whose sides shrink by different ratios, within a
-// page). The shape's name says what was kept.
+// page). A hybrid model's state (SPEC 11) shrinks by the same ratio, so that its slots and the
+// shared byte budget keep their counts too: one state layer with the model's conv blocks and a
+// temporal block of fp32 making up the rest (when the ratio gives whole, aligned bytes; else the
+// state stays whole and the pool may not build). The shape's name says what was kept.
 PoolConfig shrunk_pool_config(const PoolConfig& full);
 
 // The parameters and the result counters, as recorded in a trace header's "origin" and in --json.

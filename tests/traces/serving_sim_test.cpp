@@ -1029,6 +1029,43 @@ TEST(ServingSimHybrid, WithBytesTheStatesAreWrittenAndCheckedByTheOracle) {
   expect_empty_at_the_end(run);
 }
 
+TEST(ServingSimHybrid, ShrunkEntriesShrinkTheStateSoTheSlotsAndPagesStayTheFullModels) {
+  // Qwen3.5-9B in 1 GiB: the token entry shrinks 32,768 -> 2,048 bytes (2 of 8 layers, 1 KV head),
+  // so the state shrinks by 16 as well (51,511,296 -> 3,219,456 bytes) and every count stays.
+  PoolConfig full;
+  full.shape = find_model("qwen3.5-9b").value();
+  full.page_size = 16;
+  full.total_bytes = 1ull << 30;
+  full.seed = 1;
+  const PoolConfig small = shrunk_pool_config(full);
+  const PoolDerived big = derive_pool(full).value();
+  const Result<PoolDerived> shrunk = derive_pool(small);
+  ASSERT_TRUE(shrunk.ok()) << shrunk.error().message;
+  EXPECT_EQ(big.state_layout->entry_bytes, 51511296u);
+  EXPECT_EQ(shrunk->state_layout->entry_bytes, 51511296u / 16);
+  EXPECT_EQ(shrunk->geometry.state->num_pages, big.geometry.state->num_pages);
+  EXPECT_EQ(shrunk->geometry.state->min_page_index, big.geometry.state->min_page_index);
+  EXPECT_EQ(shrunk->geometry.sub_pools[0].num_pages, big.geometry.sub_pools[0].num_pages);
+  EXPECT_EQ(shrunk->geometry.sub_pools[0].min_page_index, big.geometry.sub_pools[0].min_page_index);
+  EXPECT_EQ(shrunk->geometry.state_token_cost, big.geometry.state_token_cost);
+  // The same replay with bytes (shrunk) and tables-only: the same decisions, the states checked.
+  const RequestTrace t = mooncake(40);
+  ServingParams p = params("qwen3.5-9b", 1, 1ull << 30, 16);
+  p.checkpoint_every = 64;
+  p.shrink_entries = true;
+  const SimRun with_bytes = simulate(t, p);
+  ASSERT_TRUE(with_bytes.report.passed()) << with_bytes.report.failure->describe();
+  p.tables_only = true;
+  const SimRun tables = simulate(t, p);
+  ASSERT_TRUE(tables.report.passed()) << tables.report.failure->describe();
+  const ServingSummary &a = *with_bytes.report.serving, &b = *tables.report.serving;
+  EXPECT_EQ(a.state_allocs, b.state_allocs);
+  EXPECT_EQ(a.peak_state_slots, b.peak_state_slots);
+  EXPECT_EQ(a.cached_tokens, b.cached_tokens);
+  EXPECT_EQ(a.admissions, b.admissions);
+  EXPECT_GT(a.state_writes, 40u);
+}
+
 TEST(ServingSimHybrid, AHostTierIsRefusedForAHybridModel) {
   const RequestTrace t = mooncake(4);
   ServingParams p = params("qwen3.5-9b", 1, 1ull << 30, 16);
