@@ -195,7 +195,11 @@ OutputFile::OutputFile(OutputFile&& other) noexcept
 
 OutputFile::~OutputFile() { discard(); }
 
-Result<OutputFile> OutputFile::create(const std::string& path) {
+Result<OutputFile> OutputFile::create(const std::string& path) { return create_with(path, ".tmp-"); }
+
+Result<OutputFile> OutputFile::create_probe(const std::string& path) { return create_with(path, ".probe-"); }
+
+Result<OutputFile> OutputFile::create_with(const std::string& path, const char* temp_kind) {
   const fs::path target(path);
   std::error_code ec;
   if (fs::is_directory(target, ec))
@@ -204,7 +208,7 @@ Result<OutputFile> OutputFile::create(const std::string& path) {
   if (!fs::is_directory(folder, ec))
     return make_error(ErrorKind::io, printable(path, 400) + ": the folder " + printable(folder.string(), 400) +
                                          " does not exist; create it first");
-  const std::string temp = (folder / ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()) +
+  const std::string temp = (folder / ("." + target.filename().string() + temp_kind + std::to_string(::getpid()) +
                                       "-" + std::to_string(g_temp_counter++)))
                                .string();
   const int slot = claim_slot(temp, path);
@@ -278,7 +282,7 @@ Status write_file_atomically(const std::string& path, std::string_view contents)
 Status check_output_path(const std::string& path, std::string_view option) {
   if (path == "-") return ok_status();
   if (path.empty()) return make_error(ErrorKind::invalid_argument, std::string(option) + " is empty; give a file name");
-  Result<OutputFile> probe = OutputFile::create(path);
+  Result<OutputFile> probe = OutputFile::create_probe(path);
   if (!probe.ok()) return probe.error().with_context(std::string(option) + ": cannot write ");
   probe->discard();
   return ok_status();

@@ -45,6 +45,9 @@ class OutputFile {
   // Creates the temporary file beside `path`. io Error when the folder does not exist or cannot
   // be written, or `path` is a folder.
   static Result<OutputFile> create(const std::string& path);
+  // The same creation for a writability probe: its temporary file is named ".probe-" rather
+  // than ".tmp-", so a probe is never mistaken for an output being written.
+  static Result<OutputFile> create_probe(const std::string& path);
 
   OutputFile(OutputFile&& other) noexcept;
   OutputFile& operator=(OutputFile&&) = delete;
@@ -62,6 +65,7 @@ class OutputFile {
   void discard();
 
  private:
+  static Result<OutputFile> create_with(const std::string& path, const char* temp_kind);
   OutputFile(std::string path, std::string temp, std::unique_ptr<std::ofstream> out, int slot);
   std::string path_;
   std::string temp_;
