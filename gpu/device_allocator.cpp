@@ -33,7 +33,9 @@ Status DeviceAllocator::init(const PoolConfig& config, const PoolDerived& derive
   std::int64_t max_pages = 0;
   for (std::size_t i = 0; i < derived.geometry.sub_pools.size(); ++i) {
     auto side = std::make_unique<DeviceSide>();
-    KVTWIN_TRY_STATUS(side->init(derived.geometry.sub_pools[i], num_virtual, i == 0, stream));
+    KVTWIN_TRY_STATUS(side->init(derived.geometry.sub_pools[i], num_virtual, i == 0, stream,
+                                 static_cast<std::int64_t>(derived.geometry.float_start_page)));
+    if (side->floats()) float_.init(derived.geometry.sub_pools[i], num_virtual, side->span_low());
     max_pages = std::max(max_pages, side->num_pages() + 1);
     sides_.push_back(std::move(side));
   }
@@ -67,12 +69,14 @@ std::int64_t DeviceAllocator::slot_count(std::size_t side) const {
 
 std::uint64_t DeviceAllocator::band_begin_byte(std::size_t side) const {
   const DeviceSide& s = *sides_[side];
+  if (s.floats()) return static_cast<std::uint64_t>(s.span_low()) * s.geometry().page_bytes;
   const std::int64_t page = s.grows_up() ? s.min_page() : s.watermark() + 1;
   return static_cast<std::uint64_t>(page) * s.geometry().page_bytes;
 }
 
 std::uint64_t DeviceAllocator::band_end_byte(std::size_t side) const {
   const DeviceSide& s = *sides_[side];
+  if (s.floats()) return static_cast<std::uint64_t>(s.watermark()) * s.geometry().page_bytes;
   const std::int64_t page = s.grows_up() ? s.watermark() : s.num_pages();
   return static_cast<std::uint64_t>(page) * s.geometry().page_bytes;
 }
@@ -114,6 +118,156 @@ Result<std::vector<std::int64_t>> DeviceAllocator::alloc(std::int64_t k, cudaStr
   KVTWIN_TRY_STATUS(sides_[0]->bind(vpages, k, select_, bind_holes_.get(), stream));
   if (sides_.size() == 2) KVTWIN_TRY_STATUS(sides_[1]->bind(vpages, k, select_, bind_holes_.get(), stream));
   return download_ids(vpages, k, stream);
+}
+
+// ---------------------------------------------------------------- the tri-pool's float (SPEC 11)
+
+DeviceAllocator::ChainAlloc DeviceAllocator::plan_chain_alloc(std::int64_t k, std::uint64_t state_end) const {
+  ChainAlloc plan;
+  plan.k = k;
+  const DeviceSide& owner = *sides_[0];
+  if (k > owner.queue_count() || k > owner.remaining()) return plan;
+  // The owner (grows down): its holes first, then band pages below its band (SPEC 4, 4.2).
+  const std::int64_t new_pages = k - std::min(k, owner.holes());
+  const std::int64_t new_begin = owner.watermark() + 1 - new_pages;
+  if (new_begin < owner.min_page()) return plan;
+  const std::uint64_t owner_begin = static_cast<std::uint64_t>(new_begin) * owner.geometry().page_bytes;
+  if (owner_begin < state_end) return plan;  // the state end is never moved by the owner
+  // The float: its holes, then the gaps, between the state frontier and the owner's new band.
+  if (k > float_.remaining()) return plan;
+  plan.float_pages = float_.pages_for(static_cast<std::uint64_t>(k), state_end, owner_begin);
+  if (static_cast<std::int64_t>(plan.float_pages.size()) == k) {
+    plan.fits = true;
+    return plan;
+  }
+  plan.float_pages.clear();
+  if (!float_.live()) return plan;  // an empty float that does not fit: no room
+  // make_room: the owner's growth cuts into the span; the new pages extend the packed span.
+  plan.relocation = float_.plan_make_room(state_end, owner_begin, static_cast<std::uint64_t>(k));
+  if (!plan.relocation) return plan;
+  plan.float_pages = float_.extension(plan.relocation->new_low, plan.relocation->new_high,
+                                      static_cast<std::uint64_t>(k), state_end, owner_begin);
+  plan.fits = true;
+  return plan;
+}
+
+Result<std::vector<std::int64_t>> DeviceAllocator::commit_chain_alloc(const ChainAlloc& plan,
+                                                                      const DevicePoolBytes& bytes,
+                                                                      const Faults& faults, cudaStream_t stream) {
+  KVTWIN_CHECK(plan.fits && floats(), "commit_chain_alloc commits a tri-pool plan that fits");
+  if (plan.relocation) KVTWIN_TRY_STATUS(relocate_float(*plan.relocation, bytes, faults, stream));
+  const std::int64_t k = plan.k;
+  KVTWIN_TRY(std::int64_t * vpages,
+             upload_ids(bound_virtual_, std::vector<std::int64_t>(static_cast<std::size_t>(k)), stream));
+  KVTWIN_TRY_STATUS(bind_holes_.reserve(static_cast<std::size_t>(std::max(k, sides_[0]->p2v_len()))));
+  // SPEC 4.3: the owner first, then the float on the same virtual pages.
+  KVTWIN_TRY_STATUS(sides_[0]->take_virtual(k, vpages, stream));
+  KVTWIN_TRY_STATUS(sides_[0]->bind(vpages, k, select_, bind_holes_.get(), stream));
+  KVTWIN_TRY(std::vector<std::int64_t> virtual_pages, download_ids(vpages, k, stream));
+  const std::int64_t from_holes = float_.bind(virtual_pages, plan.float_pages);
+  KVTWIN_TRY(const std::int64_t* pages, upload_ids(float_pages_, plan.float_pages, stream));
+  KVTWIN_TRY_STATUS(sides_[1]->bind_at(vpages, pages, k, from_holes, float_.low(), float_.high(), stream));
+  return virtual_pages;
+}
+
+DeviceAllocator::StateRoom DeviceAllocator::plan_state_room(std::uint64_t slot_end) const {
+  StateRoom room;
+  const std::uint64_t owner_begin = band_begin_byte(0);
+  if (!float_.live()) {
+    room.fits = slot_end <= owner_begin;  // an empty float is transparent
+    return room;
+  }
+  if (slot_end <= float_.begin_byte()) {
+    room.fits = true;
+    return room;
+  }
+  // make_room away from the state end, in the middle of the room between the slot and the owner.
+  room.relocation = float_.plan_make_room(slot_end, owner_begin, 0);
+  room.fits = room.relocation.has_value();
+  return room;
+}
+
+Status DeviceAllocator::relocate_float(const FloatRelocation& plan, const DevicePoolBytes& bytes, const Faults& faults,
+                                       cudaStream_t stream) {
+  const std::int64_t n = static_cast<std::int64_t>(plan.sources.size());
+  std::vector<std::int64_t> sources = plan.sources, destinations = plan.destinations;
+  if (faults.float_relocation_source_order) {
+    // The fault: the envelopes copied in source order, as a plain loop over the span would.
+    std::vector<std::size_t> order(sources.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return plan.sources[a] < plan.sources[b]; });
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      sources[i] = plan.sources[order[i]];
+      destinations[i] = plan.destinations[order[i]];
+    }
+  }
+  if (n > 0) {
+    KVTWIN_TRY(const std::int64_t* src, upload_ids(float_sources_, sources, stream));
+    KVTWIN_TRY(const std::int64_t* dst, upload_ids(float_destinations_, destinations, stream));
+    // The copies in waves, each one launch of the page-move kernel (its moves run at once): a
+    // wave ends before a move that reads a page the wave writes, or writes one it reads. Waves run
+    // in stream order, so the copies keep the sequential meaning of the order.
+    std::set<std::int64_t> wave_reads, wave_writes;
+    std::int64_t wave_begin = 0;
+    for (std::int64_t i = 0; i <= n; ++i) {
+      const bool end = i == n || wave_writes.count(sources[static_cast<std::size_t>(i)]) != 0 ||
+                       wave_reads.count(destinations[static_cast<std::size_t>(i)]) != 0;
+      if (end && i > wave_begin) {
+        KVTWIN_TRY_STATUS(bytes.move_pages(1, src + wave_begin, dst + wave_begin, i - wave_begin, faults, stream));
+        wave_reads.clear();
+        wave_writes.clear();
+        wave_begin = i;
+      }
+      if (i < n) {
+        wave_reads.insert(sources[static_cast<std::size_t>(i)]);
+        wave_writes.insert(destinations[static_cast<std::size_t>(i)]);
+      }
+    }
+    KVTWIN_TRY_STATUS(float_owners_.reserve(static_cast<std::size_t>(n)));
+    KVTWIN_TRY_STATUS(sides_[1]->relocate(src, dst, n, plan.new_low, plan.new_high, float_owners_.get(), stream));
+  } else {
+    KVTWIN_TRY_STATUS(sides_[1]->relocate(nullptr, nullptr, 0, plan.new_low, plan.new_high, nullptr, stream));
+  }
+  float_.relocate(plan);
+  return ok_status();
+}
+
+Status DeviceAllocator::free_float_pages(const std::vector<std::int64_t>& vpages, const std::int64_t* dv, std::int64_t n,
+                                         cudaStream_t stream) {
+  // SPEC 4.3 as on any composite: only where swa_v2p[v] > 0 (a tombstone is -1, the sink 0).
+  std::vector<std::int64_t> freed;
+  for (std::int64_t v : vpages)
+    if (float_.physical_of(v) > 0) freed.push_back(float_.unbind(v));
+  KVTWIN_TRY_STATUS(sides_[1]->unbind(dv, n, true, static_cast<std::int64_t>(freed.size()), stream));
+  // SPEC 11: a float never compacts on a free; its freed pages are holes.
+  KVTWIN_TRY(const std::int64_t* holes, upload_ids(float_pages_, freed, stream));
+  KVTWIN_TRY_STATUS(sides_[1]->add_holes(holes, static_cast<std::int64_t>(freed.size()), stream));
+  // Its boundary holes leave the span at once in eager mode, and an empty float becomes a point.
+  if (config_->mode == CompactionMode::eager || !float_.live()) return absorb_float(stream);
+  return ok_status();
+}
+
+Status DeviceAllocator::absorb_float(cudaStream_t stream) {
+  const std::vector<std::int64_t> gone = float_.absorb();
+  KVTWIN_TRY(const std::int64_t* pages, upload_ids(float_pages_, gone, stream));
+  return sides_[1]->absorb(pages, static_cast<std::int64_t>(gone.size()), float_.low(), float_.high(), stream);
+}
+
+Status DeviceAllocator::verify_float_copy(const SideSnapshot& device) const {
+  const auto broken = [](const std::string& what) {
+    return make_error(ErrorKind::internal, "gpu invariant broken: the float's host copy of " + what +
+                                               " differs from its device tables");
+  };
+  if (device.v2p != float_.v2p() || device.p2v != float_.p2v()) return broken("v2p / p2v");
+  if (device.span_low != float_.low() || device.watermark != float_.high() || device.allocated != float_.allocated())
+    return broken("the span [" + std::to_string(float_.low()) + ", " + std::to_string(float_.high()) + ") and " +
+                  std::to_string(float_.allocated()) + " live pages (the device counts [" +
+                  std::to_string(device.span_low) + ", " + std::to_string(device.watermark) + ") and " +
+                  std::to_string(device.allocated) + ")");
+  for (std::size_t p = 0; p < device.hole_flags.size(); ++p)
+    if ((device.hole_flags[p] != 0) != (float_.holes().count(static_cast<std::int64_t>(p)) != 0))
+      return broken("its holes at page " + std::to_string(p));
+  return ok_status();
 }
 
 Result<std::vector<std::int64_t>> DeviceAllocator::virtual_pages_of(IdUnit unit, const std::vector<std::int64_t>& ids,
@@ -235,7 +389,7 @@ Result<DeviceAllocator::FreePlan> DeviceAllocator::plan_free(const std::vector<s
     KVTWIN_TRY_STATUS(freed_swa_pages_.reserve(static_cast<std::size_t>(n)));
     KVTWIN_TRY_STATUS(gather_values(sides_[1]->v2p(), dv, n, freed_swa_rows_.get(), stream));
     KVTWIN_TRY(plan.swa_freed, select_positive(freed_swa_rows_.get(), n, freed_swa_pages_.get(), select_, stream));
-    if (eager) {
+    if (eager && !floats()) {  // SPEC 11: a float never compacts on a free
       KVTWIN_TRY(SideCompaction c, plan_compaction(1, freed_swa_pages_.get(), plan.swa_freed, faults, stream));
       plan.compactions.push_back(std::move(c));
     }
@@ -273,7 +427,7 @@ Result<DeviceAllocator::FreePlan> DeviceAllocator::plan_free_swa(const std::vect
     return make_refusal(ErrorKind::double_free, reason::left_window,
                         "free_swa: some of virtual pages " + list_ids(vpages) +
                             " already left the window (their SWA pages are tombstones); nothing was freed");
-  if (config_->mode == CompactionMode::eager) {
+  if (config_->mode == CompactionMode::eager && !floats()) {  // SPEC 11: a float never compacts on a free
     KVTWIN_TRY(SideCompaction c, plan_compaction(1, freed_swa_rows_.get(), n, faults, stream));
     plan.compactions.push_back(std::move(c));
   }
@@ -286,7 +440,7 @@ Result<DeviceAllocator::FreePlan> DeviceAllocator::plan_flush(const Faults& faul
   FreePlan plan;
   plan.kind = FreePlan::Kind::flush;
   for (std::size_t i = sides_.size(); i-- > 0;) {
-    if (sides_[i]->holes() == 0) continue;
+    if (sides_[i]->holes() == 0 || sides_[i]->floats()) continue;  // SPEC 11: a float's flush absorbs, moving nothing
     KVTWIN_TRY(SideCompaction c, plan_compaction(i, nullptr, 0, faults, stream));
     plan.compactions.push_back(std::move(c));
   }
@@ -304,7 +458,9 @@ Result<Compaction> DeviceAllocator::commit(const FreePlan& plan, const DevicePoo
       DeviceSide& full = *sides_[0];
       const std::int64_t* dv = freed_virtual_.get();
       // Commit: SWA side first, then the full side (docs/decisions.md).
-      if (sides_.size() == 2) {
+      if (floats()) {
+        KVTWIN_TRY_STATUS(free_float_pages(plan.virtual_pages, dv, n, stream));
+      } else if (sides_.size() == 2) {
         DeviceSide& swa = *sides_[1];
         KVTWIN_TRY_STATUS(swa.unbind(dv, n, true, plan.swa_freed, stream));
         if (eager) {
@@ -328,6 +484,10 @@ Result<Compaction> DeviceAllocator::commit(const FreePlan& plan, const DevicePoo
     case FreePlan::Kind::free_swa: {
       if (n == 0) return out;
       DeviceSide& swa = *sides_[1];
+      if (floats()) {
+        KVTWIN_TRY_STATUS(free_float_pages(plan.virtual_pages, freed_virtual_.get(), n, stream));
+        break;
+      }
       KVTWIN_TRY_STATUS(swa.unbind(freed_virtual_.get(), n, false, n, stream));  // swa_v2p[v] = -1: a tombstone
       if (eager) {
         KVTWIN_TRY_STATUS(commit_compaction(plan.compactions.front(), false, bytes, faults, stream));
@@ -338,6 +498,7 @@ Result<Compaction> DeviceAllocator::commit(const FreePlan& plan, const DevicePoo
       break;
     }
     case FreePlan::Kind::flush:
+      if (floats()) KVTWIN_TRY_STATUS(absorb_float(stream));  // SPEC 11: the float's boundary holes leave it
       for (const SideCompaction& c : plan.compactions) {
         KVTWIN_TRY_STATUS(commit_compaction(c, true, bytes, faults, stream));  // a flushed side has no holes left
         append_moves(out, c);
@@ -408,6 +569,7 @@ Result<PoolTables> DeviceAllocator::tables(cudaStream_t stream) const {
     KVTWIN_TRY(t.p2v, download_ids(side.p2v(), side.p2v_len(), stream));
     KVTWIN_TRY(t.free_queue, side.queue_contents(stream));
     t.watermark = side.watermark();
+    t.span_low = side.span_low();
     KVTWIN_TRY_STATUS(listed_holes_.reserve(static_cast<std::size_t>(side.p2v_len())));
     KVTWIN_TRY(t.holes, side.hole_list(select_, listed_holes_.get(), stream));
     t.allocated_pages = static_cast<std::uint64_t>(side.allocated());
@@ -440,7 +602,9 @@ Status DeviceAllocator::verify(cudaStream_t stream) const {
     KVTWIN_TRY(SideSnapshot s, side->snapshot(sides_[0]->min_page(), stream));
     snapshots.push_back(std::move(s));
   }
-  return check_device_sides(snapshots, config_->mode == CompactionMode::lazy);
+  KVTWIN_TRY_STATUS(check_device_sides(snapshots, config_->mode == CompactionMode::lazy));
+  if (floats()) KVTWIN_TRY_STATUS(verify_float_copy(snapshots[1]));
+  return ok_status();
 }
 
 }  // namespace kvtwin::gpu

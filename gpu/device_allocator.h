@@ -1,6 +1,7 @@
 // The page allocator on the device (SPEC.md section 4): the chain of one or two DeviceSides (the
 // full or MLA side growing up and owning the virtual ids and their free queue, the SWA side
-// growing down), the joint capacity of a full + SWA composite, and free / free_swa / flush as a
+// growing down; on a hybrid chain, SPEC 11, the owner grows down and a tri-pool's SWA side is the
+// float middle, planned on the host from its copy in float_span.h), the joint capacity of a full + SWA composite, and free / free_swa / flush as a
 // *plan* and a *commit*, as sim/page_allocator.h splits them. A plan checks the operation against
 // the device tables (a double free is refused here) and selects the compaction's survivors and
 // holes on the device; nothing changes until the commit, so the pool can check the plan against
@@ -17,6 +18,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +31,7 @@
 #include "gpu/device_io.h"
 #include "gpu/device_side.h"
 #include "gpu/faults.h"
+#include "gpu/float_span.h"
 #include "gpu/pool_bytes.h"
 
 namespace kvtwin::gpu {
@@ -89,6 +92,35 @@ class DeviceAllocator {
   // (owner first). Returns the virtual pages (synchronizes: the host returns them).
   Result<std::vector<std::int64_t>> alloc(std::int64_t pages, cudaStream_t stream);
 
+  // ---- SPEC 11's tri-pool [state up | swa float | owner down]: the float middle (float_span.h).
+  bool floats() const { return sides_.size() == 2 && sides_[1]->floats(); }
+  const FloatSpan& float_span() const { return float_; }
+  // An allocation of k pages on the tri-pool: the owner's band grows down to no lower than
+  // `state_end` (the state's frontier); the float's pages fit between them, after a relocation
+  // away from the owner when its growth cuts into the span. Nothing changes.
+  struct ChainAlloc {
+    bool fits = false;
+    std::int64_t k = 0;
+    std::vector<std::int64_t> float_pages;  // ascending
+    std::optional<FloatRelocation> relocation;
+  };
+  ChainAlloc plan_chain_alloc(std::int64_t k, std::uint64_t state_end) const;
+  // Relocates (when planned), then binds the owner's pages and the float's; the virtual pages.
+  Result<std::vector<std::int64_t>> commit_chain_alloc(const ChainAlloc& plan, const DevicePoolBytes& bytes,
+                                                       const Faults& faults, cudaStream_t stream);
+  // A state slot ending at byte `slot_end` beyond the state's band, on the tri-pool: whether it
+  // fits, and the float's relocation away from the state end when the slot needs its bytes.
+  struct StateRoom {
+    bool fits = false;
+    std::optional<FloatRelocation> relocation;
+  };
+  StateRoom plan_state_room(std::uint64_t slot_end) const;
+  // make_room's moves: the envelopes copied in waves that never read a page an earlier copy of
+  // the same wave writes (fault float_relocation_source_order copies in source order), then the
+  // tables, on the device and in the host copy.
+  Status relocate_float(const FloatRelocation& plan, const DevicePoolBytes& bytes, const Faults& faults,
+                        cudaStream_t stream);
+
   // Virtual page ids from an operation's ids (tokens -> sorted unique pages), range-checked with
   // the refusal reasons of core/reasons.h.
   Result<std::vector<std::int64_t>> virtual_pages_of(IdUnit unit, const std::vector<std::int64_t>& ids,
@@ -122,6 +154,13 @@ class DeviceAllocator {
   Status commit_compaction(const SideCompaction& plan, bool clears_holes, const DevicePoolBytes& bytes,
                            const Faults& faults, cudaStream_t stream);
   void append_moves(Compaction& out, const SideCompaction& plan) const;
+  // The float's part of a free or free_swa (SPEC 11): its bound pages among `vpages` (device copy
+  // `dv`) unbound, each a hole; then, in eager mode or when the float is left empty, the holes at
+  // the span's ends absorbed. absorb_float: a flush's part.
+  Status free_float_pages(const std::vector<std::int64_t>& vpages, const std::int64_t* dv, std::int64_t n,
+                          cudaStream_t stream);
+  Status absorb_float(cudaStream_t stream);
+  Status verify_float_copy(const SideSnapshot& device) const;
 
   const PoolConfig* config_ = nullptr;
   const PoolDerived* derived_ = nullptr;
@@ -143,6 +182,12 @@ class DeviceAllocator {
   DeviceBuffer<std::int64_t> raw_move_destinations_;  // move_pages: dst
   DeviceBuffer<std::int64_t> raw_move_owners_;        // move_pages: p2v of each dst (must be unbound)
   mutable DeviceBuffer<std::int64_t> listed_holes_;   // tables(): a side's holes, ascending
+  // The tri-pool's float: the host copy it is planned from, and one operation's device lists.
+  FloatSpan float_;
+  DeviceBuffer<std::int64_t> float_pages_;    // a bind's pages, a free's holes, an absorption's pages
+  DeviceBuffer<std::int64_t> float_sources_;  // a relocation's sources (copy order)
+  DeviceBuffer<std::int64_t> float_destinations_;
+  DeviceBuffer<std::int64_t> float_owners_;   // a relocation's moved virtual pages
 };
 
 }  // namespace kvtwin::gpu

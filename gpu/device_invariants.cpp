@@ -13,12 +13,19 @@ Error broken(const SideSnapshot& s, const std::string& message) {
 std::string num(std::int64_t v) { return std::to_string(v); }
 
 bool in_band(const SideSnapshot& s, std::int64_t p) {
+  if (s.floats) return p >= s.span_low && p < s.watermark;
   return s.grows_up ? (p >= s.min_page && p < s.watermark) : (p > s.watermark && p < s.num_pages);
 }
 
 std::string band_text(const SideSnapshot& s) {
+  if (s.floats) return "[" + num(s.span_low) + ", " + num(s.watermark) + ")";
   return s.grows_up ? "[" + num(s.min_page) + ", " + num(s.watermark) + ")"
                     : "(" + num(s.watermark) + ", " + num(s.num_pages) + ")";
+}
+
+std::int64_t band_pages(const SideSnapshot& s) {
+  if (s.floats) return s.watermark - s.span_low;
+  return s.grows_up ? s.watermark - s.min_page : s.num_pages - 1 - s.watermark;
 }
 
 Status check_shapes(const SideSnapshot& s) {
@@ -46,8 +53,14 @@ Status check_side(const SideSnapshot& s, bool lazy) {
   if (s.v2p[static_cast<std::size_t>(V)] != -1 || s.p2v[static_cast<std::size_t>(N)] != -1)
     return broken(s, "the sentinel rows are v2p[" + num(V) + "] = " + num(s.v2p[static_cast<std::size_t>(V)]) + ", p2v[" +
                          num(N) + "] = " + num(s.p2v[static_cast<std::size_t>(N)]) + "; both must be -1");
-  // The watermark counter (SPEC 4): up [min, num_pages], down [min - 1, num_pages - 1].
-  if (s.grows_up ? (s.watermark < s.min_page || s.watermark > N) : (s.watermark < s.min_page - 1 || s.watermark > N - 1))
+  // The watermark counter (SPEC 4): up [min, num_pages], down [min - 1, num_pages - 1]; a float's
+  // span (SPEC 11) min <= span_low <= watermark <= num_pages.
+  if (s.floats && (s.span_low < s.min_page || s.span_low > s.watermark || s.watermark > N))
+    return broken(s, "the float's span counters [" + num(s.span_low) + ", " + num(s.watermark) +
+                         ") are outside its usable pages [" + num(s.min_page) + ", " + num(N) + ")");
+  if (!s.floats && s.span_low != 0) return broken(s, "a side that does not float counts a span");
+  if (!s.floats &&
+      (s.grows_up ? (s.watermark < s.min_page || s.watermark > N) : (s.watermark < s.min_page - 1 || s.watermark > N - 1)))
     return broken(s, "watermark counter " + num(s.watermark) + " is outside its range for a " +
                          (s.grows_up ? "grow-up" : "grow-down") + " side of pages [" + num(s.min_page) + ", " + num(N) + ")");
   // v2p and p2v are inverse over bound pages; nothing below the first usable pages is bound.
@@ -93,10 +106,14 @@ Status check_side(const SideSnapshot& s, bool lazy) {
                          num(bound_pages));
   if (s.holes != flagged)
     return broken(s, "holes counter is " + num(s.holes) + " but " + num(flagged) + " pages are flagged as holes");
-  if (!lazy && s.holes != 0) return broken(s, "an eager side has " + num(s.holes) + " holes; eager compaction leaves none");
-  const std::int64_t band_pages = s.grows_up ? s.watermark - s.min_page : N - 1 - s.watermark;
-  if (band_pages != s.allocated + s.holes)
-    return broken(s, "the band " + band_text(s) + " holds " + num(band_pages) + " pages, not allocated " +
+  // SPEC 11: a float keeps interior holes in either mode (it never compacts on a free), and an
+  // empty float is a point.
+  if (!lazy && !s.floats && s.holes != 0)
+    return broken(s, "an eager side has " + num(s.holes) + " holes; eager compaction leaves none");
+  if (s.floats && s.allocated == 0 && s.holes != 0)
+    return broken(s, "an empty float keeps " + num(s.holes) + " holes; an empty float is transparent (a point)");
+  if (band_pages(s) != s.allocated + s.holes)
+    return broken(s, "the band " + band_text(s) + " holds " + num(band_pages(s)) + " pages, not allocated " +
                          num(s.allocated) + " + holes " + num(s.holes));
   if (!s.owner) {
     if (s.queue_count != 0 || s.queue_head != 0)
@@ -136,6 +153,21 @@ Status check_device_sides(const std::vector<SideSnapshot>& sides, bool lazy) {
   if (sides.size() == 1) return ok_status();
   const SideSnapshot& full = sides[0];
   const SideSnapshot& swa = sides[1];
+  if (swa.floats) {
+    // SPEC 11's tri-pool [state up | swa float | owner down]: the float binds only virtual pages
+    // the owner has, and its span (when it holds a live page) ends at or below the owner's band.
+    if (swa.num_virtual != full.num_virtual || swa.first_virtual != full.min_page || full.grows_up || full.floats)
+      return broken(swa, "a tri-pool's float shares the owner's virtual ids, and the owner grows down");
+    for (std::int64_t v = 1; v < full.num_virtual; ++v)
+      if (swa.v2p[static_cast<std::size_t>(v)] >= 0 && full.v2p[static_cast<std::size_t>(v)] < 0)
+        return broken(swa, "virtual page " + num(v) + " is bound here but not on the owner side");
+    const std::uint64_t float_end = static_cast<std::uint64_t>(swa.watermark) * swa.page_bytes;
+    const std::uint64_t owner_begin = static_cast<std::uint64_t>(full.watermark + 1) * full.page_bytes;
+    if (swa.allocated > 0 && float_end > owner_begin)
+      return broken(swa, "its span ends at byte " + std::to_string(float_end) + ", past the owner's band start at byte " +
+                             std::to_string(owner_begin));
+    return ok_status();
+  }
   if (swa.num_virtual != full.num_virtual || swa.first_virtual != full.min_page || !full.grows_up || swa.grows_up)
     return broken(swa, "a composite's sides share the owner's virtual ids and grow from opposite ends");
   // The SWA side binds only virtual pages the full side owns (a tombstone is -1 on SWA only).

@@ -5,8 +5,9 @@
 // every allocation and compaction, yet the differential check only sees them through tables(),
 // which reports them as they are. This check downloads the device tables and holds every counter
 // against them, with the tables' own invariants (SPEC.md section 4): v2p and p2v inverse, the sink
-// and sentinel rows, the band [min, wm) or (wm, num_pages) holding exactly the bound pages and the
-// holes, the free queue partitioning the usable virtual ids with the bound ones.
+// and sentinel rows, the band [min, wm), (wm, num_pages) or a float's span [span_low, wm) (SPEC 11)
+// holding exactly the bound pages and the holes, the free queue partitioning the usable virtual
+// ids with the bound ones.
 //
 // Kept apart from the CUDA code (no CUDA header) so that tests can break a snapshot field by
 // field and see each check fire without a device.
@@ -24,6 +25,8 @@ namespace kvtwin::gpu {
 struct SideSnapshot {
   std::string name;
   bool grows_up = true;
+  bool floats = false;            // a float middle (SPEC 11): its band is [span_low, watermark)
+  std::int64_t span_low = 0;
   bool owner = false;             // keeps the free queue (the first side of the chain)
   std::int64_t min_page = 1;      // min_page_index of this side
   std::int64_t num_pages = 0;

@@ -126,6 +126,29 @@ __global__ void apply_moves_kernel(std::int64_t* v2p, std::int64_t* p2v, const s
   }
 }
 
+__global__ void bind_at_kernel(std::int64_t* v2p, std::int64_t* p2v, std::uint8_t* hole_flags, const std::int64_t* vpages,
+                               const std::int64_t* pages, std::int64_t k) {
+  KVTWIN_FOR_EACH(i, k) {
+    v2p[vpages[i]] = pages[i];
+    p2v[pages[i]] = vpages[i];
+    hole_flags[pages[i]] = 0;
+  }
+}
+
+// A relocation in three passes (sources and destinations overlap when the span shifts by less
+// than its length): the owners read, the sources cleared, then the destinations bound.
+__global__ void clear_rows_kernel(std::int64_t* p2v, const std::int64_t* pages, std::int64_t n) {
+  KVTWIN_FOR_EACH(i, n) p2v[pages[i]] = -1;
+}
+
+__global__ void bind_moved_kernel(std::int64_t* v2p, std::int64_t* p2v, const std::int64_t* owners,
+                                  const std::int64_t* dst, std::int64_t n) {
+  KVTWIN_FOR_EACH(i, n) {
+    v2p[owners[i]] = dst[i];
+    p2v[dst[i]] = owners[i];
+  }
+}
+
 __global__ void gather_kernel(const std::int64_t* table, const std::int64_t* index, std::int64_t n, std::int64_t* out) {
   KVTWIN_FOR_EACH(i, n) out[i] = table[index[i]];
 }
@@ -234,7 +257,8 @@ Result<bool> has_nonzero_duplicate(const std::int64_t* values, std::int64_t n, s
   return host != 0;
 }
 
-Status DeviceSide::init(const SubPoolGeometry& geometry, std::int64_t num_virtual, bool owner, cudaStream_t stream) {
+Status DeviceSide::init(const SubPoolGeometry& geometry, std::int64_t num_virtual, bool owner, cudaStream_t stream,
+                        std::int64_t float_start_page) {
   geometry_ = geometry;
   owner_ = owner;
   num_virtual_ = num_virtual;
@@ -253,6 +277,9 @@ Status DeviceSide::init(const SubPoolGeometry& geometry, std::int64_t num_virtua
   KVTWIN_CUDA_TRY(cudaMemsetAsync(hole_flags_.get(), 0, hole_flags_.bytes(), stream));
   KVTWIN_CUDA_TRY(cudaMemsetAsync(marks_.get(), 0, marks_.bytes(), stream));
   watermark_ = grows_up() ? min_page() : pages - 1;
+  span_low_ = 0;
+  // SPEC 11: a float's span [span_low, watermark) starts empty at the middle of the buffer.
+  if (floats()) watermark_ = span_low_ = std::clamp<std::int64_t>(float_start_page, min_page(), pages);
   allocated_ = 0;
   holes_ = 0;
   queue_head_ = 0;
@@ -293,6 +320,7 @@ Status DeviceSide::put_virtual(const std::int64_t* pages, std::int64_t n, cudaSt
 
 Status DeviceSide::bind(const std::int64_t* vpages, std::int64_t k, SelectScratch& scratch, std::int64_t* hole_scratch,
                         cudaStream_t stream) {
+  KVTWIN_CHECK(!floats(), "a float binds the pages its plan chose (bind_at)");
   if (k == 0) return ok_status();
   const std::int64_t h = std::min(k, holes_);
   if (h > 0) {
@@ -345,6 +373,51 @@ Status DeviceSide::apply_compaction(const std::int64_t* src, const std::int64_t*
   return ok_status();
 }
 
+Status DeviceSide::bind_at(const std::int64_t* vpages, const std::int64_t* pages, std::int64_t k,
+                           std::int64_t holes_taken, std::int64_t new_low, std::int64_t new_high, cudaStream_t stream) {
+  KVTWIN_CHECK(floats() && holes_taken <= holes_ && new_low <= new_high, "bind_at binds a float's planned pages");
+  if (k > 0) {
+    bind_at_kernel<<<blocks_for(k), kThreads, 0, stream>>>(v2p_.get(), p2v_.get(), hole_flags_.get(), vpages, pages, k);
+    KVTWIN_CUDA_LAUNCHED();
+  }
+  holes_ -= holes_taken;
+  allocated_ += k;
+  span_low_ = new_low;
+  watermark_ = new_high;
+  return ok_status();
+}
+
+Status DeviceSide::absorb(const std::int64_t* pages, std::int64_t n, std::int64_t new_low, std::int64_t new_high,
+                          cudaStream_t stream) {
+  KVTWIN_CHECK(floats() && n <= holes_ && new_low <= new_high, "absorb takes a float's holes out of its span");
+  if (n > 0) {
+    set_flags_kernel<<<blocks_for(n), kThreads, 0, stream>>>(hole_flags_.get(), pages, n, 0);
+    KVTWIN_CUDA_LAUNCHED();
+  }
+  holes_ -= n;
+  span_low_ = new_low;
+  watermark_ = new_high;
+  return ok_status();
+}
+
+Status DeviceSide::relocate(const std::int64_t* src, const std::int64_t* dst, std::int64_t n, std::int64_t new_low,
+                            std::int64_t new_high, std::int64_t* scratch, cudaStream_t stream) {
+  KVTWIN_CHECK(floats() && new_high - new_low == allocated_, "a relocation packs the float's live pages");
+  if (n > 0) {
+    gather_kernel<<<blocks_for(n), kThreads, 0, stream>>>(p2v_.get(), src, n, scratch);
+    KVTWIN_CUDA_LAUNCHED();
+    clear_rows_kernel<<<blocks_for(n), kThreads, 0, stream>>>(p2v_.get(), src, n);
+    KVTWIN_CUDA_LAUNCHED();
+    bind_moved_kernel<<<blocks_for(n), kThreads, 0, stream>>>(v2p_.get(), p2v_.get(), scratch, dst, n);
+    KVTWIN_CUDA_LAUNCHED();
+  }
+  if (holes_ != 0) KVTWIN_CUDA_TRY(cudaMemsetAsync(hole_flags_.get(), 0, hole_flags_.bytes(), stream));
+  holes_ = 0;
+  span_low_ = new_low;
+  watermark_ = new_high;
+  return ok_status();
+}
+
 Result<std::vector<std::int64_t>> DeviceSide::queue_contents(cudaStream_t stream) const {
   std::vector<std::int64_t> out;
   if (!owner_ || queue_count_ == 0) return out;
@@ -376,14 +449,20 @@ Status DeviceSide::add_digest_terms(std::uint64_t side_index, unsigned long long
 }
 
 std::uint64_t DeviceSide::digest_counter_terms(std::uint64_t side_index) const {
-  return tables_digest_counters(side_index, watermark_, static_cast<std::uint64_t>(allocated_),
-                                static_cast<std::uint64_t>(owner_ ? queue_count_ : 0), static_cast<std::uint64_t>(holes_));
+  std::uint64_t sum = tables_digest_counters(side_index, watermark_, static_cast<std::uint64_t>(allocated_),
+                                             static_cast<std::uint64_t>(owner_ ? queue_count_ : 0),
+                                             static_cast<std::uint64_t>(holes_));
+  // As digest_tables: a float's span_low, when not 0.
+  if (span_low_ != 0) sum += tables_digest_term(side_index, TablesDigestPart::watermark, 1, span_low_);
+  return sum;
 }
 
 Result<SideSnapshot> DeviceSide::snapshot(std::int64_t first_virtual, cudaStream_t stream) const {
   SideSnapshot s;
   s.name = geometry_.name;
   s.grows_up = grows_up();
+  s.floats = floats();
+  s.span_low = span_low_;
   s.owner = owner_;
   s.min_page = min_page();
   s.num_pages = num_pages();

@@ -54,11 +54,16 @@ Status flag_nonzero_duplicate(const std::int64_t* values, std::int64_t n, std::i
 class DeviceSide {
  public:
   // Tables for `geometry`, with v2p of num_virtual + 1 rows; `owner` sides also keep the free
-  // queue, initially min_page_index .. num_virtual - 1 (SPEC 4).
-  Status init(const SubPoolGeometry& geometry, std::int64_t num_virtual, bool owner, cudaStream_t stream);
+  // queue, initially min_page_index .. num_virtual - 1 (SPEC 4). A float middle (SPEC 11) starts
+  // as the empty span [float_start_page, float_start_page).
+  Status init(const SubPoolGeometry& geometry, std::int64_t num_virtual, bool owner, cudaStream_t stream,
+              std::int64_t float_start_page = 0);
 
   const SubPoolGeometry& geometry() const { return geometry_; }
   bool grows_up() const { return geometry_.direction == GrowDirection::up; }
+  // The float middle of a tri-pool (SPEC 11): its band is the span [span_low, watermark).
+  bool floats() const { return geometry_.direction == GrowDirection::float_middle; }
+  std::int64_t span_low() const { return span_low_; }  // floats() only (0 otherwise)
   bool owner() const { return owner_; }
   std::int64_t num_pages() const { return static_cast<std::int64_t>(geometry_.num_pages); }
   std::int64_t min_page() const { return static_cast<std::int64_t>(geometry_.min_page_index); }
@@ -92,8 +97,23 @@ class DeviceSide {
   // v2p[v] = -1 and p2v[old page] = -1 for each v (only where v2p[v] > 0 when only_positive);
   // `bound` of them are bound (the caller checked, on the device): the allocated count drops by it.
   Status unbind(const std::int64_t* vpages, std::int64_t n, bool only_positive, std::int64_t bound, cudaStream_t stream);
-  // Lazy mode (SPEC 4.2): the n freed physical pages become holes.
+  // Lazy mode (SPEC 4.2): the n freed physical pages become holes (a float's freed pages always).
   Status add_holes(const std::int64_t* pages, std::int64_t n, cudaStream_t stream);
+
+  // ---- the float middle (SPEC 11); floats() only. Its planning is the host's (float_span.h):
+  // these apply a plan to the device tables and the counters.
+  // Binds vpages[i] to pages[i] (holes of the span, `holes_taken` of them, and pages next to its
+  // ends); the span becomes [new_low, new_high).
+  Status bind_at(const std::int64_t* vpages, const std::int64_t* pages, std::int64_t k, std::int64_t holes_taken,
+                 std::int64_t new_low, std::int64_t new_high, cudaStream_t stream);
+  // The n holes at the span's ends leave it; the span becomes [new_low, new_high).
+  Status absorb(const std::int64_t* pages, std::int64_t n, std::int64_t new_low, std::int64_t new_high,
+                cudaStream_t stream);
+  // make_room: live page src[i] moves to dst[i] (sources and destinations may overlap: every
+  // owner is read before any row changes); no hole is left and the span becomes [new_low,
+  // new_high). `scratch` holds n ids.
+  Status relocate(const std::int64_t* src, const std::int64_t* dst, std::int64_t n, std::int64_t new_low,
+                  std::int64_t new_high, std::int64_t* scratch, cudaStream_t stream);
   // A planned compaction: for each move v2p[p2v[src]] = dst, p2v[dst] = that v, p2v[src] = -1;
   // then the watermark moves to `new_watermark` and, when `clears_holes` (a flush), no hole is left.
   Status apply_compaction(const std::int64_t* src, const std::int64_t* dst, std::int64_t n, std::int64_t new_watermark,
@@ -118,6 +138,7 @@ class DeviceSide {
   bool owner_ = false;
   std::int64_t num_virtual_ = 0;
   std::int64_t watermark_ = 0;
+  std::int64_t span_low_ = 0;  // floats() only
   std::int64_t allocated_ = 0;
   std::int64_t holes_ = 0;
   std::int64_t queue_head_ = 0;

@@ -14,7 +14,7 @@ struct Entry {
   Member member;
 };
 
-constexpr std::size_t kSwitches = 28;
+constexpr std::size_t kSwitches = 29;
 // Every member of Faults is one switch of the table (a member added without a row fails here;
 // faults_test checks that the rows set distinct members).
 static_assert(sizeof(Faults) == kSwitches * sizeof(bool), "every fault switch needs a row in table()");
@@ -135,6 +135,12 @@ const std::array<Entry, kSwitches>& table() {
         "DeviceStatePool::slot_byte (state_pool.cpp); seen by state_write, state_read and the state's compaction "
         "on a state entry that is not a multiple of 32 bytes"},
        &Faults::state_entry_padded},
+      {{"float_relocation_source_order", 0,
+        "the tri-pool float's make_room copies its page envelopes in source order (a plain loop over the span), so "
+        "a page moving up by less than the span's length is overwritten by the page below before it has left",
+        "DeviceAllocator::relocate_float (device_allocator.cpp); seen by alloc and state_alloc on a tri-pool whose "
+        "float is relocated up"},
+       &Faults::float_relocation_source_order},
   }};
   return kTable;
 }

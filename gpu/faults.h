@@ -47,6 +47,7 @@ struct Faults {
   bool swa_offload_token_filter = false;       // 21: an SWA offload filters single tokens, not whole pages
   bool state_reused_under_reader = false;      // 22: state_alloc takes a slot a reader still reads (moved away by compaction)
   bool state_entry_padded = false;             // 23: state slot addresses use the entry padded to 32 bytes, the budget E_state
+  bool float_relocation_source_order = false;  // SPEC 11: make_room copies the float's pages in source order
 
   bool any() const;
   bool operator==(const Faults&) const = default;
@@ -55,7 +56,7 @@ struct Faults {
 // One switch, described for people and for the harness's fault listing.
 struct FaultInfo {
   std::string_view name;   // as set_fault() takes it
-  int spec_class = 0;      // the SPEC.md section 10 item it reproduces (1 .. 23)
+  int spec_class = 0;      // the SPEC.md section 10 item it reproduces (1 .. 23); 0: a SPEC 11 rule of its own
   std::string_view what;   // one line: the bug, as it behaves
   std::string_view where;  // the code it lives in, and the operations that reach it
 };

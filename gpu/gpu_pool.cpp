@@ -220,12 +220,6 @@ OpResult GpuPool::build(const BuildPool& op) {
   Result<PoolDerived> derived =
       faults_.row_misaligned_accepted ? derive_pool_unchecked_rows(op.config) : derive_pool(op.config);
   if (!derived.ok()) return derived.error();
-  // SPEC 11's tri-pool (a float middle between the state and the owner) is the model's only, for now.
-  if (derived->has_float())
-    return make_error(ErrorKind::unsupported,
-                      "the GPU backend has no float middle yet (SPEC 11, chain " + chain_text(derived->chain) +
-                          "); play this pool with --backend model, or give the model's token chain alone (\"chain\": " +
-                          "[\"" + derived->layouts.front().sub_pool + "\", \"swa\"])");
   if (op.config.host_bytes != 0) {
     // SPEC 8: page_num = host_bytes // max(page bytes) host pages; none is no arena (the
     // configuration does not build, and an earlier pool stays).
@@ -277,6 +271,7 @@ OpResult GpuPool::alloc(const Alloc& op) {
                    std::to_string(ps) + " tokens; allocate a multiple of the page size");
   const std::uint64_t k = op.tokens / ps;
   if (k == 0) return ok(Allocated{});
+  if (allocator_.floats()) return alloc_on_tri_pool(static_cast<std::int64_t>(k), nullptr);
   if (k > static_cast<std::uint64_t>(allocator_.owner().queue_count()) ||
       !allocator_.fits(static_cast<std::int64_t>(k), owner_low_end()))
     return ok(NoRoom{});
@@ -296,10 +291,28 @@ OpResult GpuPool::alloc_many(const AllocMany& op) {
   }
   const auto free_ids = static_cast<std::uint64_t>(allocator_.owner().queue_count());
   AllocatedMany out;
+  if (allocator_.floats() && !faults_.alloc_many_partial) {
+    // SPEC 11: the tri-pool binds the sum in one allocation (the float sized for the whole at once).
+    if (total == 0) {
+      out.pages.resize(op.tokens.size());
+      return ok(std::move(out));
+    }
+    std::vector<std::uint64_t> split;
+    for (std::uint64_t tokens : op.tokens) split.push_back(tokens / ps);
+    return alloc_on_tri_pool(static_cast<std::int64_t>(total), &split);
+  }
   if (faults_.alloc_many_partial) {
     // Fault 14: one request at a time, leaving earlier grants behind when a later one fails.
     for (std::uint64_t tokens : op.tokens) {
       const std::uint64_t k = tokens / ps;
+      if (allocator_.floats()) {
+        OpResult one = k == 0 ? ok(Allocated{}) : alloc_on_tri_pool(static_cast<std::int64_t>(k), nullptr);
+        if (!one.ok()) return one;
+        const auto* granted = std::get_if<Allocated>(&*one);
+        if (granted == nullptr) return one;  // no room: the earlier grants stay (the fault)
+        out.pages.push_back(granted->pages);
+        continue;
+      }
       if (k > static_cast<std::uint64_t>(allocator_.owner().queue_count()) ||
           !allocator_.fits(static_cast<std::int64_t>(k)))
         return ok(NoRoom{});
@@ -339,6 +352,49 @@ OpResult GpuPool::alloc_many(const AllocMany& op) {
     out.pages.push_back(std::move(pages));
   }
   return ok(std::move(out));
+}
+
+OpResult GpuPool::alloc_on_tri_pool(std::int64_t k, const std::vector<std::uint64_t>* split) {
+  // SPEC 11: the owner's band grows down; the float fits between the state and it, relocated
+  // (make_room) when the owner's growth cuts into it; no room changes nothing.
+  const DeviceAllocator::ChainAlloc plan = allocator_.plan_chain_alloc(k, state_.frontier_bytes());
+  if (!plan.fits) return ok(NoRoom{});
+  if (plan.relocation) KVTWIN_TRY_STATUS(check_relocation(*plan.relocation));
+  KVTWIN_TRY(std::vector<std::int64_t> vpages, allocator_.commit_chain_alloc(plan, bytes_, faults_, stream_));
+  if (split == nullptr) return ok(Allocated{std::move(vpages), relocation_moves(plan.relocation)});
+  // alloc_many: the sum handed out in order.
+  AllocatedMany out;
+  std::size_t at = 0;
+  for (std::uint64_t n : *split) {
+    out.pages.emplace_back(vpages.begin() + static_cast<std::ptrdiff_t>(at),
+                           vpages.begin() + static_cast<std::ptrdiff_t>(at + n));
+    at += n;
+  }
+  return ok(std::move(out));
+}
+
+Status GpuPool::check_relocation(const FloatRelocation& relocation) const {
+  // SPEC 7: make_room moves pages, so no open reader may hold one it moves from or to; then, as
+  // for every move, no transfer in flight may copy one (SPEC 8).
+  KVTWIN_TRY_STATUS(readers_.check_moves(1, allocator_.side_name(1), relocation.sources, relocation.destinations, faults_));
+  if (faults_.compaction_ignores_transfers) return ok_status();  // fault 20
+  for (std::size_t i = 0; i < relocation.sources.size(); ++i)
+    for (std::int64_t page : {relocation.sources[i], relocation.destinations[i]})
+      if (const auto t = transfers_.holding_physical(1, page))
+        return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
+                            "make_room would move page " + std::to_string(relocation.sources[i]) + " -> " +
+                                std::to_string(relocation.destinations[i]) + " of sub-pool '" + allocator_.side_name(1) +
+                                "' while transfer " + std::to_string(*t) + " still copies page " + std::to_string(page) +
+                                "; wait for it (transfer_wait) first");
+  return ok_status();
+}
+
+std::vector<PageMove> GpuPool::relocation_moves(const std::optional<FloatRelocation>& relocation) const {
+  std::vector<PageMove> moves;
+  if (!relocation) return moves;
+  for (std::size_t i = 0; i < relocation->sources.size(); ++i)
+    moves.push_back(PageMove{allocator_.side_name(1), relocation->sources[i], relocation->destinations[i]});
+  return moves;
 }
 
 Status GpuPool::check_moves(std::size_t side, const std::vector<std::int64_t>& src,
@@ -481,13 +537,25 @@ OpResult GpuPool::state_alloc(const StateAlloc& op) {
   // reader is done (fault 22 takes it anyway).
   if (state_.quarantined(slot) && !faults_.state_reused_under_reader) return ok(NoRoom{});
   // A hole is inside the band already; a slot at the watermark must end below the owner's band
-  // (SPEC 11: the two ends share the bytes).
+  // (SPEC 11: the ends share the bytes), and on the tri-pool below the float, which is relocated
+  // away from the state end when the slot needs its bytes.
+  std::optional<FloatRelocation> relocation;
   if (slot >= state_.slots().watermark()) {
     const std::uint64_t slot_end = static_cast<std::uint64_t>(slot + 1) * state_.entry_bytes();
-    if (slot_end > allocator_.band_begin_byte(0)) return ok(NoRoom{});
+    if (allocator_.floats()) {
+      DeviceAllocator::StateRoom room = allocator_.plan_state_room(slot_end);
+      if (!room.fits) return ok(NoRoom{});
+      relocation = std::move(room.relocation);
+    } else if (slot_end > allocator_.band_begin_byte(0)) {
+      return ok(NoRoom{});
+    }
+  }
+  if (relocation) {
+    KVTWIN_TRY_STATUS(check_relocation(*relocation));
+    KVTWIN_TRY_STATUS(allocator_.relocate_float(*relocation, bytes_, faults_, stream_));
   }
   KVTWIN_TRY(const std::int64_t v, state_.alloc(op.request, stream_));
-  return ok(Allocated{{v}, {}});
+  return ok(Allocated{{v}, relocation_moves(relocation)});
 }
 
 OpResult GpuPool::state_free(const StateFree& op) {
@@ -672,7 +740,12 @@ Status GpuPool::verify() const {
                                                std::to_string(bytes_.size_bytes()) + " bytes, not total_bytes " +
                                                std::to_string(config_.total_bytes));
   KVTWIN_TRY_STATUS(allocator_.verify(stream_));
-  if (state_.built()) KVTWIN_TRY_STATUS(state_.verify(state_held(), allocator_.band_begin_byte(0), stream_));
+  if (state_.built()) {
+    // SPEC 11: the state's frontier stays below the next band up: the float's span when it holds
+    // a live page (an empty float is transparent), else the owner's band.
+    const bool float_live = allocator_.floats() && allocator_.float_span().live();
+    KVTWIN_TRY_STATUS(state_.verify(state_held(), allocator_.band_begin_byte(float_live ? 1 : 0), stream_));
+  }
   // The host arena's tables against each other and against their device mirror (SPEC 8).
   if (host_arena_.built()) KVTWIN_TRY_STATUS(host_arena_.verify());
   return ok_status();

@@ -30,8 +30,8 @@
 // are refused with the failure as the reason, tables() and raw_bytes() included; no answer that
 // could be wrong is ever given.
 //
-// Hybrid chains (SPEC 11): [state up | owner down] is played; the tri-pool [state up | swa float |
-// owner down] (a float middle) is refused at build.
+// Hybrid chains (SPEC 11): [state up | owner down] and the tri-pool [state up | swa float | owner
+// down], whose float middle is planned on the host (float_span.h) and relocated on the device.
 #pragma once
 
 #include <cstdint>
@@ -131,6 +131,12 @@ class GpuPool final : public Backend {
   Status check_state_moves(const DeviceStatePool::Moves& moves) const;
   // The lowest byte the owner's band may reach: the state sub-pool's frontier (0 without one).
   std::uint64_t owner_low_end() const { return state_.built() ? state_.frontier_bytes() : 0; }
+  // SPEC 11's tri-pool: an allocation of k pages (split: alloc_many's requests, in pages), the
+  // float relocated when it must make room; make_room's gate (readers, then transfers in flight)
+  // and its moves as an answer lists them.
+  OpResult alloc_on_tri_pool(std::int64_t k, const std::vector<std::uint64_t>* split);
+  Status check_relocation(const FloatRelocation& relocation) const;
+  std::vector<PageMove> relocation_moves(const std::optional<FloatRelocation>& relocation) const;
 
   Status require_pool() const;
   Result<std::size_t> side_named(std::string_view sub_pool, std::string_view what) const;

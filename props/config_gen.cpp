@@ -176,10 +176,10 @@ std::uint64_t generate_host_bytes(Choices& choices, const PoolConfig& config) {
   return bytes;
 }
 
-PoolConfig generate_hybrid_config(Choices& c, bool allow_float) {
+PoolConfig generate_hybrid_config(Choices& c) {
   PoolConfig config;
   ModelShape& s = config.shape;
-  const bool tri = c.chance(1, 2) && allow_float;
+  const bool tri = c.chance(1, 2);
   s.name = tri ? "prop-tripool" : "prop-hybrid";
   s.source = "generated (props/config_gen)";
   s.attention = AttentionKind::mha;

@@ -40,7 +40,6 @@ std::uint64_t generate_host_bytes(Choices& choices, const PoolConfig& config);
 // A small hybrid pool (SPEC 11): 1-4 attention layers (full, or full and sliding-window: the
 // tri-pool), a state of 1-3 layers with 1-2 conv tensors (bf16) and a temporal tensor (fp32),
 // page sizes 1-8, eager and lazy, sometimes tables-only; room for a few states and tens of pages.
-// `allow_float`: the tri-pool may be drawn (false where the GPU plays: it has no float middle yet).
-PoolConfig generate_hybrid_config(Choices& choices, bool allow_float = true);
+PoolConfig generate_hybrid_config(Choices& choices);
 
 }  // namespace kvtwin::props

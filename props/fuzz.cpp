@@ -34,28 +34,20 @@ Result<std::uint64_t> number_after(std::string_view part, std::string_view prefi
   return v;
 }
 
-Result<PoolConfig> case_config(const CaseSpec& spec, Choices& choices, bool float_chains) {
+Result<PoolConfig> case_config(const CaseSpec& spec, Choices& choices) {
   // Now and then a tables-only pool past 4 GiB, so that every run derives and compares row
   // addresses past 2^32 (props/observers.h SizingObserver); and a pool of thousands of pages,
   // where operations at real sizes (props/op_gen.h) reach thousands of lanes.
   if (spec.config == "random") {
     // SPEC 11: one random case in four is a hybrid chain (drawn from a stream of its own, so that
-    // the other cases draw exactly what they drew before hybrids existed); the tri-pool only when
-    // no GPU plays (the GPU has no float middle yet).
+    // the other cases draw exactly what they drew before hybrids existed), half of them tri-pools.
     {
       RngChoices hybrid(mix_seed(spec.seed, fnv1a64("hybrid")));
-      if (hybrid.chance(1, 4)) return generate_hybrid_config(hybrid, float_chains);
+      if (hybrid.chance(1, 4)) return generate_hybrid_config(hybrid);
     }
     return generate_config(choices, ConfigLimits{.past_4gib_one_in = 16, .large_one_in = 8});
   }
   return named_config(spec.config, spec.seed);
-}
-
-// Whether a GPU plays in a set (the GPU has no float middle yet: no tri-pool).
-bool has_gpu(const BackendSet& set) {
-  for (const traces::Player& p : set.players)
-    if (p.backend->name() == "gpu") return true;
-  return false;
 }
 
 }  // namespace
@@ -121,17 +113,15 @@ Result<PoolConfig> named_config(std::string_view name, std::uint64_t seed, std::
   return c;
 }
 
-std::vector<std::string> catalogue_config_names(bool state_chains) {
+std::vector<std::string> catalogue_config_names() {
   const std::uint64_t page_sizes[] = {1, 4, 16, 64};
   std::vector<std::string> names;
   std::size_t i = 0;
   for (const ModelShape& s : model_catalogue()) {
     // Large entries get small pages so that a pool of tens of pages stays small. A hybrid model's
-    // states are tens of MiB: its chain plays tables-only (the random hybrid pools carry bytes),
-    // or, where the GPU plays and the chain has a float middle (the tri-pool), its token chain alone.
+    // states are tens of MiB: its chain plays tables-only (the random hybrid pools carry bytes).
     // A state of tens of MiB is thousands of small pages: hybrid models get pages of 16 and 64.
-    const bool floats = std::find(s.layers.begin(), s.layers.end(), LayerKind::swa) != s.layers.end();
-    const std::string suffix = !s.state ? "" : state_chains || !floats ? "/tables" : "/tokens";
+    const std::string suffix = s.state ? "/tables" : "";
     const std::uint64_t eager_ps = s.state ? 16 : page_sizes[i % 4], lazy_ps = s.state ? 64 : page_sizes[(i + 1) % 4];
     names.push_back(s.name + "/ps" + std::to_string(eager_ps) + "/eager" + suffix);
     names.push_back(s.name + "/ps" + std::to_string(lazy_ps) + "/lazy" + suffix);
@@ -186,11 +176,10 @@ Result<CaseResult> run_case(const CaseSpec& spec, const BackendFactory& make_bac
   CaseResult result;
   result.spec = spec;
   KVTWIN_TRY(BackendSet backends, make_backends());
-  const bool gpu = has_gpu(backends);
-  KVTWIN_TRY(result.config, case_config(spec, choices, !gpu));
+  KVTWIN_TRY(result.config, case_config(spec, choices));
   // SPEC 8's host operations only where every backend has a host arena; its size drawn apart
   // (the case's seed, derived), so that a run without them draws what it always drew. A hybrid
-  // chain (SPEC 11, model only) has no host arena: its state is staged apart.
+  // chain (SPEC 11) has no host arena in a generated case: its state is staged apart.
   const bool host_ops = backends.host_ops;
   if (host_ops && result.config.host_bytes == 0) {
     RngChoices host_choices(Rng(spec.seed).derive("host_bytes"));

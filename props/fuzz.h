@@ -49,9 +49,8 @@ Result<PoolConfig> named_config(std::string_view name, std::uint64_t seed, std::
 
 // The configurations `kvtwin check` covers: every catalogue model, eager and lazy, several page
 // sizes (composites and MLA included by the catalogue).
-// Hybrid models (SPEC 11) play their state chain tables-only; without `state_chains` (the GPU
-// plays), a chain with a float middle (the tri-pool) plays its token chain alone ("/tokens").
-std::vector<std::string> catalogue_config_names(bool state_chains = false);
+// Hybrid models (SPEC 11) play their state chain tables-only.
+std::vector<std::string> catalogue_config_names();
 
 struct CaseSpec {
   std::uint64_t index = 0;

@@ -1431,6 +1431,17 @@ Status Model::check_relocation_readers(const CompactionPlan& relocation) const {
                           "make_room would move the float's page " + num(m.src) + " to page " + num(m.dst) +
                               " of sub-pool '" + pool_->allocator.side(1).name() + "' while a reader holds page " +
                               num(page) + "; end the reader first (end_read)");
+  // SPEC 8: nor may a transfer in flight copy one (a relocation is a compaction move).
+  if (compaction_waits_for_transfers())
+    for (const PagePair& m : relocation.moves)
+      for (std::int64_t page : {m.src, m.dst})
+        if (pool_->offload_held[1][static_cast<std::size_t>(page)] > 0 ||
+            pool_->load_back_held[1][static_cast<std::size_t>(page)] > 0)
+          return make_refusal(ErrorKind::reader_conflict, reason::transfer_in_flight,
+                              "make_room would move the float's page " + num(m.src) + " to page " + num(m.dst) +
+                                  " of sub-pool '" + pool_->allocator.side(1).name() +
+                                  "' while an in-flight transfer copies page " + num(page) +
+                                  "; wait for it first (transfer_wait)");
   return ok_status();
 }
 

@@ -369,7 +369,8 @@ std::vector<FaultInfo> fault_catalogue() {
   std::vector<FaultInfo> all = model_faults();
 #if KVTWIN_HAVE_GPU
   for (const gpu::FaultInfo& f : gpu::fault_catalogue())
-    all.push_back(FaultInfo{std::string(f.name), FaultSite::gpu, std::to_string(f.spec_class), std::string(f.what)});
+    all.push_back(FaultInfo{std::string(f.name), FaultSite::gpu, f.spec_class == 0 ? "" : std::to_string(f.spec_class),
+                            std::string(f.what)});
 #endif
   return all;
 }

@@ -129,10 +129,9 @@ void bind_checks(py::module_& m) {
      "A fuzzing configuration by name: MODEL[/tpN][/psN][/eager|lazy][/tables], scaled to `usable_pages` pages, "
      "or \"random\" (drawn from the seed).");
 
-  m.def("catalogue_config_names", &props::catalogue_config_names, py::arg("state_chains") = false,
+  m.def("catalogue_config_names", &props::catalogue_config_names,
         "The configurations `kvtwin check` covers (every catalogue model, eager and lazy, several page sizes; "
-        "hybrid models on their state chain, tables-only; without state_chains a chain with a float middle plays "
-        "its token chain alone).");
+        "hybrid models on their state chain, tables-only).");
   m.def("planted_faults", &traces::planted_faults, "The bugs `fault=` can plant in the model (which then runs alone, checked by the shadow).");
   m.def("gpu_available", &traces::gpu_device_available, "Whether the GPU backend is built and a CUDA device exists.");
 }

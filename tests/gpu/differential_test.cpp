@@ -498,6 +498,61 @@ TEST(HybridChain, StateAndOwnerPlaySideBySide) {
   }
 }
 
+// SPEC 11's tri-pool [state up | swa float | full down]: a full and a sliding-window layer (window
+// 4) and the state above, room for `states` states and `pages` pages of both token sub-pools.
+Scenario tri_pool(CompactionMode mode, std::uint64_t ps = 2, std::uint64_t states = 4, std::uint64_t pages = 10) {
+  Scenario base = hybrid(mode, ps, states, pages);
+  PoolConfig c = base.config;
+  c.shape = tiny_shape({LayerKind::full, LayerKind::swa});
+  c.shape.name = "tiny-tripool";
+  c.shape.state = base.config.shape.state;
+  c.total_bytes = 1 << 20;
+  const PoolDerived probe = derive_pool(c).value();
+  c.total_bytes = probe.geometry.reserved_floor_bytes + states * probe.state_layout->entry_bytes +
+                  pages * (probe.geometry.sub_pools[0].page_bytes + probe.geometry.sub_pools[1].page_bytes);
+  return Scenario(c);
+}
+
+TEST(HybridChain, TriPoolPlaysSideBySide) {
+  KVTWIN_REQUIRE_CUDA();
+  for (const CompactionMode mode : {CompactionMode::eager, CompactionMode::lazy}) {
+    Scenario s = tri_pool(mode);
+    const auto ps = static_cast<std::uint64_t>(s.ps);
+    // The float starts in the middle; pages from the owner's end and slots from the state's end
+    // squeeze it until make_room relocates it, both ways; frees leave holes in it (absorbed at
+    // once in eager mode, at the flush in lazy mode); the window's free_swa leaves tombstones.
+    s.ops.push_back(Alloc{2 * ps});
+    s.ops.push_back(StateAlloc{1});
+    s.ops.push_back(AllocMany{{ps, 2 * ps}});
+    s.ops.push_back(Write{1, 3, std::nullopt, s.tokens(s.m, 5), true, s.tokens(s.m, 5), false});
+    s.ops.push_back(StateAlloc{2});
+    s.ops.push_back(StateWrite{2, 7});
+    s.ops.push_back(FreeSwa{IdUnit::pages, {s.m + 1}});
+    s.ops.push_back(Free{IdUnit::pages, {s.m + 2}});
+    s.ops.push_back(StateAlloc{3});
+    s.ops.push_back(Alloc{3 * ps});
+    s.ops.push_back(StateAlloc{4});
+    s.ops.push_back(Read{1, "v", s.tokens(s.m, 2)});
+    s.ops.push_back(BeginRead{5, "swa", {s.m}});
+    s.ops.push_back(Alloc{2 * ps});  // make_room would move a page reader 5 holds: refused, or room
+    s.ops.push_back(EndRead{5});
+    s.ops.push_back(Flush{});
+    s.ops.push_back(StateFree{1});
+    s.ops.push_back(Alloc{4 * ps});
+    s.ops.push_back(StateAlloc{5});
+    s.ops.push_back(StateRead{{1, 2, 3}, "temporal", 0});
+    s.ops.push_back(Free{IdUnit::pages, {s.m, s.m + 3, s.m + 4}});
+    s.ops.push_back(Flush{});
+    s.ops.push_back(Alloc{20 * ps});  // no room
+    s.ops.push_back(MovePages{"swa", {s.m}, {s.m + 1}});
+    std::vector<Op> all = {BuildPool{s.config}};
+    all.insert(all.end(), s.ops.begin(), s.ops.end());
+    all.push_back(Checkpoint{});
+    const auto d = play_side_by_side(all, "");
+    EXPECT_FALSE(d.has_value()) << (mode == CompactionMode::eager ? "eager: " : "lazy: ") << d.value_or("");
+  }
+}
+
 TEST(FaultSwitch, StateReusedUnderReaderIsCaught) {
   KVTWIN_REQUIRE_CUDA();
   // SPEC 10.22: slot m+1 moves to slot m (flush) while reader 2 holds it; the next alloc would
@@ -527,7 +582,8 @@ TEST(FaultSwitch, EverySwitchHasAReproducer) {
   // The reproducers above cover every GPU switch by name (keep them in step with gpu/faults.h).
   // The host transfer switches (13, 19, 20, 21) have theirs in host_transfer_test.cpp
   // (HostTransferFault.*), worked out from SPEC 8 on the GPU alone until the model plays host
-  // operations side by side.
+  // operations side by side; float_relocation_source_order its regression trace
+  // (host_regress_test.cpp, TriPoolRegressTraces).
   const std::vector<std::string_view> covered = {
       "skip_rebind",          "no_mark_check",       "split_drops_mark",
       "cross_gets_batch_loc", "stale_loc_tail",      "stale_table_lengths",
@@ -538,7 +594,7 @@ TEST(FaultSwitch, EverySwitchHasAReproducer) {
       "alloc_many_partial",   "row_misaligned_accepted", "int32_offsets",
       "int32_offsets_move",   "int32_offsets_attention", "transfer_logical_as_physical",
       "compaction_ignores_transfers", "swa_offload_token_filter", "state_reused_under_reader",
-      "state_entry_padded"};
+      "state_entry_padded",   "float_relocation_source_order"};
   EXPECT_EQ(covered, fault_names());
 }
 

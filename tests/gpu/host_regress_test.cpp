@@ -1,7 +1,8 @@
-// The regression traces of SPEC 10.13, 19, 20 and 21 (traces/regress/, written against the model),
-// replayed side by side on the model and the GPU as `kvtwin check --backend both` replays them:
-// clean they pass, and each fails with the GPU's fault switch for its class planted. This is the
-// GPU switches' reproducer through the one runner and the gate's observers.
+// The regression traces of SPEC 10.13, 19, 20 and 21, and those of SPEC 11's tri-pool
+// (traces/regress/, written against the model), replayed side by side on the model and the GPU as
+// `kvtwin check --backend both` replays them: clean they pass, and each fails with the GPU's fault
+// switch for its class planted. This is those switches' reproducer through the one runner and the
+// gate's observers.
 //
 // Skips by name without a device.
 #include <string>
@@ -27,16 +28,7 @@ struct Pinned {
   std::string fault;  // the GPU switch of its class
 };
 
-TEST(HostRegressTraces, PassSideBySideAndFailWithTheirGpuFaults) {
-  KVTWIN_REQUIRE_CUDA();
-  const std::vector<Pinned> pinned = {
-      {"compaction_waits_for_transfers_in_flight.jsonl", "compaction_ignores_transfers"},
-      {"host_transfers_resolve_logical_ids_through_the_arena.jsonl", "transfer_logical_as_physical"},
-      {"swa_offload_selects_whole_bound_pages.jsonl", "swa_offload_token_filter"},
-      // Fault 13 is a race on the device; with the switch on, the producer's copy is delayed on its
-      // copy stream, so this short trace shows it every time.
-      {"load_back_waits_for_the_offload_it_reads.jsonl", "transfer_before_producer_event"},
-  };
+void expect_pinned(const std::vector<Pinned>& pinned) {
   for (const Pinned& p : pinned) {
     SCOPED_TRACE(p.trace);
     const std::string path = source_dir() + "/traces/regress/" + p.trace;
@@ -56,6 +48,28 @@ TEST(HostRegressTraces, PassSideBySideAndFailWithTheirGpuFaults) {
     EXPECT_FALSE(bad->passed()) << "passes with " << p.fault << " planted";
     if (!bad->passed()) std::printf("[ caught   ] %s: %s\n", p.fault.c_str(), bad->failure->describe().c_str());
   }
+}
+
+TEST(HostRegressTraces, PassSideBySideAndFailWithTheirGpuFaults) {
+  KVTWIN_REQUIRE_CUDA();
+  const std::vector<Pinned> pinned = {
+      {"compaction_waits_for_transfers_in_flight.jsonl", "compaction_ignores_transfers"},
+      {"host_transfers_resolve_logical_ids_through_the_arena.jsonl", "transfer_logical_as_physical"},
+      {"swa_offload_selects_whole_bound_pages.jsonl", "swa_offload_token_filter"},
+      // Fault 13 is a race on the device; with the switch on, the producer's copy is delayed on its
+      // copy stream, so this short trace shows it every time.
+      {"load_back_waits_for_the_offload_it_reads.jsonl", "transfer_before_producer_event"},
+  };
+  expect_pinned(pinned);
+}
+
+TEST(TriPoolRegressTraces, PassSideBySideAndFailWithTheirGpuFaults) {
+  KVTWIN_REQUIRE_CUDA();
+  // SPEC 11's tri-pool [state up | swa float | full down]: the float relocated up by one page
+  // (state_alloc's make_room) copies its pages from the top down; in source order each copy
+  // overwrites the next page before it has left.
+  expect_pinned({{"float_relocation_copies_each_page_before_it_is_overwritten.jsonl", "float_relocation_source_order"},
+                 {"state_sink_charged_once.jsonl", ""}});
 }
 
 }  // namespace

@@ -312,7 +312,7 @@ std::vector<Item> gate_items(const CheckOptions& o, const GateSetup& g) {
   std::vector<Item> items;
   // Properties.
   std::vector<std::string> configs = {"random"};
-  for (const std::string& c : props::catalogue_config_names(!with_gpu)) configs.push_back(c);
+  for (const std::string& c : props::catalogue_config_names()) configs.push_back(c);
   const std::uint64_t property_items = configs.size();
   if (o.cases_per_item != 0) {
     // Small items, case-major (cases 0..k-1 of every configuration, then the next k, ...): a
@@ -389,8 +389,8 @@ std::vector<Item> gate_items(const CheckOptions& o, const GateSetup& g) {
         return r;
       }
       // SPEC 8's host operations need a host arena in every backend (KVTWIN_GPU_HOST_OPS=0 leaves
-      // them out of runs with the GPU), and SPEC 11's state sub-pool is the model's only: a run with
-      // the GPU looks at the trace first (host_ops is false only there).
+      // them out of runs with the GPU): a run with the GPU looks at the trace first (host_ops is
+      // false only there).
       const bool gpu_plays = std::any_of(backends->players.begin(), backends->players.end(),
                                          [](const traces::Player& p) { return p.backend->name() == "gpu"; });
       if (gpu_plays) {
@@ -401,22 +401,6 @@ std::vector<Item> gate_items(const CheckOptions& o, const GateSetup& g) {
             r.state = ItemResult::State::skipped;
             r.detail = "host arena operations (SPEC 8) are off in runs with the GPU (KVTWIN_GPU_HOST_OPS=0); kvtwin "
                        "check --backend model replays this trace";
-            return r;
-          }
-          // SPEC 11's tri-pool: the GPU has no float middle yet ([state | owner] chains play).
-          const auto is_hybrid = [](const PoolConfig& config) {
-            const Result<PoolDerived> d = derive_pool(config);
-            return d.ok() && d->has_float();
-          };
-          // The header's pool, and any a build line rebuilds.
-          if (is_hybrid(trace->header.config) ||
-              std::any_of(lines.begin(), lines.end(), [&](const traces::TraceLine& l) {
-                const auto* build = std::get_if<BuildPool>(&l.op);
-                return build != nullptr && is_hybrid(build->config);
-              })) {
-            r.state = ItemResult::State::skipped;
-            r.detail = "a tri-pool chain (SPEC 11): the GPU has no float middle yet; kvtwin check --backend model "
-                       "replays this trace";
             return r;
           }
         }
