@@ -295,9 +295,10 @@ class ScratchPageStore {
 
 // Where the parts of a stored page's payload lie, for one side of a pool. Both backends write
 // payloads of exactly total_bytes(), so that their stores' capacity in page-file bytes holds the
-// same pages: a row count (8 bytes), `max_rows` row records of kStoredRowRecordBytes (the model's
-// oracle identities; zeros where a backend keeps none), then the page's bytes; tables only, the
-// count alone.
+// same pages: a row count (8 bytes), `max_rows` row records of kStoredRowRecordBytes, then the
+// page's bytes; tables only, the count alone. Both backends write a count of 0 and zero records
+// (the model keeps its oracle identities beside the store), so that equal pages are equal
+// payloads and both stores touch, rewrite and evict alike.
 inline constexpr std::uint64_t kStoredRowRecordBytes = 17;  // source token, write number, written
 struct StoredPayloadLayout {
   std::uint64_t max_rows = 0;    // page_size * layers * parts of the side

@@ -113,6 +113,11 @@ struct Model::Pool {
   // ---- the storage tier (model_storage.cpp; docs/storage.md): opened at its first operation in
   // a fresh folder (core/page_store.h ScratchPageStore), removed with the pool.
   std::unique_ptr<ScratchPageStore> store;  // null until the first store_pages / load_stored
+  // The oracle identities of the rows of each page the store was last given (the model's own
+  // bookkeeping, kept beside the store and not in its files: a stored page is what a server
+  // stores, its bytes, so that the store's decisions, an unchanged page touched rather than
+  // rewritten, follow the bytes alone, as on the GPU, which keeps no identities).
+  std::map<StoredPageKey, std::vector<WrittenRow>> stored_rows;
 };
 
 }  // namespace kvtwin::sim

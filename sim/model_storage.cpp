@@ -127,6 +127,7 @@ OpResult Model::on(const StorePages& op) {
   // The pages stored are the last keys.size() of `host` (all of them under SPEC 10.15's fault).
   const std::size_t first = op.host.size() - keys.size();
   std::vector<std::vector<std::uint8_t>> payloads;
+  std::vector<std::vector<WrittenRow>> page_rows;
   for (std::size_t i = first; i < op.host.size(); ++i) {
     const std::int64_t logical = op.host[i];
     const auto rows = pool_->host_rows[side].find(logical);
@@ -144,8 +145,10 @@ OpResult Model::on(const StorePages& op) {
         bytes.assign(page_u8.begin(), page_u8.end());
       }
     }
-    payloads.push_back(encode_payload(rows == pool_->host_rows[side].end() ? std::vector<WrittenRow>{} : rows->second,
-                                      bytes, payload));
+    // The payload is the page alone (a count of 0 and zero records, as the GPU writes); the rows'
+    // identities are kept beside the store (stored_rows).
+    payloads.push_back(encode_payload({}, bytes, payload));
+    page_rows.push_back(rows == pool_->host_rows[side].end() ? std::vector<WrittenRow>{} : rows->second);
   }
   std::vector<StorePage> pages;
   for (std::size_t k = 0; k < keys.size(); ++k) pages.push_back(StorePage{keys[k], payloads[k]});
@@ -154,6 +157,12 @@ OpResult Model::on(const StorePages& op) {
   Result<StorePut> put = pages.empty() ? Result<StorePut>(StorePut{}) : store->put_many(pages);
   KVTWIN_CHECK(host.release(op.thread).ok(), "the lease store_pages took is released");
   if (!put.ok()) return put.error();
+  for (std::size_t k = 0; k < keys.size(); ++k) {
+    if (page_rows[k].empty())
+      pool_->stored_rows.erase(keys[k]);
+    else
+      pool_->stored_rows[keys[k]] = std::move(page_rows[k]);
+  }
   Ids out;
   for (std::size_t i = first; i < op.host.size(); ++i) out.values.push_back(static_cast<std::int64_t>(i));
   return Outcome(std::move(out));
@@ -181,12 +190,16 @@ OpResult Model::on(const LoadStored& op) {
     reads.push_back(std::move(r).value());
   }
   KVTWIN_CHECK(host.release(op.thread).ok(), "the lease load_stored took is released");
-  for (const StoreRead& r : reads) {
+  for (std::size_t i = 0; i < reads.size(); ++i) {
+    const StoreRead& r = reads[i];
     if (r.outcome != StoreReadOutcome::hit) {
       hits.emplace_back();
       continue;
     }
     KVTWIN_TRY(auto decoded, decode_payload(r.bytes, payload));
+    // The identities of the rows the page was stored with (kept beside the store).
+    const auto rows = pool_->stored_rows.find(StoredPageKey{space, op.hashes[i]});
+    decoded.first = rows == pool_->stored_rows.end() ? std::vector<WrittenRow>{} : rows->second;
     hits.emplace_back(std::move(decoded));
   }
   Ids out;
