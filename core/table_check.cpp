@@ -1,6 +1,7 @@
 // The allocator tables' invariants (table_check.h).
 #include "core/table_check.h"
 
+#include <algorithm>
 #include <span>
 #include <string>
 #include <vector>
@@ -175,6 +176,74 @@ Status check_state_tables(const PoolTables& tables, const PoolDerived& derived, 
 Status check_state_table_invariants(const PoolTables& tables, const PoolDerived& derived, CompactionMode mode,
                                     std::uint64_t& state_end) {
   return check_state_tables(tables, derived, mode, state_end);
+}
+
+Status check_state_table_invariants_changed(const StateTablesView& t, const PoolDerived& derived,
+                                            CompactionMode mode, const StateChanges& changes, std::uint64_t& state_end) {
+  if (!derived.geometry.state) return broken("a hybrid chain's geometry has no state sub-pool");
+  const SubPoolGeometry& g = *derived.geometry.state;
+  const SideTablesView& s = t.slots;
+  const std::string side = "sub-pool '" + std::string(s.name) + "': ";
+  const auto num_slots = static_cast<std::int64_t>(g.num_pages);
+  const auto min_slot = static_cast<std::int64_t>(g.min_page_index);
+  Band band;
+  KVTWIN_TRY_STATUS(check_side_frame(side, s.v2p, s.p2v, s.watermark, 0, g, num_slots, band));
+  // The counts: the band is its bound slots and holes; free and bound ids are every usable id;
+  // one request a bound slot.
+  if (s.allocated_pages + s.hole_count != static_cast<std::uint64_t>(band.end - band.begin))
+    return broken(side + std::to_string(s.allocated_pages) + " bound slots and " + std::to_string(s.hole_count) +
+                  " holes do not fill the band [" + n(band.begin) + ", " + n(band.end) + ")");
+  if (mode == CompactionMode::eager && s.hole_count != 0)
+    return broken(side + "an eager state sub-pool has " + std::to_string(s.hole_count) + " holes");
+  if (t.free_queue_size + s.allocated_pages != static_cast<std::uint64_t>(num_slots - min_slot))
+    return broken(side + std::to_string(t.free_queue_size) + " free ids and " + std::to_string(s.allocated_pages) +
+                  " bound slots are not the " + n(num_slots - min_slot) + " usable slot ids");
+  if (t.request_count != s.allocated_pages)
+    return broken(std::to_string(t.request_count) + " requests hold state slots but " +
+                  std::to_string(s.allocated_pages) + " are bound");
+  // The changed rows, as on a token side.
+  for (std::int64_t v : changes.virtual_slots) {
+    if (v < 1 || v >= num_slots) return broken(side + "a change names virtual slot " + n(v) + " outside the table");
+    const std::int64_t p = s.v2p[static_cast<std::size_t>(v)];
+    if (p == -1) continue;
+    if (v < min_slot || p < min_slot || p >= num_slots || s.p2v[static_cast<std::size_t>(p)] != v || !band.contains(p))
+      return broken(side + "v2p[" + n(v) + "] = " + n(p) + ": a bound slot's id and physical slot are usable, inverse " +
+                    "(p2v of it is " + n(p >= 0 && p < num_slots ? s.p2v[static_cast<std::size_t>(p)] : -2) +
+                    ") and inside the band [" + n(band.begin) + ", " + n(band.end) + ")");
+  }
+  for (std::int64_t p : changes.physical_slots) {
+    if (p < 1 || p >= num_slots) return broken(side + "a change names physical slot " + n(p) + " outside the table");
+    const std::int64_t v = s.p2v[static_cast<std::size_t>(p)];
+    const bool hole = s.is_hole(p);
+    if (v == -1) {
+      if (hole != band.contains(p))
+        return broken(side + "slot " + n(p) + (hole ? " is a hole outside" : " is neither bound nor a hole inside") +
+                      " the band [" + n(band.begin) + ", " + n(band.end) + ")");
+      continue;
+    }
+    if (hole || p < min_slot || v < min_slot || v >= num_slots || s.v2p[static_cast<std::size_t>(v)] != p ||
+        !band.contains(p))
+      return broken(side + "p2v[" + n(p) + "] = " + n(v) + ": a bound slot is not a hole, is inverse to v2p and lies " +
+                    "inside the band [" + n(band.begin) + ", " + n(band.end) + ")");
+  }
+  // The requests the operation named hold bound slots (or none).
+  for (std::uint64_t r : changes.requests) {
+    const std::int64_t v = t.slot_of(r);
+    if (v == -1) continue;
+    if (v < min_slot || v >= num_slots || s.v2p[static_cast<std::size_t>(v)] < min_slot)
+      return broken("request " + std::to_string(r) + " holds state slot " + n(v) + ", which is not bound");
+  }
+  // SPEC 10.22: the quarantine (whole: a few slots) lies unbound at or above the band.
+  state_end = static_cast<std::uint64_t>(band.end) * g.page_bytes;
+  for (std::size_t i = 0; i < t.quarantine.size(); ++i) {
+    const std::int64_t q = t.quarantine[i];
+    if (i > 0 && q <= t.quarantine[i - 1]) return broken("the state quarantine is not ascending");
+    if (q < band.end || q >= num_slots || s.p2v[static_cast<std::size_t>(q)] >= 0)
+      return broken("quarantined state slot " + n(q) + " is bound or inside the band [" + n(band.begin) + ", " +
+                    n(band.end) + "); SPEC 10.22: a slot moved away from under a reader is not reused until it is done");
+    state_end = std::max(state_end, static_cast<std::uint64_t>(q + 1) * g.page_bytes);
+  }
+  return ok_status();
 }
 
 Status check_table_invariants(const PoolTables& tables, const PoolDerived& derived, CompactionMode mode) {

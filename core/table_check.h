@@ -72,6 +72,27 @@ struct TableChanges {
 Status check_state_table_invariants(const PoolTables& tables, const PoolDerived& derived, CompactionMode mode,
                                     std::uint64_t& state_end);
 
+// SPEC 11: the state sub-pool's tables where the backend keeps them, and what one operation
+// changed: its slot rows (as TableChanges, one side) and the requests it named.
+struct StateTablesView {
+  SideTablesView slots;
+  std::size_t free_queue_size = 0;
+  std::size_t request_count = 0;
+  std::function<std::int64_t(std::uint64_t)> slot_of;  // a request's virtual slot, or -1
+  std::vector<std::int64_t> quarantine;                 // ascending (a few slots: held by readers)
+};
+struct StateChanges {
+  std::span<const std::int64_t> virtual_slots;
+  std::span<const std::int64_t> physical_slots;
+  std::span<const std::uint64_t> requests;
+};
+// The state sub-pool's invariants over the changed rows and requests, the O(1) counts and the whole
+// quarantine; `state_end` gets one past its last byte in use. O(changes + quarantine), not O(slots):
+// a 1 TiB pool holds tens of thousands of state slots (prefix checkpoints), so the whole check
+// (check_state_table_invariants) runs at checkpoints only.
+Status check_state_table_invariants_changed(const StateTablesView& tables, const PoolDerived& derived,
+                                            CompactionMode mode, const StateChanges& changes, std::uint64_t& state_end);
+
 // The invariants above over the changed rows, and the O(1) counts; O(changes), not O(pages).
 Status check_table_invariants_changed(const PoolTablesView& tables, const PoolDerived& derived, CompactionMode mode,
                                       const TableChanges& changes);

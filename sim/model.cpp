@@ -83,6 +83,11 @@ PageAllocator& Model::allocator_for_test() {
   return pool_->allocator;
 }
 
+StateAllocator& Model::state_for_test() {
+  KVTWIN_CHECK(built() && pool_->state, "state_for_test() needs a built hybrid chain");
+  return *pool_->state;
+}
+
 const PageAllocator& Model::allocator_view() const {
   KVTWIN_CHECK(built(), "allocator_view() needs a built pool");
   return pool_->allocator;
@@ -125,6 +130,8 @@ OpResult Model::apply(const Op& op) {
   host_tables_changed_ = false;
   host_pages_changed_.clear();
   state_changed_ = false;
+  state_slots_written_.clear();
+  state_requests_changed_.clear();
   if (pool_) {
     pool_->allocator.clear_changes();
     pool_->ledger.clear_changes();
@@ -1149,28 +1156,24 @@ Status Model::verify_changed() const {
   }
   if (pool_->state) view.state_frontier_bytes = pool_->state->frontier_bytes();
   KVTWIN_TRY_STATUS(check_table_invariants_changed(view, pool_->derived, pool_->config.mode, changes));
-  // SPEC 11: the state sub-pool has a few slots: its tables alone checked whole after an
-  // operation that changed them (the token sides' changed rows are checked above).
+  // SPEC 11: the state sub-pool's changed rows and requests (the token sides' are checked above);
+  // a pool of 1 TiB holds tens of thousands of state slots, so the whole check waits for verify().
   if (pool_->state && (state_changed_ || readers_changed_)) {
     const StateAllocator& st = *pool_->state;
-    PoolTables state_only;
-    SideTables t;
-    t.name = st.slots().name();
-    t.v2p = st.slots().v2p();
-    t.p2v = st.slots().p2v();
-    t.free_queue.assign(st.free_queue().begin(), st.free_queue().end());
-    t.watermark = st.slots().watermark();
-    t.holes.assign(st.slots().holes().begin(), st.slots().holes().end());
-    t.allocated_pages = st.slots().allocated_pages();
-    state_only.state = std::move(t);
-    state_only.state_requests.assign(st.requests().begin(), st.requests().end());
-    state_only.state_quarantine.assign(st.quarantined().begin(), st.quarantined().end());
+    const AllocatorSide& sl = st.slots();
+    StateTablesView state_view{
+        SideTablesView{sl.name(), sl.v2p(), sl.p2v(), sl.watermark(), sl.allocated_pages(), sl.holes().size(),
+                       [&sl](std::int64_t p) { return sl.holes().count(p) != 0; }, 0},
+        st.free_queue().size(), st.requests().size(), [&st](std::uint64_t r) { return st.slot_of(r); },
+        std::vector<std::int64_t>(st.quarantined().begin(), st.quarantined().end())};
     std::uint64_t state_end = 0;
-    KVTWIN_TRY_STATUS(check_state_table_invariants(state_only, pool_->derived, pool_->config.mode, state_end));
+    KVTWIN_TRY_STATUS(check_state_table_invariants_changed(
+        state_view, pool_->derived, pool_->config.mode,
+        StateChanges{sl.changed_virtual(), sl.changed_physical(), state_requests_changed_}, state_end));
     if (state_end != st.frontier_bytes())
       return broken("the state sub-pool's frontier is byte " + num(st.frontier_bytes()) + " but its tables end at byte " +
                     num(state_end));
-    KVTWIN_TRY_STATUS(verify_state());
+    KVTWIN_TRY_STATUS(verify_state_changed());
   }
   for (std::size_t i = 0; i < a.side_count(); ++i) {
     const AllocatorSide& s = a.side(i);
@@ -1506,6 +1509,7 @@ void Model::commit_state_moves(const CompactionPlan& plan, std::vector<PageMove>
 
 OpResult Model::on(const StateAlloc& op) {
   if (!pool_->state) return no_state("state_alloc");
+  state_requests_changed_.push_back(op.request);
   if (pool_->state->slot_of(op.request) >= 0)
     return invalid("state_alloc: request " + num(op.request) + " already holds state slot " +
                    num(pool_->state->slot_of(op.request)) + "; free it first (state_free)");
@@ -1524,6 +1528,7 @@ OpResult Model::on(const StateAlloc& op) {
 OpResult Model::on(const StateFree& op) {
   if (!pool_->state) return no_state("state_free");
   const std::int64_t v = pool_->state->slot_of(op.request);
+  state_requests_changed_.push_back(op.request);
   if (v < 0)
     return make_refusal(ErrorKind::double_free, reason::not_allocated,
                         "state_free: request " + num(op.request) +
@@ -1571,6 +1576,7 @@ OpResult Model::on(const StateWrite& op) {
   const std::int64_t v = pool_->state->slot_of(op.request);
   if (v < 0) return invalid("state_write: request " + num(op.request) + " holds no state slot; state_alloc gives it one");
   state_changed_ = true;
+  state_slots_written_.push_back(v);
   if (pool_->bytes) write_state_slot(v, op.request, op.write_number);
   return Outcome(Done{});
 }
@@ -1624,27 +1630,49 @@ Status Model::verify_state() const {
       return broken("state slot " + num(q) + " is quarantined, but no reader holds it; end_read releases it");
   if (!pool_->bytes) return ok_status();
   // Every remembered state reads back, through the slot table, the oracle's bytes.
-  const StateEntryLayout& layout = *pool_->derived.state_layout;
   std::vector<std::uint8_t> expected;
-  for (const auto& [v, row] : pool_->state_rows) {
-    const std::int64_t slot = st.slots().physical_of(v);
-    if (slot < st.slots().min_page())
-      return broken("state slot " + num(v) + "'s state is remembered, but the slot is not bound");
-    for (std::size_t b = 0; b < layout.blocks.size(); ++b) {
-      const StateBlock& block = layout.blocks[b];
-      for (std::uint32_t l = 0; l < block.layer_num; ++l) {
-        const RowIdentity id{static_cast<std::int64_t>(row.first), kStateOracleSubPool, l, static_cast<std::uint32_t>(b),
-                             row.second};
-        expected.resize(block.layer_stride_bytes);
-        fill_oracle_row(pool_->config.seed, id, block.dtype, expected);
-        const std::uint64_t at = static_cast<std::uint64_t>(slot) * layout.entry_bytes + block.offset_bytes +
-                                 l * block.layer_stride_bytes;
-        auto actual = pool_->bytes->range(at, block.layer_stride_bytes);
-        if (!std::equal(actual.begin(), actual.end(), expected.begin()))
-          return broken("state slot " + num(v) + " (physical " + num(slot) + ") block '" + block.name + "' layer " +
-                        num(l) + " does not hold the oracle's state of request " + num(row.first) + " at write " +
-                        num(row.second));
-      }
+  for (const auto& [v, row] : pool_->state_rows) KVTWIN_TRY_STATUS(verify_state_row(v, row, expected));
+  return ok_status();
+}
+
+Status Model::verify_state_changed() const {
+  const StateAllocator& st = *pool_->state;
+  if (readers_changed_) KVTWIN_TRY_STATUS(verify_side(state_side()));
+  // SPEC 10.22: a quarantined slot is held by a reader still.
+  for (std::int64_t q : st.quarantined())
+    if (pool_->held[state_side()][static_cast<std::size_t>(q)] == 0)
+      return broken("state slot " + num(q) + " is quarantined, but no reader holds it; end_read releases it");
+  if (!pool_->bytes) return ok_status();
+  // The remembered states of the slots the operation moved, bound or wrote.
+  std::vector<std::uint8_t> expected;
+  for (const std::vector<std::int64_t>* slots : {&st.slots().changed_virtual(), &state_slots_written_})
+    for (std::int64_t v : *slots)
+      if (const auto row = pool_->state_rows.find(v); row != pool_->state_rows.end())
+        KVTWIN_TRY_STATUS(verify_state_row(v, row->second, expected));
+  return ok_status();
+}
+
+Status Model::verify_state_row(std::int64_t v, const std::pair<std::uint64_t, std::uint64_t>& row,
+                               std::vector<std::uint8_t>& expected) const {
+  const StateAllocator& st = *pool_->state;
+  const StateEntryLayout& layout = *pool_->derived.state_layout;
+  const std::int64_t slot = st.slots().physical_of(v);
+  if (slot < st.slots().min_page())
+    return broken("state slot " + num(v) + "'s state is remembered, but the slot is not bound");
+  for (std::size_t b = 0; b < layout.blocks.size(); ++b) {
+    const StateBlock& block = layout.blocks[b];
+    for (std::uint32_t l = 0; l < block.layer_num; ++l) {
+      const RowIdentity id{static_cast<std::int64_t>(row.first), kStateOracleSubPool, l, static_cast<std::uint32_t>(b),
+                           row.second};
+      expected.resize(block.layer_stride_bytes);
+      fill_oracle_row(pool_->config.seed, id, block.dtype, expected);
+      const std::uint64_t at = static_cast<std::uint64_t>(slot) * layout.entry_bytes + block.offset_bytes +
+                               l * block.layer_stride_bytes;
+      auto actual = pool_->bytes->range(at, block.layer_stride_bytes);
+      if (!std::equal(actual.begin(), actual.end(), expected.begin()))
+        return broken("state slot " + num(v) + " (physical " + num(slot) + ") block '" + block.name + "' layer " +
+                      num(l) + " does not hold the oracle's state of request " + num(row.first) + " at write " +
+                      num(row.second));
     }
   }
   return ok_status();

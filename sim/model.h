@@ -199,6 +199,8 @@ class Model : public Backend {
   // catches it. Require built(); the byte buffer is empty in tables-only mode.
   std::span<std::uint8_t> bytes_for_test();
   PageAllocator& allocator_for_test();
+  // The state sub-pool's allocator of a hybrid chain (SPEC 11). Requires built() and a state.
+  StateAllocator& state_for_test();
   // The allocator, read-only (a planted offload selection reads the tables). Requires built().
   const PageAllocator& allocator_view() const;
   // Changes one element of the named piece of state ("v2p", "p2v", "watermark", "holes",
@@ -272,6 +274,12 @@ class Model : public Backend {
   void write_state_slot(std::int64_t vslot, std::uint64_t request, std::uint64_t write_number);
   void forget_state_overlapped(std::uint64_t begin, std::uint64_t end);
   Status verify_state() const;
+  // verify_state over what the last operation changed: the slots it moved, bound or wrote (their
+  // remembered states against the oracle), the quarantine (a few slots), the readers' holds when
+  // readers changed.
+  Status verify_state_changed() const;
+  Status verify_state_row(std::int64_t vslot, const std::pair<std::uint64_t, std::uint64_t>& row,
+                          std::vector<std::uint8_t>& expected) const;
 
   // Shared steps.
   PairingRule pairing() const;
@@ -339,7 +347,9 @@ class Model : public Backend {
   mutable RememberedLocs locs_in_range_;
   std::uint64_t batches_epoch_ = 0;  // ops that could change a batch's lanes so far (WriteLoc::Source)
   mutable RememberedLocs duplicate_free_locs_;
-  bool state_changed_ = false;    // the last operation changed the state sub-pool (verify_changed checks it whole)
+  bool state_changed_ = false;    // the last operation changed the state sub-pool (verify_changed checks what it changed)
+  std::vector<std::int64_t> state_slots_written_;     // the last operation's state writes (virtual slots)
+  std::vector<std::uint64_t> state_requests_changed_;  // the requests the last operation gave or took a slot
   mutable LocStamps loc_stamps_;  // check_duplicates' scratch (sim/write_locs.h)
   std::string poisoned_;  // why every operation is refused (an allocation failed); empty: healthy
 };

@@ -291,5 +291,56 @@ TEST_F(StatePool, StateOpsOnATokenChainAreRefused) {
   EXPECT_THAT(refused(Op(StateSlots{{1}})).error().message, ::testing::HasSubstr("no state sub-pool"));
 }
 
+// The incremental verify (verify_changed) checks the state sub-pool over what an operation changed:
+// the slots it bound, moved or wrote, the requests it named, the counts, the quarantine; the rest
+// waits for the full verify() at a checkpoint (a 1 TiB pool holds tens of thousands of slots).
+class CorruptibleStateModel : public Model {
+ public:
+  using Model::bytes_for_test;
+  using Model::state_for_test;
+};
+
+TEST(StatePoolVerifyChanged, FindsACorruptionOfWhatTheOperationChanged) {
+  const PoolConfig c = hybrid_config(false, CompactionMode::lazy);
+  {
+    CorruptibleStateModel m;  // the request the last operation served names the sink slot
+    ASSERT_TRUE(m.apply(BuildPool{c}).ok());
+    ASSERT_TRUE(m.apply(StateAlloc{1}).ok());
+    ASSERT_TRUE(m.apply(StateAlloc{2}).ok());
+    ASSERT_TRUE(m.verify_changed().ok());
+    m.state_for_test().requests_for_test()[2] = 0;
+    const Status s = m.verify_changed();
+    ASSERT_FALSE(s.ok());
+    EXPECT_THAT(s.error().message, ::testing::HasSubstr("request 2 holds state slot 0, which is not bound"));
+  }
+  {
+    CorruptibleStateModel m;  // a free id lost: the counts no longer add up
+    ASSERT_TRUE(m.apply(BuildPool{c}).ok());
+    ASSERT_TRUE(m.apply(StateAlloc{1}).ok());
+    m.state_for_test().free_queue_for_test().pop_back();
+    const Status s = m.verify_changed();
+    ASSERT_FALSE(s.ok());
+    EXPECT_THAT(s.error().message, ::testing::HasSubstr("usable slot ids"));
+  }
+  {
+    CorruptibleStateModel m;  // one bit of the state the last write put down; then of an older one
+    ASSERT_TRUE(m.apply(BuildPool{c}).ok());
+    ASSERT_TRUE(m.apply(StateAlloc{1}).ok());
+    ASSERT_TRUE(m.apply(StateAlloc{2}).ok());
+    const OpResult slots = m.apply(StateSlots{{2}});
+    ASSERT_TRUE(slots.ok());
+    const std::int64_t slot = std::get<Ids>(slots.value()).values.at(0);
+    ASSERT_TRUE(m.apply(StateWrite{2, 5}).ok());
+    ASSERT_TRUE(m.verify_changed().ok());
+    m.bytes_for_test()[static_cast<std::size_t>(slot) * 160 + 3] ^= 0x01;  // E_state 160, the conv block first
+    const Status s = m.verify_changed();
+    ASSERT_FALSE(s.ok());
+    EXPECT_THAT(s.error().message, ::testing::HasSubstr("does not hold the oracle's state of request 2"));
+    ASSERT_TRUE(m.apply(StateWrite{1, 6}).ok());
+    EXPECT_TRUE(m.verify_changed().ok()) << "the write changed nothing of request 2's slot";
+    EXPECT_FALSE(m.verify().ok()) << "the full verify at a checkpoint finds it";
+  }
+}
+
 }  // namespace
 }  // namespace kvtwin::sim
