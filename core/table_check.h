@@ -55,7 +55,7 @@ struct PoolTablesView {
   std::vector<SideTablesView> sides;  // chain order
   std::size_t free_queue_size = 0;    // the owner's
   // Hybrid chains (SPEC 11): one past the state sub-pool's last byte in use (its band or its
-  // highest quarantined slot). The state side itself is checked whole (it has a few slots).
+  // highest quarantined slot). The state side has its own check (check_state_table_invariants_changed).
   std::uint64_t state_frontier_bytes = 0;
 };
 
@@ -67,8 +67,8 @@ struct TableChanges {
 };
 
 // SPEC 11: the state sub-pool's tables alone (its side, request table and quarantine); `state_end`
-// gets one past its last byte in use. O(slots): a hybrid chain's state has few slots, so the
-// incremental check runs it whole after an operation that changed it.
+// gets one past its last byte in use. O(slots): run by a full verify (at checkpoints); after each
+// operation, check_state_table_invariants_changed below.
 Status check_state_table_invariants(const PoolTables& tables, const PoolDerived& derived, CompactionMode mode,
                                     std::uint64_t& state_end);
 
