@@ -612,7 +612,7 @@ Result<Model::LayerWrite> Model::plan_layer_write(std::uint32_t model_layer, con
   if (w.derived) from.source.reset();
   if (!duplicate_free_locs_.holds(w.side, from, locs)) {
     KVTWIN_TRY_STATUS(check_duplicates(locs, sink_end(w.side), model_layer, pool_->allocator.side(w.side).name(),
-                                       &loc_stamps_, slot_count(w.side)));
+                                       &loc_stamps_.at(w.side), slot_count(w.side)));
     duplicate_free_locs_.remember(w.side, from, locs);
   }
   // SPEC 8 (docs/host_arena.md): no row is written into a page an in-flight transfer copies (an

@@ -27,6 +27,7 @@
 // refused, and a replay's attention is empty.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -350,7 +351,9 @@ class Model : public Backend {
   bool state_changed_ = false;    // the last operation changed the state sub-pool (verify_changed checks what it changed)
   std::vector<std::int64_t> state_slots_written_;     // the last operation's state writes (virtual slots)
   std::vector<std::uint64_t> state_requests_changed_;  // the requests the last operation gave or took a slot
-  mutable LocStamps loc_stamps_;  // check_duplicates' scratch (sim/write_locs.h)
+  // check_duplicates' scratch (sim/write_locs.h), one per token side: the sides' slot counts
+  // differ, and one shared scratch was resized (O(slots)) at every write that changed sides.
+  mutable std::array<LocStamps, 2> loc_stamps_;
   std::string poisoned_;  // why every operation is refused (an allocation failed); empty: healthy
 };
 
