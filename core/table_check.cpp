@@ -126,6 +126,23 @@ Status check_hybrid_order(std::uint64_t state_end, const std::vector<Band>& band
   return ok_status();
 }
 
+// SPEC 10.22: the state's quarantine (ascending) lies unbound at or above its band; `state_end`
+// gets one past the last byte in use (the band's end or past the highest quarantined slot).
+Status check_quarantine(std::span<const std::int64_t> quarantine, std::span<const std::int64_t> p2v, const Band& band,
+                        const SubPoolGeometry& g, std::uint64_t& state_end) {
+  const auto num_slots = static_cast<std::int64_t>(g.num_pages);
+  state_end = static_cast<std::uint64_t>(band.end) * g.page_bytes;
+  for (std::size_t i = 0; i < quarantine.size(); ++i) {
+    const std::int64_t q = quarantine[i];
+    if (i > 0 && q <= quarantine[i - 1]) return broken("the state quarantine is not ascending");
+    if (q < band.end || q >= num_slots || p2v[static_cast<std::size_t>(q)] >= 0)
+      return broken("quarantined state slot " + n(q) + " is bound or inside the band [" + n(band.begin) + ", " +
+                    n(band.end) + "); SPEC 10.22: a slot moved away from under a reader is not reused until it is done");
+    state_end = std::max(state_end, static_cast<std::uint64_t>(q + 1) * g.page_bytes);
+  }
+  return ok_status();
+}
+
 // The state sub-pool's tables (SPEC 11): an up side of page size 1 with its own free queue, the
 // request table a bijection onto its bound slots, the quarantine unbound slots at or above the band.
 Status check_state_tables(const PoolTables& tables, const PoolDerived& derived, CompactionMode mode,
@@ -159,16 +176,7 @@ Status check_state_tables(const PoolTables& tables, const PoolDerived& derived, 
   if (tables.state_requests.size() != s.allocated_pages)
     return broken(std::to_string(tables.state_requests.size()) + " requests hold state slots but " +
                   std::to_string(s.allocated_pages) + " are bound");
-  state_end = static_cast<std::uint64_t>(band.end) * g.page_bytes;
-  for (std::size_t i = 0; i < tables.state_quarantine.size(); ++i) {
-    const std::int64_t q = tables.state_quarantine[i];
-    if (i > 0 && q <= tables.state_quarantine[i - 1]) return broken("the state quarantine is not ascending");
-    if (q < band.end || q >= num_slots || s.p2v[static_cast<std::size_t>(q)] >= 0)
-      return broken("quarantined state slot " + n(q) + " is bound or inside the band [" + n(band.begin) + ", " +
-                    n(band.end) + "); SPEC 10.22: a slot moved away from under a reader is not reused until it is done");
-    state_end = std::max(state_end, static_cast<std::uint64_t>(q + 1) * g.page_bytes);
-  }
-  return ok_status();
+  return check_quarantine(tables.state_quarantine, s.p2v, band, g, state_end);
 }
 
 }  // namespace
@@ -233,17 +241,8 @@ Status check_state_table_invariants_changed(const StateTablesView& t, const Pool
     if (v < min_slot || v >= num_slots || s.v2p[static_cast<std::size_t>(v)] < min_slot)
       return broken("request " + std::to_string(r) + " holds state slot " + n(v) + ", which is not bound");
   }
-  // SPEC 10.22: the quarantine (whole: a few slots) lies unbound at or above the band.
-  state_end = static_cast<std::uint64_t>(band.end) * g.page_bytes;
-  for (std::size_t i = 0; i < t.quarantine.size(); ++i) {
-    const std::int64_t q = t.quarantine[i];
-    if (i > 0 && q <= t.quarantine[i - 1]) return broken("the state quarantine is not ascending");
-    if (q < band.end || q >= num_slots || s.p2v[static_cast<std::size_t>(q)] >= 0)
-      return broken("quarantined state slot " + n(q) + " is bound or inside the band [" + n(band.begin) + ", " +
-                    n(band.end) + "); SPEC 10.22: a slot moved away from under a reader is not reused until it is done");
-    state_end = std::max(state_end, static_cast<std::uint64_t>(q + 1) * g.page_bytes);
-  }
-  return ok_status();
+  // SPEC 10.22: the quarantine (whole: a few slots).
+  return check_quarantine(t.quarantine, s.p2v, band, g, state_end);
 }
 
 Status check_table_invariants(const PoolTables& tables, const PoolDerived& derived, CompactionMode mode) {

@@ -1622,12 +1622,8 @@ OpResult Model::on(const StateSlots& op) {
 }
 
 Status Model::verify_state() const {
-  const StateAllocator& st = *pool_->state;
   KVTWIN_TRY_STATUS(verify_side(state_side()));
-  // SPEC 10.22: a quarantined slot is held by a reader still.
-  for (std::int64_t q : st.quarantined())
-    if (pool_->held[state_side()][static_cast<std::size_t>(q)] == 0)
-      return broken("state slot " + num(q) + " is quarantined, but no reader holds it; end_read releases it");
+  KVTWIN_TRY_STATUS(verify_quarantine_held());
   if (!pool_->bytes) return ok_status();
   // Every remembered state reads back, through the slot table, the oracle's bytes.
   std::vector<std::uint8_t> expected;
@@ -1638,17 +1634,26 @@ Status Model::verify_state() const {
 Status Model::verify_state_changed() const {
   const StateAllocator& st = *pool_->state;
   if (readers_changed_) KVTWIN_TRY_STATUS(verify_side(state_side()));
+  KVTWIN_TRY_STATUS(verify_quarantine_held());
+  if (!pool_->bytes) return ok_status();
+  // The remembered states of the slots the operation moved, bound or wrote, each once (a state is
+  // megabytes of oracle bytes).
+  std::vector<std::int64_t> slots = st.slots().changed_virtual();
+  slots.insert(slots.end(), state_slots_written_.begin(), state_slots_written_.end());
+  std::sort(slots.begin(), slots.end());
+  slots.erase(std::unique(slots.begin(), slots.end()), slots.end());
+  std::vector<std::uint8_t> expected;
+  for (std::int64_t v : slots)
+    if (const auto row = pool_->state_rows.find(v); row != pool_->state_rows.end())
+      KVTWIN_TRY_STATUS(verify_state_row(v, row->second, expected));
+  return ok_status();
+}
+
+Status Model::verify_quarantine_held() const {
   // SPEC 10.22: a quarantined slot is held by a reader still.
-  for (std::int64_t q : st.quarantined())
+  for (std::int64_t q : pool_->state->quarantined())
     if (pool_->held[state_side()][static_cast<std::size_t>(q)] == 0)
       return broken("state slot " + num(q) + " is quarantined, but no reader holds it; end_read releases it");
-  if (!pool_->bytes) return ok_status();
-  // The remembered states of the slots the operation moved, bound or wrote.
-  std::vector<std::uint8_t> expected;
-  for (const std::vector<std::int64_t>* slots : {&st.slots().changed_virtual(), &state_slots_written_})
-    for (std::int64_t v : *slots)
-      if (const auto row = pool_->state_rows.find(v); row != pool_->state_rows.end())
-        KVTWIN_TRY_STATUS(verify_state_row(v, row->second, expected));
   return ok_status();
 }
 

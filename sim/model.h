@@ -279,6 +279,7 @@ class Model : public Backend {
   // remembered states against the oracle), the quarantine (a few slots), the readers' holds when
   // readers changed.
   Status verify_state_changed() const;
+  Status verify_quarantine_held() const;  // SPEC 10.22: every quarantined slot a reader still holds
   Status verify_state_row(std::int64_t vslot, const std::pair<std::uint64_t, std::uint64_t>& row,
                           std::vector<std::uint8_t>& expected) const;
 
