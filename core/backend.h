@@ -70,6 +70,22 @@ class Backend {
   // default reads them with raw_bytes; a backend whose bytes are far away (the GPU's) overrides it
   // so that comparing what an operation wrote costs a few bytes. The same errors as raw_bytes.
   virtual Result<std::uint64_t> bytes_digest(std::span<const ByteRange> ranges) const;
+
+  // Deferred digests, for the runner's comparison window (traces/runner.h CheckCadence::
+  // compare_window): queue_tables_digest() and queue_bytes_digest() ask for a digest of the state
+  // as it is now, and collect_digests() answers every digest queued since the last collect, in
+  // the order they were queued. A backend whose state is far away (the GPU's) overrides all three
+  // so that it queues the reductions on its stream and answers a whole window with one transfer
+  // and one synchronization, not one a digest. By default each digest is computed at once
+  // (tables_digest, bytes_digest) and kept until collected. The same errors as those two.
+  // The runner defers this backend's digests only when it says they are far away.
+  virtual bool digests_are_far() const { return false; }
+  virtual Status queue_tables_digest();
+  virtual Status queue_bytes_digest(std::span<const ByteRange> ranges);
+  virtual Result<std::vector<std::uint64_t>> collect_digests();
+
+ private:
+  std::vector<std::uint64_t> queued_digests_;  // the default queue's answers, oldest first
 };
 
 }  // namespace kvtwin

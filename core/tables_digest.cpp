@@ -54,4 +54,22 @@ Result<std::uint64_t> Backend::tables_digest() const {
   return digest_tables(*t);
 }
 
+Status Backend::queue_tables_digest() {
+  KVTWIN_TRY(const std::uint64_t digest, tables_digest());
+  queued_digests_.push_back(digest);
+  return ok_status();
+}
+
+Status Backend::queue_bytes_digest(std::span<const ByteRange> ranges) {
+  KVTWIN_TRY(const std::uint64_t digest, bytes_digest(ranges));
+  queued_digests_.push_back(digest);
+  return ok_status();
+}
+
+Result<std::vector<std::uint64_t>> Backend::collect_digests() {
+  std::vector<std::uint64_t> out;
+  out.swap(queued_digests_);
+  return out;
+}
+
 }  // namespace kvtwin

@@ -578,18 +578,24 @@ Result<PoolTables> DeviceAllocator::tables(cudaStream_t stream) const {
   return out;
 }
 
-Result<std::uint64_t> DeviceAllocator::tables_digest(cudaStream_t stream, const DeviceStatePool* state) const {
-  KVTWIN_TRY_STATUS(digest_sum_.reserve(1));
-  KVTWIN_CUDA_TRY(cudaMemsetAsync(digest_sum_.get(), 0, sizeof(unsigned long long), stream));
+Result<std::uint64_t> DeviceAllocator::add_tables_digest_terms(unsigned long long* sum, cudaStream_t stream,
+                                                               const DeviceStatePool* state) const {
   std::uint64_t host_terms = 0;
   for (std::size_t i = 0; i < sides_.size(); ++i) {
-    KVTWIN_TRY_STATUS(sides_[i]->add_digest_terms(i, digest_sum_.get(), stream));
+    KVTWIN_TRY_STATUS(sides_[i]->add_digest_terms(i, sum, stream));
     host_terms += sides_[i]->digest_counter_terms(i);
   }
   if (state != nullptr) {
-    KVTWIN_TRY(std::uint64_t state_terms, state->add_digest_terms(digest_sum_.get(), stream));
+    KVTWIN_TRY(std::uint64_t state_terms, state->add_digest_terms(sum, stream));
     host_terms += state_terms;
   }
+  return host_terms;
+}
+
+Result<std::uint64_t> DeviceAllocator::tables_digest(cudaStream_t stream, const DeviceStatePool* state) const {
+  KVTWIN_TRY_STATUS(digest_sum_.reserve(1));
+  KVTWIN_CUDA_TRY(cudaMemsetAsync(digest_sum_.get(), 0, sizeof(unsigned long long), stream));
+  KVTWIN_TRY(const std::uint64_t host_terms, add_tables_digest_terms(digest_sum_.get(), stream, state));
   unsigned long long device_terms = 0;
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(&device_terms, digest_sum_.get(), sizeof device_terms, cudaMemcpyDeviceToHost, stream));
   KVTWIN_CUDA_SYNC(stream);

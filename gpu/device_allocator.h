@@ -144,6 +144,10 @@ class DeviceAllocator {
   Result<PoolTables> tables(cudaStream_t stream) const;
   // With `state` (a hybrid chain), the state sub-pool's terms are added in the same reduction.
   Result<std::uint64_t> tables_digest(cudaStream_t stream, const DeviceStatePool* state = nullptr) const;
+  // The same digest's device terms added into `sum` (no synchronization); returns its host terms
+  // (the counters), which the caller adds to what `sum` holds once it lands.
+  Result<std::uint64_t> add_tables_digest_terms(unsigned long long* sum, cudaStream_t stream,
+                                                const DeviceStatePool* state = nullptr) const;
   Status verify(cudaStream_t stream) const;
 
  private:

@@ -51,6 +51,15 @@ Result<bool> has_nonzero_duplicate(const std::int64_t* values, std::int64_t n, s
 Status flag_nonzero_duplicate(const std::int64_t* values, std::int64_t n, std::int64_t* sorted,
                               DeviceBuffer<std::uint8_t>& temp, std::uint32_t* status, cudaStream_t stream);
 
+// A write door's loc checks in one launch, for at most kWriteCheckMaxLanes lanes: flags[0] = 1
+// when a loc is outside [0, slots), flags[1] = 0, flags[2] = 1 when two lanes of `final_loc` (the
+// layer's loc: the SWA one on an SWA layer) hold one slot at or above sink_end. The three words
+// are written, not or-ed (no memset first); the caller reads them back. Longer locs take the
+// sorting path (flag_outside, sink_to_zero, flag_nonzero_duplicate).
+inline constexpr std::int64_t kWriteCheckMaxLanes = 1024;
+Status check_write_loc(const std::int64_t* loc, const std::int64_t* final_loc, std::int64_t lanes, std::int64_t slots,
+                       std::int64_t sink_end, std::uint32_t* flags, cudaStream_t stream);
+
 class DeviceSide {
  public:
   // Tables for `geometry`, with v2p of num_virtual + 1 rows; `owner` sides also keep the free

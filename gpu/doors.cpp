@@ -70,7 +70,10 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
   // one non-sink slot. They are judged in that order, as if each had been read on its own.
   std::uint32_t* flags = check_flags_.get();
   const std::int64_t* final_loc = loc;
-  if (lanes > 0) {
+  // Up to kWriteCheckMaxLanes lanes (every decode step, most prefill chunks) the three words come
+  // from one launch (check_write_loc); longer locs sort.
+  const bool one_launch = lanes > 0 && lanes <= kWriteCheckMaxLanes;
+  if (lanes > 0 && !one_launch) {
     KVTWIN_CUDA_TRY(cudaMemsetAsync(flags, 0, check_flags_.bytes(), stream));
     KVTWIN_TRY_STATUS(flag_outside(loc, lanes, 0, allocator.slot_count(loc_side), flags + 0, stream));
   }
@@ -90,17 +93,20 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
     p.tombstone_live = faults.tombstone_live;
     KVTWIN_CUDA_TRY(launch_swa_translate(p, stream));
     final_loc = swa_loc_.get();
-    // With fault 10 a tombstone yields a negative id; the door refuses it instead of writing outside.
-    if (faults.tombstone_live)
-      KVTWIN_TRY_STATUS(flag_outside(final_loc, lanes, 0, allocator.slot_count(placement.sub_pool), flags + 1, stream));
   }
-  if (lanes > 1) {
-    // SPEC 6: two lanes with one non-sink loc would race, and are refused. The door detects them
-    // itself, on the device (sort, then compare neighbours), on the layer's final loc ignoring
-    // sink lanes (docs/decisions.md). This is the `checked` mode of the door; the pool runs it on
-    // every write, whatever op.checked says, because the contract refuses duplicates always (the
-    // model does) and a run must not depend on a caller remembering to ask.
-    const std::int64_t sink = allocator.sink_end(placement.sub_pool);
+  // SPEC 6: two lanes with one non-sink loc would race, and are refused. The door detects them
+  // itself, on the device, on the layer's final loc ignoring sink lanes (docs/decisions.md). This
+  // is the `checked` mode of the door; the pool runs it on every write, whatever op.checked says,
+  // because the contract refuses duplicates always (the model does) and a run must not depend on
+  // a caller remembering to ask.
+  const std::int64_t sink = allocator.sink_end(placement.sub_pool);
+  if (one_launch)
+    KVTWIN_TRY_STATUS(check_write_loc(loc, final_loc, lanes, allocator.slot_count(loc_side), sink, flags, stream));
+  // With fault 10 a tombstone yields a negative id; the door refuses it instead of writing outside.
+  if (swa_layer && lanes > 0 && faults.tombstone_live)
+    KVTWIN_TRY_STATUS(flag_outside(final_loc, lanes, 0, allocator.slot_count(placement.sub_pool), flags + 1, stream));
+  if (lanes > 1 && !one_launch) {
+    // Sorted, then neighbours compared.
     KVTWIN_TRY_STATUS(duplicate_sorted_.reserve(static_cast<std::size_t>(lanes)));
     KVTWIN_TRY_STATUS(duplicate_keys_.reserve(static_cast<std::size_t>(lanes)));
     KVTWIN_TRY_STATUS(sink_to_zero(final_loc, lanes, sink, duplicate_keys_.get(), stream));

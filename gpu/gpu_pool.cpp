@@ -6,6 +6,7 @@
 #include "gpu/gpu_pool.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <string_view>
 #include <variant>
@@ -38,9 +39,17 @@ Error out_of_range(std::string message) { return make_error(ErrorKind::out_of_ra
 GpuPool::GpuPool(Faults faults) : faults_(faults) {
   const char* env = std::getenv("KVTWIN_GPU_SYNC_EACH_OP");
   sync_each_op_ = env != nullptr && std::string_view(env) == "1";
+  const char* profile = std::getenv("KVTWIN_PROFILE");
+  profile_syncs_ = profile != nullptr && std::string_view(profile) == "1";
 }
 
 GpuPool::~GpuPool() {
+  if (profile_syncs_) {
+    std::fprintf(stderr, "kvtwin profile: gpu host synchronizations by operation\n");
+    for (const auto& [name, counts] : syncs_by_op_)
+      std::fprintf(stderr, "  %-24s %10llu ops %10llu syncs\n", name.c_str(), static_cast<unsigned long long>(counts.first),
+                   static_cast<unsigned long long>(counts.second));
+  }
   graphs_.clear();
   batches_.clear();
   if (stream_ != nullptr) {
@@ -83,6 +92,11 @@ OpResult GpuPool::apply(const Op& op) {
   // Did a synchronization of the stream succeed during this operation? Then every earlier
   // operation's device work completed without error.
   const bool synchronized = stream_syncs(stream_) != syncs_before;
+  if (profile_syncs_) {
+    auto& counts = syncs_by_op_[std::string(op_name(op))];
+    ++counts.first;
+    counts.second += stream_syncs(stream_) - syncs_before;
+  }
   if (!result.ok() && result.error().kind == ErrorKind::environment) {
     // A CUDA call failed, perhaps halfway through, perhaps reporting earlier work: what the device
     // holds is no longer known, so the backend is poisoned and refuses everything after, with
@@ -761,7 +775,7 @@ Result<std::vector<std::uint8_t>> GpuPool::raw_bytes(std::uint64_t offset, std::
   return bytes_.download(offset, length, stream_);
 }
 
-Result<std::uint64_t> GpuPool::bytes_digest(std::span<const ByteRange> ranges) const {
+Status GpuPool::check_digest_ranges(std::span<const ByteRange> ranges) const {
   KVTWIN_TRY_STATUS(require_pool());
   if (config_.tables_only)
     return make_error(ErrorKind::unsupported, "bytes_digest: this pool is tables-only and holds no bytes");
@@ -769,7 +783,45 @@ Result<std::uint64_t> GpuPool::bytes_digest(std::span<const ByteRange> ranges) c
     if (r.offset > config_.total_bytes || r.length > config_.total_bytes - r.offset)
       return out_of_range("bytes_digest: [" + std::to_string(r.offset) + ", +" + std::to_string(r.length) +
                           ") is outside the pool's " + std::to_string(config_.total_bytes) + " bytes");
+  return ok_status();
+}
+
+Result<std::uint64_t> GpuPool::bytes_digest(std::span<const ByteRange> ranges) const {
+  KVTWIN_TRY_STATUS(check_digest_ranges(ranges));
   return bytes_.digest(ranges, stream_);
+}
+
+// A CUDA failure of a deferred digest poisons the pool as one of an operation does.
+Status GpuPool::poison_on_failure(Status status) {
+  if (!status.ok() && status.error().kind == ErrorKind::environment && poisoned_.empty())
+    poisoned_ = status.error().message;
+  return status;
+}
+
+Status GpuPool::queue_tables_digest() {
+  KVTWIN_TRY_STATUS(require_pool());
+  return poison_on_failure([&]() -> Status {
+    KVTWIN_TRY(unsigned long long* slot, deferred_digests_.next_slot(stream_));
+    KVTWIN_TRY(const std::uint64_t host_terms,
+               allocator_.add_tables_digest_terms(slot, stream_, state_.built() ? &state_ : nullptr));
+    deferred_digests_.add_host_terms(host_terms);
+    return ok_status();
+  }());
+}
+
+Status GpuPool::queue_bytes_digest(std::span<const ByteRange> ranges) {
+  KVTWIN_TRY_STATUS(check_digest_ranges(ranges));
+  return poison_on_failure([&]() -> Status {
+    KVTWIN_TRY(unsigned long long* slot, deferred_digests_.next_slot(stream_));
+    return bytes_.add_digest(ranges, slot, stream_);
+  }());
+}
+
+Result<std::vector<std::uint64_t>> GpuPool::collect_digests() {
+  KVTWIN_TRY_STATUS(require_pool());
+  Result<std::vector<std::uint64_t>> out = deferred_digests_.collect(stream_);
+  if (!out.ok()) (void)poison_on_failure(out.error());
+  return out;
 }
 
 }  // namespace kvtwin::gpu

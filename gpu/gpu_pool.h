@@ -35,6 +35,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,6 +47,7 @@
 #include "core/pool_config.h"
 #include "gpu/batches.h"
 #include "gpu/decode_step.h"
+#include "gpu/deferred_digests.h"
 #include "gpu/device_allocator.h"
 #include "gpu/doors.h"
 #include "gpu/faults.h"
@@ -74,6 +76,12 @@ class GpuPool final : public Backend {
   Result<std::vector<std::uint8_t>> raw_bytes(std::uint64_t offset, std::uint64_t length) const override;
   // The digest of byte ranges computed on the device (core/bytes_digest.h): eight bytes back.
   Result<std::uint64_t> bytes_digest(std::span<const ByteRange> ranges) const override;
+  // The same two digests queued on the stream, and every queued one answered with one copy and
+  // one synchronization (deferred_digests.h).
+  bool digests_are_far() const override { return true; }
+  Status queue_tables_digest() override;
+  Status queue_bytes_digest(std::span<const ByteRange> ranges) override;
+  Result<std::vector<std::uint64_t>> collect_digests() override;
 
   // The backend's own invariant check (gpu/device_invariants.h): downloads every side's device
   // tables and holds the host counters (watermarks, allocated and hole counts, the free queue's
@@ -139,6 +147,8 @@ class GpuPool final : public Backend {
   std::vector<PageMove> relocation_moves(const std::optional<FloatRelocation>& relocation) const;
 
   Status require_pool() const;
+  Status check_digest_ranges(std::span<const ByteRange> ranges) const;
+  Status poison_on_failure(Status status);
   Result<std::size_t> side_named(std::string_view sub_pool, std::string_view what) const;
   // A free plan past the readers' gate, then committed.
   OpResult commit_checked(const DeviceAllocator::FreePlan& plan);
@@ -159,6 +169,10 @@ class GpuPool final : public Backend {
   // synchronization), oldest first, at most kMaxUnsynchronized of them.
   static constexpr std::size_t kMaxUnsynchronized = 16;
   std::vector<std::string> unsynchronized_;
+  // With KVTWIN_PROFILE=1: per operation kind, how many were applied and how many host
+  // synchronizations of the stream they made, printed to stderr when the pool goes.
+  bool profile_syncs_ = false;
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> syncs_by_op_;
   cudaStream_t stream_ = nullptr;
   bool built_ = false;
   PoolConfig config_;
@@ -174,6 +188,7 @@ class GpuPool final : public Backend {
   PinnedHostArena host_arena_;  // built when host_bytes > 0
   HostTransfers transfers_;
   DeviceStatePool state_;  // built on a hybrid chain
+  DeferredDigests deferred_digests_;  // queued digests, across builds until collected
   // The storage tier (storage_bytes > 0): opened at its first operation, dropped at a build.
   std::string storage_parent_;
   std::unique_ptr<ScratchPageStore> store_;

@@ -53,7 +53,8 @@ Result<std::vector<std::uint8_t>> DevicePoolBytes::download(std::uint64_t offset
   return out;
 }
 
-Result<std::uint64_t> DevicePoolBytes::digest(std::span<const ByteRange> ranges, cudaStream_t stream) const {
+Status DevicePoolBytes::add_digest(std::span<const ByteRange> ranges, unsigned long long* sum,
+                                   cudaStream_t stream) const {
   // Chunks of at most 64 KiB, cut at 8-byte boundaries of the pool (a word is never split), so
   // that a long range (a page envelope a move wrote) spreads over many blocks.
   constexpr std::uint64_t kChunk = std::uint64_t{64} << 10;
@@ -68,26 +69,41 @@ Result<std::uint64_t> DevicePoolBytes::digest(std::span<const ByteRange> ranges,
       at = next;
     }
   }
-  if (chunks.empty()) return std::uint64_t{0};
-  KVTWIN_TRY_STATUS(digest_staging_.reserve(std::max<std::size_t>(chunks.size(), 2)));
-  KVTWIN_TRY_STATUS(digest_ranges_.reserve(chunks.size()));
-  KVTWIN_TRY_STATUS(digest_sum_.reserve(1));
-  // The staging buffer is reused at the next call only after this one synchronized.
-  std::copy(chunks.begin(), chunks.end(), digest_staging_.get());
-  KVTWIN_CUDA_TRY(cudaMemcpyAsync(digest_ranges_.get(), digest_staging_.get(), chunks.size() * sizeof(std::uint64_t),
-                                  cudaMemcpyHostToDevice, stream));
-  KVTWIN_CUDA_TRY(cudaMemsetAsync(digest_sum_.get(), 0, sizeof(unsigned long long), stream));
+  if (chunks.empty()) return ok_status();
+  if (digest_ring_used_ + chunks.size() > digest_staging_.size()) {
+    // The ring is full: once the stream has drained, nothing queued reads it any more.
+    if (digest_ring_used_ > 0) KVTWIN_CUDA_SYNC(stream);
+    digest_ring_used_ = 0;
+    const std::size_t want = std::max<std::size_t>(chunks.size(), 64 * 1024);
+    KVTWIN_TRY_STATUS(digest_staging_.reserve(want));
+    KVTWIN_TRY_STATUS(digest_ranges_.reserve(want));
+  }
+  std::uint64_t* staged = digest_staging_.get() + digest_ring_used_;
+  std::uint64_t* device_ranges = digest_ranges_.get() + digest_ring_used_;
+  std::copy(chunks.begin(), chunks.end(), staged);
+  KVTWIN_CUDA_TRY(cudaMemcpyAsync(device_ranges, staged, chunks.size() * sizeof(std::uint64_t), cudaMemcpyHostToDevice,
+                                  stream));
+  digest_ring_used_ += chunks.size();
   BytesDigestParams p;
   p.pool = buffer_.get();
-  p.ranges = digest_ranges_.get();
+  p.ranges = device_ranges;
   p.count = static_cast<std::int64_t>(chunks.size() / 2);
-  p.sum = digest_sum_.get();
+  p.sum = sum;
   KVTWIN_CUDA_TRY(launch_bytes_digest(p, stream));
-  // The sum comes back through the staging buffer's first word (pinned: a true async copy).
-  KVTWIN_CUDA_TRY(cudaMemcpyAsync(digest_staging_.get(), digest_sum_.get(), sizeof(unsigned long long),
+  return ok_status();
+}
+
+Result<std::uint64_t> DevicePoolBytes::digest(std::span<const ByteRange> ranges, cudaStream_t stream) const {
+  KVTWIN_TRY_STATUS(digest_sum_.reserve(1));
+  KVTWIN_TRY_STATUS(digest_landed_.reserve(1));
+  KVTWIN_CUDA_TRY(cudaMemsetAsync(digest_sum_.get(), 0, sizeof(unsigned long long), stream));
+  KVTWIN_TRY_STATUS(add_digest(ranges, digest_sum_.get(), stream));
+  // The sum comes back through pinned memory (a true async copy).
+  KVTWIN_CUDA_TRY(cudaMemcpyAsync(digest_landed_.get(), digest_sum_.get(), sizeof(unsigned long long),
                                   cudaMemcpyDeviceToHost, stream));
   KVTWIN_CUDA_SYNC(stream);
-  return static_cast<std::uint64_t>(digest_staging_.get()[0]);
+  digest_ring_used_ = 0;  // the stream drained: the whole ring is free again
+  return static_cast<std::uint64_t>(digest_landed_.get()[0]);
 }
 
 }  // namespace kvtwin::gpu

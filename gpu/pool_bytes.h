@@ -44,15 +44,22 @@ class DevicePoolBytes {
   // The digest of `ranges` (core/bytes_digest.h; the caller checked them), computed on the device:
   // the ranges go up, eight bytes come back; synchronizes the stream.
   Result<std::uint64_t> digest(std::span<const ByteRange> ranges, cudaStream_t stream) const;
+  // The same digest added into the device word `sum`, without a synchronization (a deferred
+  // digest, deferred_digests.h). The ranges' staging is a ring: it synchronizes only when full.
+  Status add_digest(std::span<const ByteRange> ranges, unsigned long long* sum, cudaStream_t stream) const;
 
  private:
   DeviceBuffer<std::uint8_t> buffer_;
   std::vector<std::uint64_t> page_bytes_;             // per side: its page envelope (page_size * E)
   std::vector<std::uint64_t> shape_page_bytes_;       // per side: page_size * the first part's row (the fault's envelope)
-  // digest()'s scratch: the ranges as (offset, length) chunks, staged in pinned memory, and the sum.
+  // The digests' scratch: the ranges as (offset, length) chunks, staged in pinned memory and
+  // copied up, a ring of which [0, digest_ring_used_) may still be read by queued work; the sum of
+  // digest(), coming back through digest_landed_.
   mutable PinnedBuffer<std::uint64_t> digest_staging_;
   mutable DeviceBuffer<std::uint64_t> digest_ranges_;
+  mutable std::size_t digest_ring_used_ = 0;
   mutable DeviceBuffer<unsigned long long> digest_sum_;
+  mutable PinnedBuffer<unsigned long long> digest_landed_;
 };
 
 }  // namespace kvtwin::gpu

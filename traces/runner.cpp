@@ -4,7 +4,11 @@
 #include <cstdio>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <map>
 #include <stdexcept>
+#include <string_view>
 
 #include "core/check.h"
 #include "core/oracle.h"
@@ -45,6 +49,61 @@ std::optional<std::string> diff_list(const std::string& side, const char* field,
            " but " + std::to_string(b.size()) + " in " + std::string(nb) + " (first " + std::to_string(n) + " agree)";
   return std::nullopt;
 }
+
+}  // namespace
+
+// Where a run's time goes (KVTWIN_PROFILE=1): wall time and calls per phase, printed to stderr,
+// largest first, when the last runner holding it goes. A developer's diagnostic for the GPU,
+// which has no perf: nothing a run decides or reports depends on it.
+struct RunProfile {
+  struct Phase {
+    std::uint64_t calls = 0;
+    double seconds = 0;
+  };
+  std::map<std::string, Phase> phases;
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+
+  ~RunProfile() {
+    const double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    std::vector<std::pair<std::string, Phase>> rows(phases.begin(), phases.end());
+    std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+    std::fprintf(stderr, "kvtwin profile: %.3f s in the runner's life\n", total);
+    for (const auto& [name, p] : rows)
+      std::fprintf(stderr, "  %-36s %10llu calls %10.3f s %9.2f us/call %5.1f%%\n", name.c_str(),
+                   static_cast<unsigned long long>(p.calls), p.seconds, p.calls ? 1e6 * p.seconds / p.calls : 0.0,
+                   total > 0 ? 100.0 * p.seconds / total : 0.0);
+  }
+};
+
+namespace {
+
+bool profile_requested() {
+  const char* v = std::getenv("KVTWIN_PROFILE");
+  return v != nullptr && std::string_view(v) == "1";
+}
+
+// Adds the time from its construction to its end to one phase of a profile (nothing without one).
+class PhaseTimer {
+ public:
+  PhaseTimer(RunProfile* profile, std::string_view phase) : profile_(profile) {
+    if (profile_ == nullptr) return;
+    phase_ = phase;
+    start_ = std::chrono::steady_clock::now();
+  }
+  ~PhaseTimer() {
+    if (profile_ == nullptr) return;
+    RunProfile::Phase& p = profile_->phases[phase_];
+    ++p.calls;
+    p.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  PhaseTimer(const PhaseTimer&) = delete;
+  PhaseTimer& operator=(const PhaseTimer&) = delete;
+
+ private:
+  RunProfile* profile_;
+  std::string phase_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 }  // namespace
 
@@ -125,6 +184,7 @@ std::uint64_t resolve_verify_every(const CheckCadence& cadence, const PoolConfig
 Runner::Runner(std::vector<Player> players, CheckCadence cadence) : players_(std::move(players)), cadence_(cadence) {
   KVTWIN_CHECK(!players_.empty() && players_.size() <= 2, "the runner plays one or two backends");
   for (const Player& p : players_) KVTWIN_CHECK(p.backend != nullptr, "a player without a backend");
+  if (profile_requested()) profile_ = std::make_shared<RunProfile>();
 }
 
 void Runner::add_observer(RunObserver* observer) {
@@ -169,6 +229,19 @@ bool Runner::check_tables(bool whole) {
   const Backend& x = *players_[0].backend;
   const Backend& y = *players_[1].backend;
   std::uint64_t digest_x = 0, digest_y = 0;
+  // A checkpoint compares whole tables: every deferred comparison before it first.
+  if (whole && !settle_deferred()) return false;
+  if (!whole && defers()) {
+    // Deferred (CheckCadence::compare_window): the first backend's digest now, the second's
+    // queued, both compared when the window closes; a difference then fails the run at this op.
+    Result<std::uint64_t> dx = x.tables_digest();
+    if (!dx.ok()) return fail("tables", "a backend cannot digest its tables: " + dx.error().message);
+    if (Status queued = players_[1].backend->queue_tables_digest(); !queued.ok())
+      return fail("tables", std::string(y.name()) + " cannot queue a digest of its tables: " + queued.error().message);
+    deferred_.push_back(DeferredComparison{DeferredComparison::Kind::tables, step_, line_, *current_op_, *dx, {}});
+    tables_matched_ = true;
+    return deferred_.size() < cadence_.compare_window || settle_deferred();
+  }
   if (!whole) {
     // Between checkpoints: the two backends' table digests, each computed where its tables live
     // (core/tables_digest.h); the tables come back only when the digests differ, to name the
@@ -254,6 +327,15 @@ bool Runner::check_touched() {
       merged.push_back(r);
     }
   }
+  if (defers()) {
+    // Deferred, as the tables' digests are (check_tables); when either backend cannot digest or
+    // queue, compared at once below.
+    Result<std::uint64_t> a = players_[0].backend->bytes_digest(merged);
+    if (a.ok() && players_[1].backend->queue_bytes_digest(merged).ok()) {
+      deferred_.push_back(DeferredComparison{DeferredComparison::Kind::touched, step_, line_, *current_op_, *a, merged});
+      return deferred_.size() < cadence_.compare_window || settle_deferred();
+    }
+  }
   // Digests first; the bytes themselves only to name the first one that differs.
   if (bytes_digests_agree(merged)) {
     ++stats_.touched_compared;
@@ -277,6 +359,80 @@ bool Runner::check_touched() {
     }
   }
   ++stats_.touched_compared;
+  return true;
+}
+
+bool Runner::defers() const {
+  return players_.size() == 2 && cadence_.compare_window > 1 && players_[1].backend->digests_are_far();
+}
+
+bool Runner::settle_deferred() {
+  if (deferred_.empty()) return true;
+  std::vector<DeferredComparison> pending;
+  pending.swap(deferred_);
+  const std::uint64_t now = step_;
+  const Backend& x = *players_[0].backend;
+  const Backend& y = *players_[1].backend;
+  // The failure belongs to the op whose digest differed, not to the op being checked now.
+  const auto fail_at = [&](const DeferredComparison& d, std::string message) {
+    step_ = d.step;
+    line_ = d.line;
+    fail(d.kind == DeferredComparison::Kind::tables ? "tables" : "touched", std::move(message));
+    failure_->op = op_to_line(d.op, std::nullopt);
+    return false;
+  };
+  Result<std::vector<std::uint64_t>> answers = players_[1].backend->collect_digests();
+  if (!answers.ok())
+    return fail_at(pending.front(), std::string(y.name()) + " cannot answer its deferred digests: " + answers.error().message);
+  KVTWIN_CHECK(answers->size() == pending.size(), "a backend answered " + std::to_string(answers->size()) +
+                                                      " deferred digests for " + std::to_string(pending.size()) + " queued");
+  const std::string window = "found when the window of deferred comparisons (compare window " +
+                             std::to_string(cadence_.compare_window) + ") was compared, at step " + std::to_string(now);
+  const std::string rerun = "; replay with --compare-window 1 to compare right after this operation and name the first "
+                            "difference as it was then";
+  for (std::size_t i = 0; i < pending.size(); ++i) {
+    const DeferredComparison& d = pending[i];
+    const std::uint64_t got = (*answers)[i];
+    if (got == d.expected) {
+      if (d.kind == DeferredComparison::Kind::tables) {
+        ++stats_.tables_compared;
+        ++stats_.tables_digests_compared;
+      } else {
+        ++stats_.touched_compared;
+        ++stats_.touched_by_digest;
+      }
+      continue;
+    }
+    const std::string digests = std::string(x.name()) + " " + hex_u64(d.expected) + ", " + std::string(y.name()) + " " +
+                                hex_u64(got);
+    if (d.kind == DeferredComparison::Kind::tables) {
+      // What the tables show now, as a lead: the op above is where they first differed.
+      std::string later = "their tables could not be read at step " + std::to_string(now);
+      Result<PoolTables> a = x.tables();
+      Result<PoolTables> b = y.tables();
+      if (a.ok() && b.ok()) {
+        const std::optional<std::string> diff = diff_tables(*a, *b, x.name(), y.name());
+        later = diff ? "at step " + std::to_string(now) + " they differ: " + *diff
+                     : "at step " + std::to_string(now) + " the tables they show are equal";
+      }
+      return fail_at(d, "the allocator tables' digests differ after this operation (" + digests + "), " + window + "; " +
+                            later + rerun);
+    }
+    std::string later;
+    for (const ByteRange& r : d.ranges) {
+      Result<std::vector<std::uint8_t>> a = x.raw_bytes(r.offset, r.length);
+      Result<std::vector<std::uint8_t>> b = y.raw_bytes(r.offset, r.length);
+      if (!a.ok() || !b.ok() || *a == *b) continue;
+      std::size_t j = 0;
+      while (j < a->size() && j < b->size() && (*a)[j] == (*b)[j]) ++j;
+      const std::uint64_t byte = r.offset + j;
+      later = "; at step " + std::to_string(now) + " they differ first at byte " + std::to_string(byte) + ": " +
+              std::string(x.name()) + " has " + hex_byte((*a)[j]) + ", " + std::string(y.name()) + " has " +
+              hex_byte((*b)[j]) + describe_byte(byte);
+      break;
+    }
+    return fail_at(d, "the digests of the bytes this operation wrote differ (" + digests + "), " + window + later + rerun);
+  }
   return true;
 }
 
@@ -374,12 +530,30 @@ bool Runner::check_pools() {
 }
 
 std::optional<OpResult> Runner::play(const Op& op, const std::optional<OpResult>& expect, std::uint64_t line) {
+  current_op_ = &op;
+  std::optional<OpResult> result = play_and_check(op, expect, line);
+  current_op_ = nullptr;
+  if (!result && !deferred_.empty()) {
+    // An earlier op's deferred comparison may have failed first: that is the run's first failure.
+    std::optional<Failure> this_op = std::move(failure_);
+    failure_.reset();
+    InvariantScope scope;
+    try {
+      if (settle_deferred()) failure_ = std::move(this_op);
+    } catch (const InvariantFailure&) {
+      failure_ = std::move(this_op);
+    }
+  }
+  return result;
+}
+
+std::optional<OpResult> Runner::play_and_check(const Op& op, const std::optional<OpResult>& expect, std::uint64_t line) {
   KVTWIN_CHECK(!failure_, "Runner::play after a failed check; the run is over");
   line_ = line;
   op_text_.clear();
   const auto failed = [&](bool ok) {
     if (ok) return false;
-    failure_->op = op_to_line(op, std::nullopt);
+    if (failure_->op.empty()) failure_->op = op_to_line(op, std::nullopt);  // a deferred one names its own op
     return true;
   };
   std::vector<OpResult> results;
@@ -389,7 +563,12 @@ std::optional<OpResult> Runner::play(const Op& op, const std::optional<OpResult>
     InvariantScope scope;
     try {
       for (RunObserver* o : observers_) o->before(*this, op);
-      for (Player& p : players_) results.push_back(p.backend->apply(op));
+      for (Player& p : players_) {
+        const PhaseTimer timer(profile_.get(), profile_ ? "apply " + std::string(p.backend->name()) + " " +
+                                                              std::string(op_name(op))
+                                                        : std::string());
+        results.push_back(p.backend->apply(op));
+      }
     } catch (const InvariantFailure& e) {
       failed(fail("invariant", e.what()));
       return std::nullopt;
@@ -434,13 +613,32 @@ std::optional<OpResult> Runner::play(const Op& op, const std::optional<OpResult>
   try {
     const bool verify_runs = checkpoint || (verify_every_ != 0 && n % verify_every_ == 0);
     const bool changed_runs = !verify_runs && cadence_.verify_changed;
-    if (verify_runs && failed(check_verify(false, checkpoint))) return std::nullopt;
-    if (changed_runs && failed(check_verify(true, checkpoint))) return std::nullopt;
-    if ((checkpoint || (cadence_.tables_every != 0 && n % cadence_.tables_every == 0)) &&
-        (failed(check_tables(checkpoint)) || failed(check_invariants(verify_runs, changed_runs))))
-      return std::nullopt;
-    if (failed(check_touched())) return std::nullopt;
-    if (checkpoint && failed(check_pools())) return std::nullopt;
+    RunProfile* const prof = profile_.get();
+    if (verify_runs) {
+      const PhaseTimer timer(prof, "check verify");
+      if (failed(check_verify(false, checkpoint))) return std::nullopt;
+    }
+    if (changed_runs) {
+      const PhaseTimer timer(prof, "check verify_changed");
+      if (failed(check_verify(true, checkpoint))) return std::nullopt;
+    }
+    if (checkpoint || (cadence_.tables_every != 0 && n % cadence_.tables_every == 0)) {
+      {
+        const PhaseTimer timer(prof, checkpoint ? "check tables whole" : "check tables digest");
+        if (failed(check_tables(checkpoint))) return std::nullopt;
+      }
+      const PhaseTimer timer(prof, "check invariants");
+      if (failed(check_invariants(verify_runs, changed_runs))) return std::nullopt;
+    }
+    {
+      const PhaseTimer timer(prof, "check touched");
+      if (failed(check_touched())) return std::nullopt;
+    }
+    if (checkpoint) {
+      const PhaseTimer timer(prof, "check pools");
+      if (failed(check_pools())) return std::nullopt;
+    }
+    const PhaseTimer observers_timer(prof, "observers");
     for (RunObserver* o : observers_) {
       if (std::optional<RunObserver::Finding> f = o->after(*this, op, results)) {
         failed(fail(f->check, f->message));
@@ -470,7 +668,7 @@ bool Runner::finish() {
         if (const OpResult r = p.backend->apply(Checkpoint{}); !r.ok())
           return fail("pool", std::string(p.backend->name()) + " cannot land its transfers at the end of the run: " +
                                   r.error().message);
-    return check_verify(false, true) && check_tables(true) && check_invariants(true, false) && check_pools();
+    return settle_deferred() && check_verify(false, true) && check_tables(true) && check_invariants(true, false) && check_pools();
   } catch (const InvariantFailure& e) {
     return fail("invariant", e.what());
   }

@@ -36,6 +36,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -74,6 +75,7 @@ struct Player {
 };
 
 class Runner;
+struct RunProfile;  // runner.cpp: where a run's time goes, when KVTWIN_PROFILE=1 asks
 
 // One operation as every backend answered it, before any check (what a watcher sees).
 struct OpEvent {
@@ -119,12 +121,21 @@ class RunObserver {
 inline constexpr std::uint64_t kVerifyAuto = UINT64_MAX;
 inline constexpr std::uint64_t kVerifyEveryOpMaxBytes = std::uint64_t{4} << 20;
 
+inline constexpr std::uint64_t kDefaultCompareWindow = 256;
+
 struct CheckCadence {
   std::uint64_t tables_every = 1;            // compare tables after every Nth op (two backends); 0 = only at the end
   std::uint64_t verify_every = kVerifyAuto;  // run verify() after every Nth op; 0 = only at checkpoints and the end
   bool compare_pools = true;                 // at checkpoints and at the end (two backends with bytes)
   bool compare_touched = true;               // the bytes each op wrote, right after it (two backends with bytes)
   bool verify_changed = true;                // after every op the full verify skips, the incremental one
+  // With two backends: the second one's digests (of its tables, and of the bytes an op wrote) are
+  // queued after each op and compared in windows of this many ops (Backend::queue_tables_digest):
+  // a device answers a window with one transfer instead of a synchronization an op. A window is
+  // also compared at every checkpoint, at the end, and before any other failure is reported, so a
+  // failure still names the first op whose digest differed. 1: compared right after every op.
+  // Only a second backend whose digests are far away (Backend::digests_are_far: the GPU) defers.
+  std::uint64_t compare_window = kDefaultCompareWindow;
 };
 
 // The verify cadence auto means for a pool of this configuration.
@@ -201,6 +212,13 @@ class Runner {
   bool check_verify(bool incremental, bool checkpoint);
   bool check_touched();
   bool check_pools();
+  // Compares every deferred digest (compare_window) with the second backend's answers, oldest
+  // first; false, with the failure at the first op whose digests differ, when one does.
+  bool settle_deferred();
+  // Whether this run's digests of the second player are deferred (compare_window).
+  bool defers() const;
+  // The checks of one op (play() is this, then the deferred comparisons before a failure).
+  std::optional<OpResult> play_and_check(const Op& op, const std::optional<OpResult>& expect, std::uint64_t line);
   // Whether the first two players' digests of `ranges` agree (false when either cannot digest).
   bool bytes_digests_agree(std::span<const ByteRange> ranges) const;
   std::string describe_byte(std::uint64_t byte) const;
@@ -212,12 +230,28 @@ class Runner {
   RunStats stats_;
   std::optional<Failure> failure_;
   bool tables_matched_ = false;  // this step's check_tables found the two players' tables equal
+  // (or, deferred, will have: a difference found later fails the run at this step)
+  // A digest comparison of the window not compared yet: the op, and the first player's digest.
+  struct DeferredComparison {
+    enum class Kind { tables, touched } kind = Kind::tables;
+    std::uint64_t step = 0;
+    std::uint64_t line = 0;
+    Op op;
+    std::uint64_t expected = 0;
+    std::vector<ByteRange> ranges;  // touched: what the op wrote (merged)
+  };
+  std::vector<DeferredComparison> deferred_;
+  const Op* current_op_ = nullptr;  // the op play() is checking (for deferred comparisons)
   std::optional<PoolConfig> config_;
   std::optional<PoolDerived> derived_;
   // The op being checked (for failure reports).
   std::uint64_t step_ = 0;
   std::uint64_t line_ = 0;
   std::string op_text_;
+  // With KVTWIN_PROFILE=1 in the environment: wall time per backend and operation kind and per
+  // check, printed to stderr when the runner goes (a developer's view of where a run's time goes;
+  // no run's result depends on it). Null otherwise.
+  std::shared_ptr<RunProfile> profile_;
 };
 
 // Comparison helpers, exposed for tests: nullopt when equal, else the first difference.

@@ -282,6 +282,122 @@ TEST(Runner, PoolBytesThatDifferNameTheirPageSlotLayerPartAndByte) {
   EXPECT_THAT(r.failure->message, HasSubstr("model says:")) << "the model names what the oracle expects there";
 }
 
+// A backend that says its digests are far away (as the GPU's are), so that the runner defers them
+// (CheckCadence::compare_window); everything else is the model's it wraps, planted or not.
+class FarAway final : public Backend {
+ public:
+  explicit FarAway(Backend& inner) : inner_(inner) {}
+  std::string_view name() const override { return inner_.name(); }
+  OpResult apply(const Op& op) override { return inner_.apply(op); }
+  Result<PoolTables> tables() const override { return inner_.tables(); }
+  Result<std::uint64_t> tables_digest() const override { return inner_.tables_digest(); }
+  Result<std::vector<std::uint8_t>> raw_bytes(std::uint64_t offset, std::uint64_t length) const override {
+    return inner_.raw_bytes(offset, length);
+  }
+  Result<std::uint64_t> bytes_digest(std::span<const ByteRange> ranges) const override {
+    return inner_.bytes_digest(ranges);
+  }
+  bool digests_are_far() const override { return true; }
+  std::uint64_t queued = 0;  // digests queued (the default queue computes them at once)
+  Status queue_tables_digest() override {
+    ++queued;
+    return Backend::queue_tables_digest();
+  }
+  Status queue_bytes_digest(std::span<const ByteRange> ranges) override {
+    ++queued;
+    return Backend::queue_bytes_digest(ranges);
+  }
+
+ private:
+  Backend& inner_;
+};
+
+// The plain model beside a far-away copy with `fault` planted ("" for none).
+ReplayReport replay_far_pair(const PoolTrace& t, const std::string& fault, CheckCadence cadence,
+                             std::uint64_t* queued = nullptr) {
+  BackendSet b;
+  auto plain = std::make_unique<sim::Model>();
+  std::unique_ptr<sim::Model> other = std::make_unique<sim::Model>();
+  if (!fault.empty()) {
+    Result<std::unique_ptr<sim::Model>> planted = make_planted_model(fault);
+    KVTWIN_CHECK(planted.ok(), "a model fault");
+    other = std::move(*planted);
+  }
+  auto far = std::make_unique<FarAway>(*other);
+  Player second = model_player(*other);
+  second.backend = far.get();
+  b.players = {model_player(*plain), second};
+  FarAway* far_raw = far.get();
+  b.owned.push_back(std::move(plain));
+  b.owned.push_back(std::move(other));
+  b.owned.push_back(std::move(far));
+  ReplayReport r = replay_on(t, b, cadence);
+  if (queued != nullptr) *queued = far_raw->queued;
+  return r;
+}
+
+TEST(Runner, DeferredDigestsAreAllComparedOnACleanRun) {
+  const PoolTrace t = parse(docs_example());
+  CheckCadence cadence;
+  cadence.compare_window = 3;
+  std::uint64_t queued = 0;
+  const ReplayReport r = replay_far_pair(t, "", cadence, &queued);
+  ASSERT_TRUE(r.passed()) << r.failure->describe();
+  // Every op's tables as without a window: by digest between checkpoints, whole at the checkpoint
+  // and at the end; each digest between them queued on the far side.
+  EXPECT_EQ(r.stats.tables_compared, r.stats.ops + 1);
+  EXPECT_EQ(r.stats.tables_digests_compared, r.stats.tables_compared - 2);
+  EXPECT_EQ(queued, r.stats.tables_digests_compared + r.stats.touched_by_digest);
+  EXPECT_GT(r.stats.touched_by_digest, 0u) << "the example writes rows";
+}
+
+TEST(Runner, ADeferredTablesDifferenceNamesTheOpWhereItBegan) {
+  // As TablesThatDivergeAreReportedEntryByEntry: the planted copy keeps the first request of a
+  // refused alloc_many (line 2). With a window of 8 the tables are not compared then; the next
+  // alloc answers differently (line 3), and the deferred comparison, made before that failure is
+  // reported, names line 2.
+  const PoolTrace t = parse(header(tp8_config()) + R"({"op":"alloc_many","tokens":[48,48]})" + "\n" +
+                            R"({"op":"alloc","tokens":4})" + "\n");
+  CheckCadence cadence;
+  cadence.compare_window = 8;
+  const ReplayReport r = replay_far_pair(t, "model_alloc_many_partial", cadence);
+  ASSERT_FALSE(r.passed());
+  EXPECT_EQ(r.failure->check, "tables");
+  EXPECT_EQ(r.failure->line, 2u);
+  EXPECT_THAT(r.failure->op, HasSubstr("alloc_many"));
+  EXPECT_THAT(r.failure->message, HasSubstr("digests differ after this operation"));
+  EXPECT_THAT(r.failure->message, HasSubstr("compare window 8"));
+  EXPECT_THAT(r.failure->message, HasSubstr("at step 2 they differ: side 'full' v2p["));
+  EXPECT_THAT(r.failure->message, HasSubstr("--compare-window 1"));
+  // With a window of 1 the same divergence is found right after line 2, entry by entry.
+  cadence.compare_window = 1;
+  const ReplayReport now = replay_far_pair(t, "model_alloc_many_partial", cadence);
+  ASSERT_FALSE(now.passed());
+  EXPECT_EQ(now.failure->line, 2u);
+  EXPECT_THAT(now.failure->message, HasSubstr("side 'full' v2p[1]: model has -1, model_alloc_many_partial has 1"));
+}
+
+TEST(Runner, ADeferredBytesDifferenceIsFoundByTheNextCheckpoint) {
+  // As PoolBytesThatDifferNameTheirPageSlotLayerPartAndByte: the planted door writes write 0's row
+  // at line 5; the window (100) stays open until the checkpoint (line 7), which compares it first.
+  const PoolConfig c = tp8_config();
+  const PoolTrace t =
+      parse(header(c) + R"({"op":"alloc","tokens":4})" + "\n" + R"({"op":"batch","batch":0,"tokens":[4,5,6,7]})" +
+            "\n" + R"({"op":"rebind","batch":0})" + "\n" + R"({"op":"write","layer":5,"write_number":1,"batch":0})" +
+            "\n" + R"({"op":"drop_batch","batch":0})" + "\n" + R"({"op":"checkpoint"})" + "\n");
+  CheckCadence cadence;
+  cadence.compare_window = 100;
+  const ReplayReport r = replay_far_pair(t, "model_stale_write", cadence);
+  ASSERT_FALSE(r.passed());
+  EXPECT_EQ(r.failure->check, "touched");
+  EXPECT_EQ(r.failure->line, 5u);
+  EXPECT_THAT(r.failure->op, HasSubstr(R"("op":"write")"));
+  EXPECT_THAT(r.failure->message, HasSubstr("the digests of the bytes this operation wrote differ"));
+  // The bytes are still there at the checkpoint: the first that differs is named, as it is now.
+  EXPECT_THAT(r.failure->message, HasSubstr("at step 6 they differ first at byte "));
+  EXPECT_THAT(r.failure->message, HasSubstr("layer 5 (sub-pool layer 5) part 'k'"));
+}
+
 TEST(Runner, DiffTablesNamesTheFirstDifference) {
   PoolTables a;
   a.sides.push_back(SideTables{"full", {0, 1, -1}, {0, 1, -1}, {2, 3}, 2, {}, 1});

@@ -143,6 +143,11 @@ void add_cadence_options(CLI::App& app, CadenceOptions& o) {
                "the full verify() and table check after every op, whatever the pool's size (slow on large pools)");
   add_count(app, "--tables-every", o.tables_every,
             "compare both backends' tables after every Nth op (0: at checkpoints and the end)");
+  add_count(app, "--compare-window", o.compare_window,
+            "beside the GPU: queue its digests (tables, bytes written) and compare them every N ops, at "
+            "checkpoints and before any failure, which still names the first op that differed (1: right "
+            "after every op, naming the first difference as it was then)",
+            1);
 }
 
 Result<traces::CheckCadence> cadence(const CadenceOptions& o) {
@@ -153,6 +158,7 @@ Result<traces::CheckCadence> cadence(const CadenceOptions& o) {
     KVTWIN_TRY(c.verify_every, parse_count(o.verify_every, "--verify-every"));
   }
   c.tables_every = o.tables_every;
+  c.compare_window = o.compare_window;
   if (o.verify_changed != "on" && o.verify_changed != "off")
     return make_error(ErrorKind::invalid_argument,
                       "--verify-changed '" + printable(o.verify_changed) + "' is neither on nor off; use on (the default) or off");
@@ -163,6 +169,7 @@ Result<traces::CheckCadence> cadence(const CadenceOptions& o) {
                                                          printable(o.verify_every) + " or --paranoid");
     c.verify_every = 1;
     c.tables_every = 1;
+    c.compare_window = 1;
   }
   return c;
 }

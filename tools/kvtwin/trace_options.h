@@ -60,6 +60,7 @@ struct CadenceOptions {
   std::uint64_t tables_every = 1;
   std::string verify_changed = "on";
   bool paranoid = false;
+  std::uint64_t compare_window = traces::kDefaultCompareWindow;
 };
 void add_cadence_options(CLI::App& app, CadenceOptions& options);
 Result<traces::CheckCadence> cadence(const CadenceOptions& options);
