@@ -11,14 +11,24 @@ std::uint64_t tables_digest_counters(std::uint64_t side, std::int64_t watermark,
          tables_digest_term(side, TablesDigestPart::hole_count, 0, static_cast<std::int64_t>(hole_count));
 }
 
+namespace {
+
+std::uint64_t queue_terms(std::uint64_t side, const std::vector<std::int64_t>& queue) {
+  if (queue.empty()) return 0;
+  std::uint64_t sum = free_queue_front_term(side, queue.front());
+  for (std::size_t j = 1; j < queue.size(); ++j) sum += free_queue_link_term(side, queue[j - 1], queue[j]);
+  return sum;
+}
+
+}  // namespace
+
 std::uint64_t digest_tables(const PoolTables& tables) {
   std::uint64_t sum = 0;
   for (std::uint64_t s = 0; s < tables.sides.size(); ++s) {
     const SideTables& t = tables.sides[s];
     for (std::uint64_t r = 0; r < t.v2p.size(); ++r) sum += tables_digest_term(s, TablesDigestPart::v2p, r, t.v2p[r]);
     for (std::uint64_t r = 0; r < t.p2v.size(); ++r) sum += tables_digest_term(s, TablesDigestPart::p2v, r, t.p2v[r]);
-    for (std::uint64_t j = 0; j < t.free_queue.size(); ++j)
-      sum += tables_digest_term(s, TablesDigestPart::free_queue, j, t.free_queue[j]);
+    sum += queue_terms(s, t.free_queue);
     // The holes as a set: the term of page h (a list that is not ascending is a table bug the
     // invariant check names; as a set it digests the same).
     for (std::int64_t h : t.holes) sum += tables_digest_term(s, TablesDigestPart::hole, static_cast<std::uint64_t>(h), 1);
@@ -32,8 +42,7 @@ std::uint64_t digest_tables(const PoolTables& tables) {
     const SideTables& t = *tables.state;
     for (std::uint64_t r = 0; r < t.v2p.size(); ++r) sum += tables_digest_term(kStateSide, TablesDigestPart::v2p, r, t.v2p[r]);
     for (std::uint64_t r = 0; r < t.p2v.size(); ++r) sum += tables_digest_term(kStateSide, TablesDigestPart::p2v, r, t.p2v[r]);
-    for (std::uint64_t j = 0; j < t.free_queue.size(); ++j)
-      sum += tables_digest_term(kStateSide, TablesDigestPart::free_queue, j, t.free_queue[j]);
+    sum += queue_terms(kStateSide, t.free_queue);
     for (std::int64_t h : t.holes) sum += tables_digest_term(kStateSide, TablesDigestPart::hole, static_cast<std::uint64_t>(h), 1);
     sum += tables_digest_counters(kStateSide, t.watermark, t.allocated_pages, t.free_queue.size(), t.holes.size());
     for (const auto& [request, slot] : tables.state_requests)

@@ -36,7 +36,7 @@ struct Positive {
 };
 
 // The side's device terms of digest_tables (core/tables_digest.h): v2p rows, p2v rows, the
-// queue's positions front first, and (when `holes`) the flagged pages; each thread sums its terms
+// queue's front and each queued id's successor, and (when `holes`) the flagged pages; each thread sums its terms
 // over a grid-stride loop, one 64-bit atomic add per block (a sum mod 2^64 does not depend on the
 // order).
 struct DigestRanges {
@@ -67,8 +67,10 @@ __global__ void digest_kernel(DigestRanges r, unsigned long long* sum) {
     }
     j -= r.p2v_len;
     if (j < r.queue_count) {
-      local += tables_digest_term(r.side, TablesDigestPart::free_queue, static_cast<std::uint64_t>(j),
-                                  r.queue[(r.queue_head + j) % r.queue_capacity]);
+      // The front, then each id's successor (core free_queue_front_term / free_queue_link_term).
+      const std::int64_t id = r.queue[(r.queue_head + j) % r.queue_capacity];
+      local += j == 0 ? free_queue_front_term(r.side, id)
+                      : free_queue_link_term(r.side, r.queue[(r.queue_head + j - 1) % r.queue_capacity], id);
       continue;
     }
     j -= r.queue_count;

@@ -20,6 +20,7 @@
 #include "core/reasons.h"
 #include "core/rng.h"
 #include "core/table_check.h"
+#include "core/tables_digest.h"
 #include "sim/allocation_faults.h"
 #include "sim/attention.h"
 #include "sim/model_state.h"
@@ -80,6 +81,7 @@ std::span<std::uint8_t> Model::bytes_for_test() {
 
 PageAllocator& Model::allocator_for_test() {
   KVTWIN_CHECK(built(), "allocator_for_test() needs a built pool");
+  digest_stale_ = true;  // a seam may change rows without recording them
   return pool_->allocator;
 }
 
@@ -144,7 +146,9 @@ OpResult Model::apply(const Op& op) {
     return invalid("'" + std::string(op_name(op)) + "' needs a pool, and none is built yet; the first operation must "
                    "be build");
   try {
-    return std::visit([this](const auto& o) { return on(o); }, op);
+    OpResult result = std::visit([this](const auto& o) { return on(o); }, op);
+    absorb_table_changes();
+    return result;
   } catch (const std::bad_alloc&) {
     return out_of_memory(op);
   } catch (const std::length_error&) {
@@ -932,6 +936,11 @@ Result<PoolTables> Model::tables() const {
     if (s.floats()) t.span_low = s.span_low();
     out.sides.push_back(std::move(t));
   }
+  add_state_tables(out);
+  return out;
+}
+
+void Model::add_state_tables(PoolTables& out) const {
   if (pool_->state) {
     const StateAllocator& st = *pool_->state;
     SideTables t;
@@ -946,7 +955,78 @@ Result<PoolTables> Model::tables() const {
     out.state_requests.assign(st.requests().begin(), st.requests().end());
     out.state_quarantine.assign(st.quarantined().begin(), st.quarantined().end());
   }
-  return out;
+}
+
+void Model::recount_tables_digest() const {
+  const PageAllocator& a = pool_->allocator;
+  digested_.assign(a.side_count(), DigestedSide{});
+  digested_rows_ = 0;
+  for (std::size_t i = 0; i < a.side_count(); ++i) {
+    const AllocatorSide& s = a.side(i);
+    DigestedSide& d = digested_[i];
+    d.v2p = s.v2p();
+    d.p2v = s.p2v();
+    d.hole.assign(s.p2v().size(), 0);
+    for (std::int64_t h : s.holes()) d.hole[static_cast<std::size_t>(h)] = 1;
+    for (std::size_t r = 0; r < d.v2p.size(); ++r) digested_rows_ += tables_digest_term(i, TablesDigestPart::v2p, r, d.v2p[r]);
+    for (std::size_t r = 0; r < d.p2v.size(); ++r) digested_rows_ += tables_digest_term(i, TablesDigestPart::p2v, r, d.p2v[r]);
+    for (std::int64_t h : s.holes())
+      digested_rows_ += tables_digest_term(i, TablesDigestPart::hole, static_cast<std::uint64_t>(h), 1);
+  }
+  pool_->allocator.recount_free_queue_terms();
+  digest_stale_ = false;
+}
+
+void Model::absorb_table_changes() {
+  if (!pool_) return;
+  if (built_this_op_) digest_stale_ = true;
+  if (digest_stale_) return;  // summed whole at the next digest
+  const PageAllocator& a = pool_->allocator;
+  for (std::size_t i = 0; i < a.side_count(); ++i) {
+    const AllocatorSide& s = a.side(i);
+    DigestedSide& d = digested_[i];
+    for (std::int64_t v : s.changed_virtual()) {
+      const auto r = static_cast<std::size_t>(v);
+      if (d.v2p[r] == s.v2p()[r]) continue;
+      digested_rows_ += tables_digest_term(i, TablesDigestPart::v2p, r, s.v2p()[r]) -
+                        tables_digest_term(i, TablesDigestPart::v2p, r, d.v2p[r]);
+      d.v2p[r] = s.v2p()[r];
+    }
+    for (std::int64_t p : s.changed_physical()) {
+      const auto r = static_cast<std::size_t>(p);
+      if (d.p2v[r] != s.p2v()[r]) {
+        digested_rows_ += tables_digest_term(i, TablesDigestPart::p2v, r, s.p2v()[r]) -
+                          tables_digest_term(i, TablesDigestPart::p2v, r, d.p2v[r]);
+        d.p2v[r] = s.p2v()[r];
+      }
+      const std::uint8_t hole = s.holes().count(p) != 0 ? 1 : 0;
+      if (hole != d.hole[r]) {
+        const std::uint64_t term = tables_digest_term(i, TablesDigestPart::hole, r, 1);
+        digested_rows_ += hole != 0 ? term : std::uint64_t{0} - term;
+        d.hole[r] = hole;
+      }
+    }
+  }
+}
+
+Result<std::uint64_t> Model::tables_digest() const {
+  if (!poisoned_.empty() || !pool_) return Backend::tables_digest();  // tables() says why not
+  if (digest_stale_) recount_tables_digest();
+  const PageAllocator& a = pool_->allocator;
+  std::uint64_t sum = digested_rows_ + a.free_queue_digest_terms();
+  for (std::size_t i = 0; i < a.side_count(); ++i) {
+    const AllocatorSide& s = a.side(i);
+    sum += tables_digest_counters(i, s.watermark(), s.allocated_pages(), i == 0 ? a.free_queue().size() : 0,
+                                  s.holes().size());
+    if (s.floats() && s.span_low() != 0) sum += tables_digest_term(i, TablesDigestPart::watermark, 1, s.span_low());
+  }
+  if (pool_->state) {
+    // SPEC 11: the state sub-pool's slots are bounded by the requests running; summed whole.
+    PoolTables state_only;
+    add_state_tables(state_only);
+    sum += digest_tables(state_only);
+  }
+  return sum;
 }
 
 Result<HostArenaTables> Model::host_tables() const {
@@ -1217,10 +1297,27 @@ Status Model::verify_changed() const {
   return ok_status();
 }
 
+// The digest kept as operations changed the tables is the digest of the tables (an operation
+// that changed a row without recording it would leave it behind).
+Status Model::verify_tables_digest() const {
+  if (digest_stale_) return ok_status();  // summed whole at the next digest
+  Result<PoolTables> t = tables();
+  if (!t.ok()) return t.error();
+  KVTWIN_TRY(const std::uint64_t kept, Model::tables_digest());  // the model's own, not an override's
+  const std::uint64_t whole = digest_tables(*t);
+  if (kept != whole)
+    return broken("the tables digest kept as operations changed the tables (" + num(kept) +
+                  ") is not the digest of the tables (" + num(whole) +
+                  "): an operation changed a table row without recording it (AllocatorSide::changed_virtual, "
+                  "changed_physical) or the free queue outside its two ends");
+  return ok_status();
+}
+
 Status Model::verify() const {
   if (!pool_) return ok_status();  // nothing built, nothing to break
   KVTWIN_TRY_STATUS(verify_tables());
   KVTWIN_TRY_STATUS(verify_rows());
+  KVTWIN_TRY_STATUS(verify_tables_digest());
   if (!pool_->host) return ok_status();
   KVTWIN_TRY_STATUS(verify_host(true));
   if (!pool_->host->with_bytes()) return ok_status();
@@ -1300,6 +1397,7 @@ std::uint64_t Model::state_digest(bool with_bytes) const {
 
 bool Model::perturb_for_test(std::string_view what, std::uint64_t pick) {
   KVTWIN_CHECK(pool_ != nullptr, "perturb_for_test needs a built pool");
+  digest_stale_ = true;  // the seams below change rows without recording them
   PageAllocator& a = pool_->allocator;
   const std::size_t side = static_cast<std::size_t>(pick % a.side_count());
   AllocatorSide::TablesForTest t = a.side_for_test(side).tables_for_test();

@@ -88,6 +88,11 @@ class Model : public Backend {
 
   // The allocator tables of every side, chain order (an error before `build`).
   Result<PoolTables> tables() const override;
+  // digest_tables(tables()) kept as operations change the tables: each operation's changed rows
+  // (AllocatorSide::changed_virtual, changed_physical) and the free queue's ends re-summed, so a
+  // digest costs what the operation changed, not what the pool holds; the state sub-pool of a
+  // hybrid chain is summed whole. verify() holds it against digest_tables(tables()).
+  Result<std::uint64_t> tables_digest() const override;
 
   // `length` raw bytes from `offset` (an error in tables-only mode, before `build`, or out of range).
   Result<std::vector<std::uint8_t>> raw_bytes(std::uint64_t offset, std::uint64_t length) const override;
@@ -222,6 +227,22 @@ class Model : public Backend {
     std::vector<std::vector<std::int64_t>> table;  // max_batch x max_pages
   };
   struct Pool;
+
+  // The kept tables digest (tables_digest()): per token side the rows it last summed, and the sum
+  // of their terms. Stale after a build or a test seam: then summed again from the tables.
+  struct DigestedSide {
+    std::vector<std::int64_t> v2p, p2v;
+    std::vector<std::uint8_t> hole;  // 1: the page was a hole
+  };
+  mutable std::vector<DigestedSide> digested_;
+  mutable std::uint64_t digested_rows_ = 0;
+  mutable bool digest_stale_ = true;
+  void recount_tables_digest() const;
+  // After each operation: the rows it changed, re-summed (O(changes)).
+  void absorb_table_changes();
+  // The state sub-pool's tables (SPEC 11) into `out` (tables() and the digest share it).
+  void add_state_tables(PoolTables& out) const;
+  Status verify_tables_digest() const;
 
   // Handlers, one per operation.
   OpResult on(const BuildPool& op);

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "core/check.h"
+#include "core/tables_digest.h"
 #include "sim/allocation_faults.h"
 
 namespace kvtwin::sim {
@@ -154,7 +155,10 @@ std::vector<std::int64_t> AllocatorSide::float_extension(std::int64_t low, std::
 
 void AllocatorSide::bind_pages(const std::vector<std::int64_t>& vpages, const std::vector<std::int64_t>& pages) {
   KVTWIN_CHECK(floats() && vpages.size() == pages.size(), "bind_pages binds one float page per virtual page");
-  if (allocated_ == 0) holes_.clear();
+  if (allocated_ == 0) {
+    for (std::int64_t h : holes_) changed_physical_.push_back(h);
+    holes_.clear();
+  }
   for (std::size_t i = 0; i < vpages.size(); ++i) {
     const std::int64_t v = vpages[i], p = pages[i];
     KVTWIN_CHECK(v >= 1 && v + 1 < static_cast<std::int64_t>(v2p_.size()) && v2p_[v] == -1,
@@ -298,14 +302,39 @@ PageAllocator::PageAllocator(const PoolGeometry& geometry, CompactionMode mode) 
   for (const SubPoolGeometry& g : geometry.sub_pools)
     sides_.emplace_back(g, num_virtual, mode, static_cast<std::int64_t>(geometry.float_start_page));
   // SPEC 4: the owner's free queue starts min_page_index .. num_pages - 1, ascending.
-  for (std::int64_t v = owner().min_page(); v < owner().num_pages(); ++v) free_queue_.push_back(v);
+  for (std::int64_t v = owner().min_page(); v < owner().num_pages(); ++v) push_free_back(v);
+}
+
+std::vector<std::int64_t> PageAllocator::pop_free_front(std::uint64_t k) {
+  KVTWIN_CHECK(k <= free_queue_.size(), "the queue gives only the ids it holds");
+  std::vector<std::int64_t> vpages(free_queue_.begin(), free_queue_.begin() + static_cast<std::ptrdiff_t>(k));
+  // The front's term and its link leave; the next id becomes the front.
+  for (std::uint64_t i = 0; i < k; ++i) {
+    queue_terms_ -= free_queue_front_term(0, vpages[i]);
+    if (i + 1 < free_queue_.size()) {
+      const std::int64_t next = free_queue_[i + 1];
+      queue_terms_ -= free_queue_link_term(0, vpages[i], next);
+      queue_terms_ += free_queue_front_term(0, next);
+    }
+  }
+  free_queue_.erase(free_queue_.begin(), free_queue_.begin() + static_cast<std::ptrdiff_t>(k));
+  return vpages;
+}
+
+void PageAllocator::push_free_back(std::int64_t v) {
+  queue_terms_ += free_queue_.empty() ? free_queue_front_term(0, v) : free_queue_link_term(0, free_queue_.back(), v);
+  free_queue_.push_back(v);
+}
+
+void PageAllocator::recount_free_queue_terms() {
+  queue_terms_ = 0;
+  for (std::size_t j = 0; j < free_queue_.size(); ++j)
+    queue_terms_ += j == 0 ? free_queue_front_term(0, free_queue_[0]) : free_queue_link_term(0, free_queue_[j - 1], free_queue_[j]);
 }
 
 std::vector<std::int64_t> PageAllocator::take_free_ids(std::uint64_t k) {
   KVTWIN_CHECK(k <= free_queue_.size(), "take_free_ids takes ids the queue holds");
-  std::vector<std::int64_t> vpages(free_queue_.begin(), free_queue_.begin() + static_cast<std::ptrdiff_t>(k));
-  free_queue_.erase(free_queue_.begin(), free_queue_.begin() + static_cast<std::ptrdiff_t>(k));
-  return vpages;
+  return pop_free_front(k);
 }
 
 std::uint64_t PageAllocator::gap_bytes() const {
@@ -335,8 +364,7 @@ bool PageAllocator::fits(std::uint64_t k) const {
 std::vector<std::int64_t> PageAllocator::alloc(std::uint64_t k) {
   KVTWIN_CHECK(fits(k), "alloc is only called for an allocation that fits");
   // SPEC 4: the k virtual pages from the queue front, bound in order.
-  std::vector<std::int64_t> vpages(free_queue_.begin(), free_queue_.begin() + static_cast<std::ptrdiff_t>(k));
-  free_queue_.erase(free_queue_.begin(), free_queue_.begin() + static_cast<std::ptrdiff_t>(k));
+  std::vector<std::int64_t> vpages = pop_free_front(k);
   // SPEC 4.3: full alloc, then SWA alloc on the same virtual pages.
   for (AllocatorSide& s : sides_) s.bind(vpages);
   return vpages;
@@ -414,7 +442,7 @@ void PageAllocator::commit(const FreePlan& plan) {
     if (s.floats() && (step.absorb || s.allocated_pages() == 0)) s.absorb_boundary_holes();
     // SPEC 4: freed ids are appended to the queue's back in ascending order.
     if (step.release_virtual_ids)
-      for (std::int64_t v : step.virtual_pages) free_queue_.push_back(v);
+      for (std::int64_t v : step.virtual_pages) push_free_back(v);
   }
 }
 

@@ -206,6 +206,11 @@ class PageAllocator {
   // Test seams (see AllocatorSide::tables_for_test).
   AllocatorSide& side_for_test(std::size_t i) { return sides_.at(i); }
   std::deque<std::int64_t>& free_queue_for_test() { return free_queue_; }
+  // The free queue's terms of the tables digest (core/tables_digest.h free_queue_front_term and
+  // free_queue_link_term, as side 0), kept as ids leave the front and join the back, so that a
+  // digest of the tables costs what an operation changed; recount after a test seam changed it.
+  std::uint64_t free_queue_digest_terms() const { return queue_terms_; }
+  void recount_free_queue_terms();
   // Forgets every side's record of changes (AllocatorSide::changed_virtual): an operation starts.
   void clear_changes() {
     for (AllocatorSide& s : sides_) s.clear_changes();
@@ -245,7 +250,12 @@ class PageAllocator {
 
   CompactionMode mode_;
   std::vector<AllocatorSide> sides_;
+  // The queue changes only through these two (they keep queue_terms_).
+  std::vector<std::int64_t> pop_free_front(std::uint64_t k);
+  void push_free_back(std::int64_t v);
+
   std::deque<std::int64_t> free_queue_;
+  std::uint64_t queue_terms_ = 0;
 };
 
 }  // namespace kvtwin::sim

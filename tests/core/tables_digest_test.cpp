@@ -64,7 +64,8 @@ TEST(TablesDigest, TheSumOfTermsIsTheDigestWhateverTheOrder) {
     for (std::uint64_t r = 0; r < side.v2p.size(); ++r) forward += tables_digest_term(s, TablesDigestPart::v2p, r, side.v2p[r]);
     for (std::uint64_t r = 0; r < side.p2v.size(); ++r) forward += tables_digest_term(s, TablesDigestPart::p2v, r, side.p2v[r]);
     for (std::uint64_t j = 0; j < side.free_queue.size(); ++j)
-      forward += tables_digest_term(s, TablesDigestPart::free_queue, j, side.free_queue[j]);
+      forward += j == 0 ? free_queue_front_term(s, side.free_queue[0])
+                        : free_queue_link_term(s, side.free_queue[j - 1], side.free_queue[j]);
     for (std::int64_t h : side.holes) forward += tables_digest_term(s, TablesDigestPart::hole, static_cast<std::uint64_t>(h), 1);
     forward += tables_digest_counters(s, side.watermark, side.allocated_pages, side.free_queue.size(), side.holes.size());
   }
@@ -74,11 +75,31 @@ TEST(TablesDigest, TheSumOfTermsIsTheDigestWhateverTheOrder) {
     for (std::uint64_t r = side.p2v.size(); r-- > 0;) backward += tables_digest_term(s, TablesDigestPart::p2v, r, side.p2v[r]);
     for (std::int64_t h : side.holes) backward += tables_digest_term(s, TablesDigestPart::hole, static_cast<std::uint64_t>(h), 1);
     for (std::uint64_t j = side.free_queue.size(); j-- > 0;)
-      backward += tables_digest_term(s, TablesDigestPart::free_queue, j, side.free_queue[j]);
+      backward += j == 0 ? free_queue_front_term(s, side.free_queue[0])
+                         : free_queue_link_term(s, side.free_queue[j - 1], side.free_queue[j]);
     for (std::uint64_t r = side.v2p.size(); r-- > 0;) backward += tables_digest_term(s, TablesDigestPart::v2p, r, side.v2p[r]);
   }
   EXPECT_EQ(forward, digest_tables(t));
   EXPECT_EQ(backward, digest_tables(t));
+}
+
+TEST(TablesDigest, TheQueueDigestsItsOrderAndChangesAtItsEndsOnly) {
+  PoolTables t = two_sides();
+  ASSERT_GE(t.sides[0].free_queue.size(), 2u);
+  const std::uint64_t before = digest_tables(t);
+  // Two ids swapped: the same ids, another order, another digest.
+  PoolTables swapped = t;
+  std::swap(swapped.sides[0].free_queue[0], swapped.sides[0].free_queue[1]);
+  EXPECT_NE(digest_tables(swapped), before);
+  // Taking the front id changes its two terms, the front of the next, and the length: nothing else.
+  PoolTables taken = t;
+  const std::vector<std::int64_t>& q = t.sides[0].free_queue;
+  taken.sides[0].free_queue.erase(taken.sides[0].free_queue.begin());
+  const std::uint64_t expected = before - free_queue_front_term(0, q[0]) - free_queue_link_term(0, q[0], q[1]) +
+                                 free_queue_front_term(0, q[1]) -
+                                 tables_digest_term(0, TablesDigestPart::free_queue_length, 0, static_cast<std::int64_t>(q.size())) +
+                                 tables_digest_term(0, TablesDigestPart::free_queue_length, 0, static_cast<std::int64_t>(q.size() - 1));
+  EXPECT_EQ(digest_tables(taken), expected);
 }
 
 }  // namespace
