@@ -191,6 +191,49 @@ TEST_F(GpuPoolTest, TheBytesDigestOnTheDeviceIsTheHostsOverAnyRanges) {
   EXPECT_EQ(pool.bytes_digest(std::vector<ByteRange>{{c.total_bytes - 4, 5}}).error().kind, ErrorKind::out_of_range);
 }
 
+// Deferred digests (queue_*_digest, collect_digests): each one is the digest the pool would have
+// answered at once at that moment, in queue order, across more than one slot array (1024 slots:
+// landed once in between) and more chunks than the ranges ring holds at first (64 Ki chunks: it
+// synchronizes and starts over), with tables changing and rows written between them.
+TEST_F(GpuPoolTest, DeferredDigestsAnswerWhatTheDigestsWereWhenQueued) {
+  const std::int64_t ps = 4;
+  const PoolConfig c = tiny_config({LayerKind::full, LayerKind::full}, ps, 400);
+  ASSERT_TRUE(pool.apply(BuildPool{c}).ok());
+  const std::vector<std::int64_t> written = as<Allocated>(pool.apply(Alloc{20 * ps})).pages;
+  ASSERT_TRUE(pool.apply(MakeBatch{1, tokens_of(written, ps), {}}).ok());
+  ASSERT_TRUE(pool.apply(Rebind{1, 0}).ok());
+  std::vector<std::uint64_t> expected;
+  const std::vector<ByteRange> whole{{0, c.total_bytes}};  // many 64 KiB chunks a digest
+  for (int round = 0; round < 700; ++round) {
+    if (round % 25 == 0)  // the rows change under the queued digests
+      ASSERT_TRUE(pool.apply(Write{0, static_cast<std::uint64_t>(round), 1u, {}, false, {}, false}).ok());
+    if (round % 7 == 0) {
+      const OpResult r = pool.apply(Alloc{ps});
+      ASSERT_TRUE(r.ok());
+      const auto* a = std::get_if<Allocated>(&r.value());
+      if (a != nullptr && round % 14 == 0) {
+        ASSERT_TRUE(pool.apply(Free{IdUnit::pages, a->pages}).ok());
+      }
+    }
+    expected.push_back(pool.tables_digest().value());
+    ASSERT_TRUE(pool.queue_tables_digest().ok());
+    if (round % 50 == 0) {
+      expected.push_back(pool.bytes_digest(whole).value());
+      ASSERT_TRUE(pool.queue_bytes_digest(whole).ok());
+    }
+    std::vector<ByteRange> small;  // 100 chunks a digest: 70,000 in all, past the ring's first size
+    for (std::uint64_t j = 0; j < 100; ++j) small.push_back(ByteRange{4096 + static_cast<std::uint64_t>(round) + 24 * j, 13});
+    expected.push_back(pool.bytes_digest(small).value());
+    ASSERT_TRUE(pool.queue_bytes_digest(small).ok());
+  }
+  ASSERT_GT(expected.size(), 1024u);
+  const Result<std::vector<std::uint64_t>> answered = pool.collect_digests();
+  ASSERT_TRUE(answered.ok()) << answered.error().message;
+  EXPECT_EQ(*answered, expected);
+  EXPECT_TRUE(pool.collect_digests().value().empty()) << "a collect answers each digest once";
+  EXPECT_EQ(pool.queue_bytes_digest(std::vector<ByteRange>{{c.total_bytes - 4, 5}}).error().kind, ErrorKind::out_of_range);
+}
+
 TEST_F(GpuPoolTest, UnmarkedLocIsRefusedAndWritesNothing) {
   const PoolConfig c = tiny_config({LayerKind::full}, 2, 16);
   ASSERT_TRUE(pool.apply(BuildPool{c}).ok());
