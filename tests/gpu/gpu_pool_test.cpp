@@ -205,8 +205,9 @@ TEST_F(GpuPoolTest, DeferredDigestsAnswerWhatTheDigestsWereWhenQueued) {
   std::vector<std::uint64_t> expected;
   const std::vector<ByteRange> whole{{0, c.total_bytes}};  // many 64 KiB chunks a digest
   for (int round = 0; round < 700; ++round) {
-    if (round % 25 == 0)  // the rows change under the queued digests
+    if (round % 25 == 0) {  // the rows change under the queued digests
       ASSERT_TRUE(pool.apply(Write{0, static_cast<std::uint64_t>(round), 1u, {}, false, {}, false}).ok());
+    }
     if (round % 7 == 0) {
       const OpResult r = pool.apply(Alloc{ps});
       ASSERT_TRUE(r.ok());
