@@ -3,6 +3,7 @@
 
 #include <utility>
 
+#include "core/check.h"
 #include "gpu/device_io.h"
 #include "gpu/kernels.cuh"
 
@@ -69,6 +70,9 @@ Status Batches::make(const MakeBatch& op, cudaStream_t stream) {
   // out_cache_loc starts as the virtual tokens, unmarked; the encoder loc is never translated.
   KVTWIN_TRY(b.loc, take_copy(op.tokens, stream));
   KVTWIN_TRY(b.encoder_loc, take_copy(op.encoder_tokens, stream));
+  b.loc_host = op.tokens;
+  b.loc_version = next_version_;
+  next_version_ += 2;
   batches_[op.batch] = std::move(b);
   return ok_status();
 }
@@ -119,6 +123,9 @@ Result<std::vector<std::int64_t>> Batches::rebind(const Rebind& op, const Device
   b->encoder_loc = std::move(encoder_loc);
   b->encoder_host = std::move(encoder);
   b->physical = true;  // SPEC 6: rebind sets the mark
+  b->loc_host = values;  // what the device holds, read back
+  b->loc_version = next_version_;
+  next_version_ += 2;
   return values;
 }
 
@@ -138,6 +145,9 @@ Result<Marks> Batches::split(const Split& op, const Faults& faults, cudaStream_t
     Batch c;
     c.width = end - begin;
     c.tokens.assign(parent->tokens.begin() + begin, parent->tokens.begin() + end);
+    c.loc_host.assign(parent->loc_host.begin() + begin, parent->loc_host.begin() + end);
+    c.loc_version = next_version_;
+    next_version_ += 2;
     KVTWIN_TRY(c.loc, take(static_cast<std::size_t>(c.width)));
     if (c.width > 0)
       KVTWIN_CUDA_TRY(cudaMemcpyAsync(c.loc.get(), parent->loc.get() + begin,
@@ -183,12 +193,17 @@ Result<LayerLoc> Batches::for_layer(std::uint32_t batch, std::uint32_t layer, bo
     out.lanes = static_cast<std::int64_t>(b->encoder_host.size());
     out.physical = false;
     out.tokens = &b->encoder_host;
+    out.ids = &b->encoder_host;  // the encoder loc holds the encoder tokens, untranslated
+    out.version = b->loc_version + 1;
   } else {
     out.loc = b->loc.get();
     out.lanes = b->width;
     out.physical = b->physical;
     out.tokens = &b->tokens;
+    out.ids = &b->loc_host;
+    out.version = b->loc_version;
   }
+  KVTWIN_CHECK(out.ids->size() == static_cast<std::size_t>(out.lanes), "a batch's host ids are its loc's lanes");
   return out;
 }
 

@@ -4,8 +4,9 @@
 // Per lane the batch also keeps the virtual token whose rows it writes (the oracle's rows of those
 // tokens are what a write stores), and the encoder tokens.
 //
-// rebind translates the loc on the device through the owner side's v2p and marks it; split
-// copies lanes on the device and the parent's mark on the host; for_layer() is what a write door
+// rebind translates the loc on the device through the owner side's v2p and marks it (the loc's
+// ids come back: the host keeps them beside the device's); split copies lanes on the device (and
+// on the host) and the parent's mark; for_layer() is what a write door
 // writes through. Fault switches that live here: skip_rebind (1), split_drops_mark (3),
 // cross_gets_batch_loc (4); rebind's translate also carries negative_wraps (9) and tombstone_live
 // (10).
@@ -35,6 +36,12 @@ struct LayerLoc {
   std::int64_t lanes = 0;
   bool physical = false;                            // the mark
   const std::vector<std::int64_t>* tokens = nullptr;  // per lane the virtual token whose rows land there (-1: padding)
+  // The same ids on the host, lane for lane (the batch's: as its make uploaded them or its rebind
+  // brought them back; an explicit loc's: as given), and which version of a batch's loc they are
+  // (unique to each make, rebind and split; 0 for an explicit loc), so that a door can judge a
+  // batch's loc once for all its layers.
+  const std::vector<std::int64_t>* ids = nullptr;
+  std::uint64_t version = 0;
 };
 
 class Batches {
@@ -63,6 +70,8 @@ class Batches {
     DeviceBuffer<std::int64_t> encoder_loc;  // encoder_out_cache_loc: empty or width lanes, never translated
     std::vector<std::int64_t> encoder_host;  // the same ids (the rows a cross layer writes are theirs)
     bool physical = false;                   // the mark (SPEC 6)
+    std::vector<std::int64_t> loc_host;      // the loc's ids, as the device holds them
+    std::uint64_t loc_version = 0;           // LayerLoc::version of loc (the encoder loc's is its + 1)
   };
   Result<const Batch*> find(std::uint32_t id, std::string_view what) const;
   Result<Batch*> find(std::uint32_t id, std::string_view what);
@@ -72,6 +81,7 @@ class Batches {
   void give_back(DeviceBuffer<std::int64_t>&& buffer);
 
   std::map<std::uint32_t, Batch> batches_;
+  std::uint64_t next_version_ = 2;  // loc versions, two a batch loc (its own, its encoder loc's)
   DeviceBuffer<std::int64_t> rebind_tokens_;  // rebind: the batch's virtual tokens, the translate's input
   // Locs of dropped batches and locs a rebind replaced, kept for the next batch: freeing device
   // memory (cudaFree) waits for the whole device, which a drop or a rebind otherwise need not do.

@@ -48,6 +48,7 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
     target.lanes = static_cast<std::int64_t>(op.loc.size());
     target.physical = op.physical;  // a loc translated elsewhere states its own mark
     target.tokens = &op.tokens;
+    target.ids = &op.loc;  // as given (version 0: judged at every write)
   }
   const std::int64_t* loc = target.loc;
   const std::int64_t lanes = target.lanes;
@@ -65,15 +66,20 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
   const std::size_t loc_side = swa_layer ? 0 : placement.sub_pool;
   const bool writes_rows = !config_->tables_only && lanes > 0;
 
-  // ---- the device checks, enqueued together and read back once (docs/gpu.md "Synchronization"):
-  // word 0: a loc outside its sub-pool; word 1: a negative SWA loc (fault 10); word 2: two lanes on
-  // one non-sink slot. They are judged in that order, as if each had been read on its own.
+  // ---- the checks. Word 0: a loc outside its sub-pool; word 1: a negative SWA loc (fault 10);
+  // word 2: two lanes on one non-sink slot; judged in that order, as if each had been read on its
+  // own. A loc whose ids the host holds, on a layer that writes through it as it is (not an SWA
+  // layer's derived loc), is judged from those ids; otherwise on the device, read back once
+  // (docs/gpu.md "Synchronization").
+  const std::int64_t sink = allocator.sink_end(placement.sub_pool);
+  const bool judged_on_host = !swa_layer && target.ids != nullptr;
   std::uint32_t* flags = check_flags_.get();
   const std::int64_t* final_loc = loc;
   // Up to kWriteCheckMaxLanes lanes (every decode step, most prefill chunks) the three words come
   // from one launch (check_write_loc); longer locs sort.
-  const bool one_launch = lanes > 0 && lanes <= kWriteCheckMaxLanes;
-  if (lanes > 0 && !one_launch) {
+  const bool one_launch = !judged_on_host && lanes > 0 && lanes <= kWriteCheckMaxLanes;
+  const bool device_checks = !judged_on_host && lanes > 0;
+  if (device_checks && !one_launch) {
     KVTWIN_CUDA_TRY(cudaMemsetAsync(flags, 0, check_flags_.bytes(), stream));
     KVTWIN_TRY_STATUS(flag_outside(loc, lanes, 0, allocator.slot_count(loc_side), flags + 0, stream));
   }
@@ -95,17 +101,16 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
     final_loc = swa_loc_.get();
   }
   // SPEC 6: two lanes with one non-sink loc would race, and are refused. The door detects them
-  // itself, on the device, on the layer's final loc ignoring sink lanes (docs/decisions.md). This
-  // is the `checked` mode of the door; the pool runs it on every write, whatever op.checked says,
+  // itself, on the layer's final loc ignoring sink lanes (docs/decisions.md). This is the
+  // `checked` mode of the door; the pool runs it on every write, whatever op.checked says,
   // because the contract refuses duplicates always (the model does) and a run must not depend on
   // a caller remembering to ask.
-  const std::int64_t sink = allocator.sink_end(placement.sub_pool);
   if (one_launch)
     KVTWIN_TRY_STATUS(check_write_loc(loc, final_loc, lanes, allocator.slot_count(loc_side), sink, flags, stream));
   // With fault 10 a tombstone yields a negative id; the door refuses it instead of writing outside.
   if (swa_layer && lanes > 0 && faults.tombstone_live)
     KVTWIN_TRY_STATUS(flag_outside(final_loc, lanes, 0, allocator.slot_count(placement.sub_pool), flags + 1, stream));
-  if (lanes > 1 && !one_launch) {
+  if (device_checks && lanes > 1 && !one_launch) {
     // Sorted, then neighbours compared.
     KVTWIN_TRY_STATUS(duplicate_sorted_.reserve(static_cast<std::size_t>(lanes)));
     KVTWIN_TRY_STATUS(duplicate_keys_.reserve(static_cast<std::size_t>(lanes)));
@@ -113,7 +118,7 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
     KVTWIN_TRY_STATUS(
         flag_nonzero_duplicate(duplicate_keys_.get(), lanes, duplicate_sorted_.get(), sort_temp_, flags + 2, stream));
   }
-  if (lanes > 0)
+  if (device_checks)
     KVTWIN_CUDA_TRY(cudaMemcpyAsync(check_flags_host_.get(), flags, check_flags_.bytes(), cudaMemcpyDeviceToHost, stream));
 
   // ---- while the device checks, the host makes the rows: the oracle row of each part for each
@@ -146,10 +151,17 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
     }
   }
 
-  // ---- the answer: the one synchronization a write needs.
+  // ---- the answer: judged on the host, or the one synchronization a write then needs.
   if (lanes > 0) {
-    KVTWIN_CUDA_SYNC(stream);
-    const std::uint32_t* verdict = check_flags_host_.get();
+    std::uint32_t verdict[3] = {0, 0, 0};
+    if (judged_on_host) {
+      const LocVerdict v = judge_loc(target, allocator.slot_count(loc_side), sink);
+      verdict[0] = v.outside ? 1 : 0;
+      verdict[2] = v.duplicate ? 1 : 0;
+    } else {
+      KVTWIN_CUDA_SYNC(stream);
+      std::copy(check_flags_host_.get(), check_flags_host_.get() + 3, verdict);
+    }
     if (verdict[0] != 0)
       return out_of_range("write to layer " + std::to_string(op.layer) + ": a loc is negative or past sub-pool '" +
                           derived_->layouts[loc_side].sub_pool + "''s " + std::to_string(allocator.slot_count(loc_side)) +
@@ -164,7 +176,12 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
   if (lanes > 0 && transfers.any_in_flight()) {
     // SPEC 8: no lane writes a page an in-flight transfer holds (its final loc, read back only
     // while transfers are in flight).
-    KVTWIN_TRY(std::vector<std::int64_t> slots, download_ids(final_loc, lanes, stream));
+    std::vector<std::int64_t> slots;
+    if (judged_on_host) {
+      slots.assign(target.ids->begin(), target.ids->begin() + lanes);
+    } else {
+      KVTWIN_TRY(slots, download_ids(final_loc, lanes, stream));
+    }
     const std::int64_t ps = static_cast<std::int64_t>(config_->page_size);
     for (std::int64_t slot : slots) {
       if (slot < allocator.sink_end(placement.sub_pool)) continue;  // a sink lane writes nothing
@@ -202,6 +219,29 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
   p.int32_offsets = faults.int32_offsets;
   KVTWIN_CUDA_TRY(launch_scatter_rows(p, stream));
   return ok_status();
+}
+
+Doors::LocVerdict Doors::judge_loc(const LayerLoc& target, std::int64_t slots, std::int64_t sink_end) {
+  // A batch's loc is judged once per sub-pool for all the layers written through it.
+  if (target.version != 0)
+    for (const LocVerdict& v : verdicts_)
+      if (v.version == target.version && v.slots == slots && v.sink_end == sink_end) return v;
+  LocVerdict v{target.version, slots, sink_end, false, false};
+  std::vector<std::int64_t> live;  // the lanes at or above the sink (a sink lane writes nothing)
+  live.reserve(static_cast<std::size_t>(target.lanes));
+  for (std::int64_t i = 0; i < target.lanes; ++i) {
+    const std::int64_t id = (*target.ids)[static_cast<std::size_t>(i)];
+    if (id < 0 || id >= slots) v.outside = true;
+    if (id >= sink_end) live.push_back(id);
+  }
+  std::sort(live.begin(), live.end());
+  v.duplicate = std::adjacent_find(live.begin(), live.end()) != live.end();
+  if (target.version != 0) {
+    constexpr std::size_t kKept = 16;
+    if (verdicts_.size() == kKept) verdicts_.erase(verdicts_.begin());
+    verdicts_.push_back(v);
+  }
+  return v;
 }
 
 Result<std::vector<std::uint8_t>> Doors::read(const Read& op, const DeviceAllocator& allocator,

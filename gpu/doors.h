@@ -3,11 +3,13 @@
 //
 // The write door takes the loc a write goes through (for_layer of a batch, batches.h, or an
 // explicit loc with its own mark), checks the mark first (a host flag read, no device work), then
-// on the device that every id lies inside the loc's sub-pool, derives an SWA layer's own loc
-// (SPEC 4.3), refuses two lanes on one non-sink slot (sort, compare neighbours: always, whatever
-// Write.checked says, docs/gpu.md), and scatters the content oracle's rows of each lane's token.
-// The device checks are read back once (the write's one synchronization, overlapped with the host
-// filling the rows); the scatter is left running on the stream.
+// that every id lies inside the loc's sub-pool and that no two lanes share a non-sink slot
+// (always, whatever Write.checked says, docs/gpu.md), and scatters the content oracle's rows of
+// each lane's token. A loc whose ids the host holds (a batch's, as its rebind read them back, or
+// an explicit one) is judged on the host, once per batch loc and sub-pool for all its layers: such
+// a write synchronizes nothing. An SWA layer derives its own loc on the device (SPEC 4.3), where it
+// is judged (range, one launch of the pair check or a sort) and read back once, overlapped with
+// the host filling the rows. The scatter is left running on the stream.
 // The read door gathers one part's rows; a sink lane reads as zeros. Fault switches that live
 // here: no_mark_check (2), tombstone_live (10, the SWA loc), int32_offsets (18, both doors).
 //
@@ -50,6 +52,16 @@ class Doors {
  private:
   const PoolConfig* config_ = nullptr;
   const PoolDerived* derived_ = nullptr;
+  // A loc judged on the host (Doors::write): outside its sub-pool, two lanes on one slot.
+  struct LocVerdict {
+    std::uint64_t version = 0;  // LayerLoc::version (0: an explicit loc, never kept)
+    std::int64_t slots = 0;
+    std::int64_t sink_end = 0;
+    bool outside = false;
+    bool duplicate = false;
+  };
+  LocVerdict judge_loc(const LayerLoc& target, std::int64_t slots, std::int64_t sink_end);
+  std::vector<LocVerdict> verdicts_;  // the last few batch locs judged, newest last
   DeviceBuffer<std::uint32_t> check_flags_;       // write: [loc outside its sub-pool, negative SWA loc, duplicate lanes]
   PinnedBuffer<std::uint32_t> check_flags_host_;  // write: the same three words, read back asynchronously
   DeviceBuffer<std::uint8_t> sort_temp_;           // write: CUB's sort scratch of the duplicate check
