@@ -360,7 +360,7 @@ Expectation PoolShadow::on(const TransferWait& op) {
 }
 
 // The storage tier changes no table the shadow keeps. Its capacity and eviction are not
-// predicted, so neither is a store's answer; what is: a load whose hashes no store of this pool's
+// predicted, so neither is a store's answer, nor the rows a load writes into its host pages; what is: a load whose hashes no store of this pool's
 // layout ever sent (among its trailing page_count pages) misses every page, when the shadow sees
 // it is valid (a SPEC 10.15 store of zero pages as all, or a page of another layout or without
 // the tag under this space (10.16), then shows as a hit).
@@ -385,6 +385,9 @@ Expectation PoolShadow::on(const LoadStored& op) {
   for (std::size_t i = 0; i < host_sides_.size(); ++i)
     if (host_sides_[i].name == op.side) side = i;
   if (!side) return unknown;
+  // A hit writes the stored page into its host page, rows the shadow does not know (what the tier
+  // holds is not predicted): every listed host page forgets its rows, whatever the answer.
+  for (std::int64_t l : op.host) host_rows_[*side].erase(l);
   const std::set<std::int64_t> distinct(op.host.begin(), op.host.end());
   if (distinct.size() != op.host.size()) return unknown;
   for (std::int64_t l : op.host)
