@@ -79,7 +79,7 @@ RadixCache::NodeId RadixCache::insert(NodeId parent, std::int64_t hash, std::vec
   n.refs = 1;
   n.last_used = now;
   cached_pages_ += n.pages.size();
-  nodes_.push_back(std::move(n));  // `p` is not used past this point: the push may move it
+  nodes_.push_back(std::move(n));
   ++live_nodes_;
   return id;
 }

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <set>
 #include <utility>
@@ -76,7 +77,9 @@ class RadixCache {
   void touch(NodeId id, std::uint64_t now);
 
   std::uint64_t block_pages_;
-  std::vector<Node> nodes_;  // indexed by id; evicted nodes stay as dead rows
+  // Indexed by id; evicted nodes stay as dead rows. A deque: growing never moves the nodes (a
+  // vector's growth moved every node, a tenth of a whole-trace replay).
+  std::deque<Node> nodes_;
   std::uint64_t live_nodes_ = 0;  // root excluded
   std::set<std::pair<std::uint64_t, NodeId>> evictable_leaves_;  // (last_used, id)
   std::uint64_t cached_pages_ = 0;

@@ -1310,23 +1310,24 @@ Status ServingSimulator::check_accounting(bool window_settled) const {
                   " running requests (one each)");
   std::uint64_t private_pages = 0, swa_freed = 0;
   for (const Running& r : running_) {
-    const std::string who = "request " + std::to_string(r.request);
+    // Named only when something is broken (a string a request a step was a tenth of a replay).
+    const auto who = [&r] { return "request " + std::to_string(r.request); };
     if (r.pages.size() != ceil_div(r.seq_len, ps))
-      return broken(who + " holds " + std::to_string(r.pages.size()) + " pages for " + std::to_string(r.seq_len) +
+      return broken(who() + " holds " + std::to_string(r.pages.size()) + " pages for " + std::to_string(r.seq_len) +
                     " tokens (pages of " + std::to_string(ps) + ": " + std::to_string(ceil_div(r.seq_len, ps)) + ")");
     if (r.shared_pages > r.pages.size())
-      return broken(who + " shares " + std::to_string(r.shared_pages) + " cached pages of its " +
+      return broken(who() + " shares " + std::to_string(r.shared_pages) + " cached pages of its " +
                     std::to_string(r.pages.size()));
     if (cache_ && r.path.size() * cache_->block_pages() != r.shared_pages)
-      return broken(who + " holds " + std::to_string(r.path.size()) + " cached blocks of " +
+      return broken(who() + " holds " + std::to_string(r.path.size()) + " cached blocks of " +
                     std::to_string(cache_->block_pages()) + " pages but shares " + std::to_string(r.shared_pages));
     if (!windowed && r.swa_freed_pages != 0)
-      return broken(who + " freed " + std::to_string(r.swa_freed_pages) + " SWA pages in a pool without a window");
+      return broken(who() + " freed " + std::to_string(r.swa_freed_pages) + " SWA pages in a pool without a window");
     if (windowed && window_settled) {
       const std::uint64_t dead = r.seq_len > window ? (r.seq_len - window) / ps : 0;
       const std::uint64_t dead_private = dead > r.shared_pages ? dead - r.shared_pages : 0;
       if (r.swa_freed_pages != dead_private)
-        return broken(who + " (" + std::to_string(r.seq_len) + " tokens, window " + std::to_string(window) +
+        return broken(who() + " (" + std::to_string(r.seq_len) + " tokens, window " + std::to_string(window) +
                       ") has " + std::to_string(dead_private) + " private pages behind the window but freed " +
                       std::to_string(r.swa_freed_pages) + " of their SWA pages");
     }
