@@ -30,7 +30,6 @@ class DeferredDigests {
   void add_host_terms(std::uint64_t terms);
   // Every digest queued since the last collect, oldest first (synchronizes the stream once).
   Result<std::vector<std::uint64_t>> collect(cudaStream_t stream);
-  std::size_t queued() const { return collected_.size() + host_terms_.size(); }
 
  private:
   // Brings the slots in use back into collected_ (one copy, one synchronization).

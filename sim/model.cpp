@@ -973,7 +973,6 @@ void Model::recount_tables_digest() const {
     for (std::int64_t h : s.holes())
       digested_rows_ += tables_digest_term(i, TablesDigestPart::hole, static_cast<std::uint64_t>(h), 1);
   }
-  pool_->allocator.recount_free_queue_terms();
   digest_stale_ = false;
 }
 
@@ -1418,6 +1417,7 @@ bool Model::perturb_for_test(std::string_view what, std::uint64_t pick) {
     std::deque<std::int64_t>& q = a.free_queue_for_test();
     if (q.empty()) return false;
     q[static_cast<std::size_t>(pick % q.size())] += 1;
+    a.recount_free_queue_terms();  // the queue changed outside its two ends
     return true;
   }
   if (what == "held") {

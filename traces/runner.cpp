@@ -238,9 +238,8 @@ bool Runner::check_tables(bool whole) {
     if (!dx.ok()) return fail("tables", "a backend cannot digest its tables: " + dx.error().message);
     if (Status queued = players_[1].backend->queue_tables_digest(); !queued.ok())
       return fail("tables", std::string(y.name()) + " cannot queue a digest of its tables: " + queued.error().message);
-    deferred_.push_back(DeferredComparison{DeferredComparison::Kind::tables, step_, line_, *current_op_, *dx, {}});
     tables_matched_ = true;
-    return deferred_.size() < cadence_.compare_window || settle_deferred();
+    return defer(DeferredComparison::Kind::tables, *dx, {});
   }
   if (!whole) {
     // Between checkpoints: the two backends' table digests, each computed where its tables live
@@ -331,10 +330,8 @@ bool Runner::check_touched() {
     // Deferred, as the tables' digests are (check_tables); when either backend cannot digest or
     // queue, compared at once below.
     Result<std::uint64_t> a = players_[0].backend->bytes_digest(merged);
-    if (a.ok() && players_[1].backend->queue_bytes_digest(merged).ok()) {
-      deferred_.push_back(DeferredComparison{DeferredComparison::Kind::touched, step_, line_, *current_op_, *a, merged});
-      return deferred_.size() < cadence_.compare_window || settle_deferred();
-    }
+    if (a.ok() && players_[1].backend->queue_bytes_digest(merged).ok())
+      return defer(DeferredComparison::Kind::touched, *a, std::move(merged));
   }
   // Digests first; the bytes themselves only to name the first one that differs.
   if (bytes_digests_agree(merged)) {
@@ -342,24 +339,38 @@ bool Runner::check_touched() {
     ++stats_.touched_by_digest;
     return true;
   }
-  for (const ByteRange& r : merged) {
-    Result<std::vector<std::uint8_t>> a = players_[0].backend->raw_bytes(r.offset, r.length);
-    Result<std::vector<std::uint8_t>> b = players_[1].backend->raw_bytes(r.offset, r.length);
-    if (!a.ok() || !b.ok())
-      return fail("touched", "a backend cannot show the bytes it wrote at " + std::to_string(r.offset) + ": " +
-                                 (a.ok() ? b.error().message : a.error().message));
-    if (*a != *b) {
-      std::size_t i = 0;
-      while (i < a->size() && i < b->size() && (*a)[i] == (*b)[i]) ++i;
-      const std::uint64_t byte = r.offset + i;
-      return fail("touched", "the bytes this operation wrote differ first at byte " + std::to_string(byte) + ": " +
-                                 std::string(players_[0].backend->name()) + " has " + hex_byte((*a)[i]) + ", " +
-                                 std::string(players_[1].backend->name()) + " has " + hex_byte((*b)[i]) +
-                                 describe_byte(byte));
-    }
-  }
+  Result<std::optional<std::string>> difference = first_byte_difference(merged);
+  if (!difference.ok()) return fail("touched", "a backend cannot show the bytes it wrote " + difference.error().message);
+  if (*difference) return fail("touched", "the bytes this operation wrote differ first at " + **difference);
   ++stats_.touched_compared;
   return true;
+}
+
+Result<std::optional<std::string>> Runner::first_byte_difference(std::span<const ByteRange> ranges) const {
+  const Backend& x = *players_[0].backend;
+  const Backend& y = *players_[1].backend;
+  for (const ByteRange& r : ranges) {
+    Result<std::vector<std::uint8_t>> a = x.raw_bytes(r.offset, r.length);
+    Result<std::vector<std::uint8_t>> b = y.raw_bytes(r.offset, r.length);
+    if (!a.ok() || !b.ok())
+      return make_error(ErrorKind::internal, "at " + std::to_string(r.offset) + ": " +
+                                                 (a.ok() ? b.error().message : a.error().message));
+    if (*a == *b) continue;
+    std::size_t i = 0;
+    while (i < a->size() && i < b->size() && (*a)[i] == (*b)[i]) ++i;
+    const std::uint64_t byte = r.offset + i;
+    return std::optional<std::string>("byte " + std::to_string(byte) + ": " + std::string(x.name()) + " has " +
+                                      hex_byte((*a)[i]) + ", " + std::string(y.name()) + " has " + hex_byte((*b)[i]) +
+                                      describe_byte(byte));
+  }
+  return std::optional<std::string>();
+}
+
+bool Runner::defer(DeferredComparison::Kind kind, std::uint64_t expected, std::vector<ByteRange> ranges) {
+  if (deferred_ops_.empty() || deferred_ops_.back().step != step_)
+    deferred_ops_.push_back(DeferredOp{step_, line_, *current_op_});
+  deferred_.push_back(DeferredComparison{kind, deferred_ops_.size() - 1, expected, std::move(ranges)});
+  return deferred_.size() < cadence_.compare_window || settle_deferred();
 }
 
 bool Runner::defers() const {
@@ -369,16 +380,19 @@ bool Runner::defers() const {
 bool Runner::settle_deferred() {
   if (deferred_.empty()) return true;
   std::vector<DeferredComparison> pending;
+  std::vector<DeferredOp> ops;
   pending.swap(deferred_);
+  ops.swap(deferred_ops_);
   const std::uint64_t now = step_;
   const Backend& x = *players_[0].backend;
   const Backend& y = *players_[1].backend;
   // The failure belongs to the op whose digest differed, not to the op being checked now.
   const auto fail_at = [&](const DeferredComparison& d, std::string message) {
-    step_ = d.step;
-    line_ = d.line;
+    const DeferredOp& at = ops[d.op];
+    step_ = at.step;
+    line_ = at.line;
     fail(d.kind == DeferredComparison::Kind::tables ? "tables" : "touched", std::move(message));
-    failure_->op = op_to_line(d.op, std::nullopt);
+    failure_->op = op_to_line(at.op, std::nullopt);
     return false;
   };
   Result<std::vector<std::uint64_t>> answers = players_[1].backend->collect_digests();
@@ -418,19 +432,10 @@ bool Runner::settle_deferred() {
       return fail_at(d, "the allocator tables' digests differ after this operation (" + digests + "), " + window + "; " +
                             later + rerun);
     }
+    // What the bytes show now, as a lead (they may have been written again since).
     std::string later;
-    for (const ByteRange& r : d.ranges) {
-      Result<std::vector<std::uint8_t>> a = x.raw_bytes(r.offset, r.length);
-      Result<std::vector<std::uint8_t>> b = y.raw_bytes(r.offset, r.length);
-      if (!a.ok() || !b.ok() || *a == *b) continue;
-      std::size_t j = 0;
-      while (j < a->size() && j < b->size() && (*a)[j] == (*b)[j]) ++j;
-      const std::uint64_t byte = r.offset + j;
-      later = "; at step " + std::to_string(now) + " they differ first at byte " + std::to_string(byte) + ": " +
-              std::string(x.name()) + " has " + hex_byte((*a)[j]) + ", " + std::string(y.name()) + " has " +
-              hex_byte((*b)[j]) + describe_byte(byte);
-      break;
-    }
+    if (Result<std::optional<std::string>> now_differ = first_byte_difference(d.ranges); now_differ.ok() && *now_differ)
+      later = "; at step " + std::to_string(now) + " they differ first at " + **now_differ;
     return fail_at(d, "the digests of the bytes this operation wrote differ (" + digests + "), " + window + later + rerun);
   }
   return true;

@@ -231,16 +231,26 @@ class Runner {
   std::optional<Failure> failure_;
   bool tables_matched_ = false;  // this step's check_tables found the two players' tables equal
   // (or, deferred, will have: a difference found later fails the run at this step)
-  // A digest comparison of the window not compared yet: the op, and the first player's digest.
+  // A digest comparison of the window not compared yet: which op, and the first player's digest.
   struct DeferredComparison {
     enum class Kind { tables, touched } kind = Kind::tables;
-    std::uint64_t step = 0;
-    std::uint64_t line = 0;
-    Op op;
+    std::size_t op = 0;  // into deferred_ops_
     std::uint64_t expected = 0;
     std::vector<ByteRange> ranges;  // touched: what the op wrote (merged)
   };
+  // The ops of the window's comparisons, each once (an op's tables and bytes share it).
+  struct DeferredOp {
+    std::uint64_t step = 0;
+    std::uint64_t line = 0;
+    Op op;
+  };
   std::vector<DeferredComparison> deferred_;
+  std::vector<DeferredOp> deferred_ops_;
+  // Queues a comparison of the op being checked; false when the window it closes differs.
+  bool defer(DeferredComparison::Kind kind, std::uint64_t expected, std::vector<ByteRange> ranges);
+  // The first byte of `ranges` at which the two players' pools differ ("byte B: x has .., y has
+  // .." and where it lies), nullopt when they agree; an Error when a backend cannot show them.
+  Result<std::optional<std::string>> first_byte_difference(std::span<const ByteRange> ranges) const;
   const Op* current_op_ = nullptr;  // the op play() is checking (for deferred comparisons)
   std::optional<PoolConfig> config_;
   std::optional<PoolDerived> derived_;
