@@ -1,5 +1,7 @@
-// An owned device allocation (cudaMalloc / cudaFree), move-only. Allocation reports errors as
-// values; the destructor frees and reports (never aborts: it may run after a sticky error).
+// An owned device allocation, move-only. The memory comes from kept_memory.h (a cudaMalloc, or a
+// block an earlier pool left after synchronizing its streams) and goes back there (kept, or
+// cudaFree'd). Allocation reports errors as values; the destructor releases and reports (never
+// aborts: it may run after a sticky error).
 // No managed memory anywhere in gpu/ (it can hang a shared GPU when over-asked).
 #pragma once
 
@@ -10,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include "gpu/cuda_check.h"
+#include "gpu/kept_memory.h"
 
 namespace kvtwin::gpu {
 
@@ -34,8 +37,7 @@ class DeviceBuffer {
   Status allocate(std::size_t count) {
     reset();
     if (count == 0) return ok_status();
-    void* p = nullptr;
-    KVTWIN_CUDA_TRY(cudaMalloc(&p, count * sizeof(T)));
+    KVTWIN_TRY(void* p, take_memory(MemoryKind::device, count * sizeof(T)));
     data_ = static_cast<T*>(p);
     size_ = count;
     return ok_status();
@@ -48,7 +50,7 @@ class DeviceBuffer {
   }
 
   void reset() {
-    if (data_ != nullptr) KVTWIN_CUDA_WARN(cudaFree(data_));
+    if (data_ != nullptr) release_memory(MemoryKind::device, data_, size_ * sizeof(T));
     data_ = nullptr;
     size_ = 0;
   }

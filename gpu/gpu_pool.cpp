@@ -49,9 +49,20 @@ GpuPool::~GpuPool() {
     for (const auto& [name, counts] : syncs_by_op_)
       std::fprintf(stderr, "  %-24s %10llu ops %10llu syncs\n", name.c_str(), static_cast<unsigned long long>(counts.first),
                    static_cast<unsigned long long>(counts.second));
+    const KeptMemoryStats m = kept_memory_stats();
+    std::fprintf(stderr, "kvtwin profile: gpu memory so far: %llu allocations new, %llu kept ones; %llu releases kept, %llu freed\n",
+                 static_cast<unsigned long long>(m.taken_new), static_cast<unsigned long long>(m.taken_kept),
+                 static_cast<unsigned long long>(m.kept), static_cast<unsigned long long>(m.freed_now));
   }
   graphs_.clear();
   batches_.clear();
+  // Every stream of the pool synchronized (the compute stream, then the copy streams as the
+  // transfers land): no device work can still touch the members' buffers, which are then kept for
+  // the next pool rather than freed (kept_memory.h; a cudaFree waits for the whole device).
+  // After a CUDA failure nothing is kept.
+  const bool quiet = stream_ == nullptr || cudaStreamSynchronize(stream_) == cudaSuccess;
+  transfers_.reset();
+  if (quiet && poisoned_.empty()) quiet_teardown_.emplace();
   if (stream_ != nullptr) {
     KVTWIN_CUDA_WARN(cudaStreamDestroy(stream_));
     forget_stream(stream_);
@@ -246,14 +257,27 @@ OpResult GpuPool::build(const BuildPool& op) {
   }
   // Building (or rebuilding) replaces the whole state: tables, bytes, batches, readers, graphs,
   // the host arena and its transfers (every copy in flight lands first).
-  transfers_.reset();
-  store_.reset();
-  graphs_.clear();
-  batches_.clear();
-  readers_.clear();
-  state_.reset();
-  allocator_.reset();
-  bytes_.reset();
+  // The old pool's work lands first (the compute stream, then every copy in flight): what the
+  // resets release is then kept for the new pool rather than freed (kept_memory.h). Not one of the
+  // counted synchronizations of an operation's answer: a rebuild has always waited for the
+  // device (its cudaFrees did), and the injector's synchronization walk stays as it was.
+  if (stream_ != nullptr && built_) {
+    if (const cudaError_t landed = cudaStreamSynchronize(stream_); landed != cudaSuccess)
+      return cuda_error(landed, "cudaStreamSynchronize(stream_)", __FILE__, __LINE__);
+    note_stream_synchronized(stream_);
+  }
+  {
+    std::optional<QuietRelease> quiet;
+    if (poisoned_.empty()) quiet.emplace();
+    transfers_.reset();
+    store_.reset();
+    graphs_.clear();
+    batches_.clear();
+    readers_.clear();
+    state_.reset();
+    allocator_.reset();
+    bytes_.reset();
+  }
   built_ = false;
   if (stream_ == nullptr) KVTWIN_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   config_ = op.config;

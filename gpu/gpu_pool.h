@@ -37,6 +37,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,7 @@
 #include "gpu/doors.h"
 #include "gpu/faults.h"
 #include "gpu/host_arena.h"
+#include "gpu/kept_memory.h"
 #include "gpu/pool_bytes.h"
 #include "gpu/readers.h"
 #include "gpu/state_pool.h"
@@ -161,6 +163,9 @@ class GpuPool final : public Backend {
   // An environment error of operation `index`, with the operations it may have come from.
   Error attributed(const Error& error, std::uint64_t index, const Op& op, bool synchronized) const;
 
+  // The first member, so the last to go: once the destructor has synchronized every stream of the
+  // pool, the members' buffers are kept for the next pool instead of freed (kept_memory.h).
+  std::optional<QuietRelease> quiet_teardown_;
   Faults faults_;
   std::string poisoned_;  // why every operation is refused (a CUDA failure); empty: healthy
   bool sync_each_op_ = false;

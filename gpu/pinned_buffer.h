@@ -1,7 +1,7 @@
-// An owned pinned host allocation (cudaHostAlloc / cudaFreeHost), move-only, as DeviceBuffer is
-// for device memory. Pinned memory is what an asynchronous device-to-host copy may land in
-// without the runtime synchronizing the stream (a copy into pageable memory waits for itself),
-// and what a copy kernel may read through its device pointer when allocated mapped.
+// An owned pinned host allocation (cudaHostAlloc / cudaFreeHost, through kept_memory.h), move-only,
+// as DeviceBuffer is for device memory. Pinned memory is what an asynchronous device-to-host copy
+// may land in without the runtime synchronizing the stream (a copy into pageable memory waits for
+// itself), and what a copy kernel may read through its device pointer when allocated mapped.
 //
 // Allocation reports errors as values; the destructor frees and reports (never aborts).
 #pragma once
@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 
 #include "gpu/cuda_check.h"
+#include "gpu/kept_memory.h"
 
 namespace kvtwin::gpu {
 
@@ -23,12 +24,13 @@ class PinnedBuffer {
   PinnedBuffer(const PinnedBuffer&) = delete;
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
   PinnedBuffer(PinnedBuffer&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)), flags_(other.flags_) {}
   PinnedBuffer& operator=(PinnedBuffer&& other) noexcept {
     if (this != &other) {
       reset();
       data_ = std::exchange(other.data_, nullptr);
       size_ = std::exchange(other.size_, 0);
+      flags_ = other.flags_;
     }
     return *this;
   }
@@ -38,9 +40,9 @@ class PinnedBuffer {
   Status allocate(std::size_t count, unsigned flags = cudaHostAllocDefault) {
     reset();
     if (count == 0) return ok_status();
-    void* p = nullptr;
-    KVTWIN_CUDA_TRY(cudaHostAlloc(&p, count * sizeof(T), flags));
+    KVTWIN_TRY(void* p, take_memory(kind_of(flags), count * sizeof(T)));
     data_ = static_cast<T*>(p);
+    flags_ = flags;
     size_ = count;
     return ok_status();
   }
@@ -52,7 +54,7 @@ class PinnedBuffer {
   }
 
   void reset() {
-    if (data_ != nullptr) KVTWIN_CUDA_WARN(cudaFreeHost(data_));
+    if (data_ != nullptr) release_memory(kind_of(flags_), data_, size_ * sizeof(T));
     data_ = nullptr;
     size_ = 0;
   }
@@ -62,8 +64,16 @@ class PinnedBuffer {
   std::size_t bytes() const { return size_ * sizeof(T); }
 
  private:
+  // The two kinds of pinned memory gpu/ allocates (kept_memory.h keeps them apart).
+  static MemoryKind kind_of(unsigned flags) {
+    KVTWIN_CHECK(flags == cudaHostAllocDefault || flags == cudaHostAllocMapped,
+                 "PinnedBuffer allocates cudaHostAllocDefault or cudaHostAllocMapped memory");
+    return flags == cudaHostAllocMapped ? MemoryKind::pinned_mapped : MemoryKind::pinned;
+  }
+
   T* data_ = nullptr;
   std::size_t size_ = 0;
+  unsigned flags_ = cudaHostAllocDefault;
 };
 
 }  // namespace kvtwin::gpu

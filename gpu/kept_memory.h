@@ -1,0 +1,65 @@
+// Device and pinned allocations kept for reuse across pools, so that a pool's teardown frees
+// nothing through the driver.
+//
+// Why: a cudaFree (and a cudaFreeHost) waits for the whole device, every other thread's streams
+// included, and other threads' CUDA calls wait behind it. The gate builds a pool per property
+// case on one thread per core, all on one GPU: a pool's forty-odd buffers freed one by one made
+// every thread wait for every other at each case's end, and the next case's cudaMallocs paid the
+// driver again (13 ms a build, side by side on the H200).
+//
+// How it works: DeviceBuffer and PinnedBuffer take their memory here. A release made while the
+// calling thread holds a QuietRelease (its owner has synchronized every stream that used the
+// memory: no device work can still touch it) keeps the block, by its kind and exact size, up to a
+// bound; any other release frees at once, as before. A later allocation of the same kind and size
+// takes a kept block and passes the failure injector as a cudaMalloc would (cuda_check.h), so an
+// armed injector counts and fails the same calls whether the block is kept or new.
+//
+// What it does not cover: a kept block holds whatever its last owner wrote (as a new cudaMalloc
+// holds whatever was there); every user initializes what it reads. Blocks still kept at exit are
+// freed by an atexit handler (registered after the runtime's, so it runs first).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/result.h"
+
+namespace kvtwin::gpu {
+
+enum class MemoryKind : std::uint8_t {
+  device,         // cudaMalloc
+  pinned,         // cudaHostAlloc(cudaHostAllocDefault)
+  pinned_mapped,  // cudaHostAlloc(cudaHostAllocMapped)
+};
+
+// `bytes` (> 0) of `kind`: a kept block of exactly that size if one is kept, else a new one.
+Result<void*> take_memory(MemoryKind kind, std::size_t bytes);
+
+// Gives back what take_memory returned: kept while this thread holds a QuietRelease and the
+// bound allows, else freed now (a failure reported, never raised: it may run after a sticky error).
+void release_memory(MemoryKind kind, void* block, std::size_t bytes);
+
+// While one lives on a thread, that thread's releases are kept: create one only where every stream
+// that used the memory about to be released has been synchronized.
+class QuietRelease {
+ public:
+  QuietRelease();
+  ~QuietRelease();
+  QuietRelease(const QuietRelease&) = delete;
+  QuietRelease& operator=(const QuietRelease&) = delete;
+};
+
+// What the process's allocations have done so far (KVTWIN_PROFILE=1 prints it).
+struct KeptMemoryStats {
+  std::uint64_t taken_new = 0;    // allocations the driver made
+  std::uint64_t taken_kept = 0;   // allocations served by a kept block
+  std::uint64_t freed_now = 0;    // releases freed through the driver
+  std::uint64_t kept = 0;         // releases kept
+  std::uint64_t bytes_kept = 0;   // bytes kept right now
+};
+KeptMemoryStats kept_memory_stats();
+
+// Frees every kept block (tests; a caller that wants the memory back).
+void drop_kept_memory();
+
+}  // namespace kvtwin::gpu

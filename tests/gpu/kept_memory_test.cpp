@@ -1,0 +1,137 @@
+// gpu/kept_memory.h: releases are kept only inside a QuietRelease, a kept block serves the next
+// allocation of its kind and exact size, the failure injector fails a kept allocation as it fails
+// a new one, and a pool built on what an earlier pool left starts as a new pool does (its bytes
+// zero and its tables fresh, though the memory held the earlier pool's rows).
+#include <cstdint>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "gpu/cuda_check.h"
+#include "gpu/gpu_pool.h"
+#include "gpu/kept_memory.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace kvtwin::gpu {
+namespace {
+
+class KeptMemoryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    KVTWIN_REQUIRE_CUDA();
+    drop_kept_memory();
+  }
+  void TearDown() override { drop_kept_memory(); }
+};
+
+// A size no other allocation of these tests has.
+constexpr std::size_t kOddBytes = 3 * 4096 + 24;
+
+TEST_F(KeptMemoryTest, AReleaseOutsideAQuietReleaseIsFreed) {
+  const KeptMemoryStats before = kept_memory_stats();
+  void* block = take_memory(MemoryKind::device, kOddBytes).value();
+  release_memory(MemoryKind::device, block, kOddBytes);
+  const KeptMemoryStats after = kept_memory_stats();
+  EXPECT_EQ(after.freed_now, before.freed_now + 1);
+  EXPECT_EQ(after.kept, before.kept);
+  EXPECT_EQ(after.bytes_kept, 0u);
+}
+
+TEST_F(KeptMemoryTest, AKeptBlockServesTheNextAllocationOfItsKindAndSize) {
+  void* block = take_memory(MemoryKind::device, kOddBytes).value();
+  {
+    const QuietRelease quiet;
+    release_memory(MemoryKind::device, block, kOddBytes);
+  }
+  EXPECT_EQ(kept_memory_stats().bytes_kept, kOddBytes);
+  // Another size, another kind: new blocks.
+  void* other_size = take_memory(MemoryKind::device, kOddBytes + 8).value();
+  void* other_kind = take_memory(MemoryKind::pinned, kOddBytes).value();
+  EXPECT_NE(other_size, block);
+  EXPECT_NE(other_kind, block);
+  const KeptMemoryStats before = kept_memory_stats();
+  void* again = take_memory(MemoryKind::device, kOddBytes).value();
+  EXPECT_EQ(again, block);
+  EXPECT_EQ(kept_memory_stats().taken_kept, before.taken_kept + 1);
+  EXPECT_EQ(kept_memory_stats().bytes_kept, 0u);
+  release_memory(MemoryKind::device, again, kOddBytes);
+  release_memory(MemoryKind::device, other_size, kOddBytes + 8);
+  release_memory(MemoryKind::pinned, other_kind, kOddBytes);
+}
+
+TEST_F(KeptMemoryTest, TheInjectorFailsAKeptAllocationAsItFailsANewOne) {
+  void* block = take_memory(MemoryKind::pinned_mapped, kOddBytes).value();
+  {
+    const QuietRelease quiet;
+    release_memory(MemoryKind::pinned_mapped, block, kOddBytes);
+  }
+  CudaFaultPlan plan;
+  plan.kinds = 1u << static_cast<unsigned>(CudaCallKind::allocation);
+  plan.fail_at = 1;
+  arm_cuda_faults(plan);
+  const Result<void*> refused = take_memory(MemoryKind::pinned_mapped, kOddBytes);
+  disarm_cuda_faults();
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().kind, ErrorKind::environment);
+  // The kept block stays kept.
+  EXPECT_EQ(take_memory(MemoryKind::pinned_mapped, kOddBytes).value(), block);
+  release_memory(MemoryKind::pinned_mapped, block, kOddBytes);
+}
+
+PoolConfig small_config() {
+  ModelShape s;
+  s.name = "kept-memory-test";
+  s.attention = AttentionKind::mha;
+  s.layers = {LayerKind::full, LayerKind::full};
+  s.num_kv_heads = 2;
+  s.k_head_dim = 8;
+  s.v_head_dim = 8;
+  s.dtype = DType::bf16;
+  PoolConfig c;
+  c.shape = s;
+  c.page_size = 2;
+  c.seed = 5;
+  const PoolDerived d = derive_pool(PoolConfig{c.shape, 1, c.page_size, 1 << 20, c.mode, false, 0}).value();
+  c.total_bytes = d.geometry.sub_pools[0].page_bytes * 24;
+  return c;
+}
+
+// A pool whose buffers were kept starts as a new one: the second pool's memory held the first
+// pool's rows, and it must show zeros and fresh tables all the same.
+TEST_F(KeptMemoryTest, APoolBuiltOnKeptMemoryStartsFresh) {
+  const PoolConfig c = small_config();
+  const PoolDerived d = derive_pool(c).value();
+  const std::int64_t m = static_cast<std::int64_t>(d.geometry.sub_pools[0].min_page_index);
+  PoolTables fresh;
+  {
+    GpuPool first;
+    ASSERT_TRUE(first.apply(BuildPool{c}).ok());
+    fresh = first.tables().value();
+    ASSERT_TRUE(first.apply(Alloc{8}).ok());
+    std::vector<std::int64_t> tokens;
+    for (std::int64_t t = m * 2; t < (m + 4) * 2; ++t) tokens.push_back(t);
+    ASSERT_TRUE(first.apply(MakeBatch{1, tokens, {}}).ok());
+    ASSERT_TRUE(first.apply(Rebind{1, 0}).ok());
+    for (std::uint32_t layer = 0; layer < 2; ++layer)
+      ASSERT_TRUE(first.apply(Write{layer, 9, 1u, {}, false, {}, false}).ok());
+    const std::vector<std::uint8_t> written = first.raw_bytes(0, c.total_bytes).value();
+    ASSERT_NE(written, std::vector<std::uint8_t>(c.total_bytes, 0)) << "the first pool wrote rows";
+  }
+  const KeptMemoryStats kept = kept_memory_stats();
+  EXPECT_GT(kept.bytes_kept, c.total_bytes) << "the first pool's buffers, its bytes among them, were kept";
+  GpuPool second;
+  ASSERT_TRUE(second.apply(BuildPool{c}).ok());
+  EXPECT_GT(kept_memory_stats().taken_kept, kept.taken_kept);
+  EXPECT_EQ(second.raw_bytes(0, c.total_bytes).value(), std::vector<std::uint8_t>(c.total_bytes, 0));
+  EXPECT_EQ(second.tables().value(), fresh);
+  EXPECT_TRUE(second.verify().ok());
+  // A rebuild keeps what the pool held, and starts fresh again.
+  ASSERT_TRUE(second.apply(Alloc{4}).ok());
+  const std::uint64_t freed_before = kept_memory_stats().freed_now;
+  ASSERT_TRUE(second.apply(BuildPool{c}).ok());
+  EXPECT_EQ(kept_memory_stats().freed_now, freed_before) << "a rebuild frees nothing through the driver";
+  EXPECT_EQ(second.tables().value(), fresh);
+}
+
+}  // namespace
+}  // namespace kvtwin::gpu
