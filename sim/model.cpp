@@ -672,14 +672,17 @@ void Model::write_row(std::size_t side, std::int64_t pt, std::uint32_t layer, st
   const DenseEntryLayout& layout = pool_->derived.layouts[side];
   const RowIdentity id{token, static_cast<std::uint32_t>(side), layer, static_cast<std::uint32_t>(part), write_number};
   std::span<std::uint8_t> row = pool_->bytes->row(layout, pt, part, layer);
-  note_touched(static_cast<std::uint64_t>(pt) * layout.entry_bytes, layout.entry_bytes);
+  // The row itself, not its whole entry: a write of one layer changes 1/L of each entry, and the
+  // side-by-side digest of what an op wrote costs what it wrote (a stray byte elsewhere in the
+  // entry is found by the checkpoint's whole-pool comparison).
+  const std::uint64_t begin = static_cast<std::uint64_t>(row.data() - std::as_const(*pool_->bytes).all().data());
+  note_touched(begin, row.size());
   fill_oracle_row(pool_->config.seed, id, layout.parts[part].dtype, row);
   // The ledger remembers the row when its page is bound; a row of an unbound page is not data.
   const AllocatorSide& s = pool_->allocator.side(side);
   const std::int64_t page = pt / pool_->page_size;
   const std::int64_t v = page >= s.min_page() && page < s.num_pages() ? s.virtual_of(page) : -1;
   if (v >= 1) pool_->ledger.record(side, v, RowSlot{pt % pool_->page_size, layer, part}, token, write_number);
-  const std::uint64_t begin = static_cast<std::uint64_t>(row.data() - std::as_const(*pool_->bytes).all().data());
   forget_overlapped_rows(side, begin, begin + row.size());
   if (pool_->state) forget_state_overlapped(begin, begin + row.size());
 }

@@ -329,9 +329,15 @@ bool Runner::check_touched() {
   if (defers()) {
     // Deferred, as the tables' digests are (check_tables); when either backend cannot digest or
     // queue, compared at once below.
-    Result<std::uint64_t> a = players_[0].backend->bytes_digest(merged);
-    if (a.ok() && players_[1].backend->queue_bytes_digest(merged).ok())
-      return defer(DeferredComparison::Kind::touched, *a, std::move(merged));
+    Result<std::uint64_t> a = [&] {
+      const PhaseTimer timer(profile_.get(), "check touched: digest of the first");
+      return players_[0].backend->bytes_digest(merged);
+    }();
+    const bool queued = [&] {
+      const PhaseTimer timer(profile_.get(), "check touched: queue of the second");
+      return a.ok() && players_[1].backend->queue_bytes_digest(merged).ok();
+    }();
+    if (queued) return defer(DeferredComparison::Kind::touched, *a, std::move(merged));
   }
   // Digests first; the bytes themselves only to name the first one that differs.
   if (bytes_digests_agree(merged)) {
@@ -395,7 +401,10 @@ bool Runner::settle_deferred() {
     failure_->op = op_to_line(at.op, std::nullopt);
     return false;
   };
-  Result<std::vector<std::uint64_t>> answers = players_[1].backend->collect_digests();
+  Result<std::vector<std::uint64_t>> answers = [&] {
+    const PhaseTimer timer(profile_.get(), "settle deferred: collect");
+    return players_[1].backend->collect_digests();
+  }();
   if (!answers.ok())
     return fail_at(pending.front(), std::string(y.name()) + " cannot answer its deferred digests: " + answers.error().message);
   KVTWIN_CHECK(answers->size() == pending.size(), "a backend answered " + std::to_string(answers->size()) +
