@@ -333,8 +333,30 @@ std::vector<Item> gate_items(const CheckOptions& o, const GateSetup& g) {
         items.push_back(std::move(item));
       }
   }
+  // Without a time budget, a configuration's cases go in items of at most kGateChunkCases (the
+  // random configuration's of 4x that), so that no item is many times longer than the rest and the
+  // gate's wall time on N threads stays near its thread time over N. Cases are seeded by their
+  // index: the split changes no case.
+  constexpr std::uint64_t kGateChunkCases = 12;
   for (const std::string& config : configs) {
-    if (o.cases_per_item != 0) break;
+    if (o.cases_per_item != 0 || o.seconds != 0) break;
+    const std::uint64_t total = config == "random" ? o.random_cases : o.cases;
+    const std::uint64_t chunk = config == "random" ? 4 * kGateChunkCases : kGateChunkCases;
+    for (std::uint64_t first = 0; first < total; first += chunk) {
+      const std::uint64_t cases = std::min(chunk, total - first);
+      Item item;
+      item.part = "properties";
+      item.name = total <= chunk ? config
+                                 : config + " cases " + std::to_string(first) + ".." + std::to_string(first + cases - 1);
+      item.backend = backend_names;
+      item.run = [config, factory, &o, first, cases, backend_flag] {
+        return run_property_item(config, factory, o, first, cases, std::nullopt, backend_flag);
+      };
+      items.push_back(std::move(item));
+    }
+  }
+  for (const std::string& config : configs) {
+    if (o.cases_per_item != 0 || o.seconds == 0) break;
     Item item;
     item.part = "properties";
     item.name = config;
