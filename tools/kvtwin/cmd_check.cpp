@@ -314,64 +314,51 @@ std::vector<Item> gate_items(const CheckOptions& o, const GateSetup& g) {
   std::vector<std::string> configs = {"random"};
   for (const std::string& c : props::catalogue_config_names()) configs.push_back(c);
   const std::uint64_t property_items = configs.size();
+  const auto cases_of = [&o](const std::string& config) { return config == "random" ? o.random_cases : o.cases; };
+  // Cases [first, first + cases) of one configuration, named by their range unless they are all of it.
+  const auto add_cases = [&](const std::string& config, std::uint64_t first, std::uint64_t cases) {
+    Item item;
+    item.part = "properties";
+    item.name = cases == cases_of(config)
+                    ? config
+                    : config + " cases " + std::to_string(first) + ".." + std::to_string(first + cases - 1);
+    item.backend = backend_names;
+    item.run = [config, factory, &o, first, cases, backend_flag] {
+      return run_property_item(config, factory, o, first, cases, std::nullopt, backend_flag);
+    };
+    items.push_back(std::move(item));
+  };
   if (o.cases_per_item != 0) {
     // Small items, case-major (cases 0..k-1 of every configuration, then the next k, ...): a
     // self-test that stops at the earliest failed item reaches it soon, on any number of threads.
     const std::uint64_t most = std::max(o.cases, o.random_cases);
     for (std::uint64_t first = 0; first < most; first += o.cases_per_item)
-      for (const std::string& config : configs) {
-        const std::uint64_t total = config == "random" ? o.random_cases : o.cases;
-        if (first >= total) continue;
-        const std::uint64_t cases = std::min(o.cases_per_item, total - first);
-        Item item;
-        item.part = "properties";
-        item.name = config + " cases " + std::to_string(first) + ".." + std::to_string(first + cases - 1);
-        item.backend = backend_names;
-        item.run = [config, factory, &o, first, cases, backend_flag] {
-          return run_property_item(config, factory, o, first, cases, std::nullopt, backend_flag);
-        };
-        items.push_back(std::move(item));
-      }
-  }
-  // Without a time budget, a configuration's cases go in items of at most kGateChunkCases (the
-  // random configuration's of 4x that), so that no item is many times longer than the rest and the
-  // gate's wall time on N threads stays near its thread time over N. Cases are seeded by their
-  // index: the split changes no case.
-  constexpr std::uint64_t kGateChunkCases = 12;
-  for (const std::string& config : configs) {
-    if (o.cases_per_item != 0 || o.seconds != 0) break;
-    const std::uint64_t total = config == "random" ? o.random_cases : o.cases;
-    const std::uint64_t chunk = config == "random" ? 4 * kGateChunkCases : kGateChunkCases;
-    for (std::uint64_t first = 0; first < total; first += chunk) {
-      const std::uint64_t cases = std::min(chunk, total - first);
-      Item item;
-      item.part = "properties";
-      item.name = total <= chunk ? config
-                                 : config + " cases " + std::to_string(first) + ".." + std::to_string(first + cases - 1);
-      item.backend = backend_names;
-      item.run = [config, factory, &o, first, cases, backend_flag] {
-        return run_property_item(config, factory, o, first, cases, std::nullopt, backend_flag);
-      };
-      items.push_back(std::move(item));
+      for (const std::string& config : configs)
+        if (first < cases_of(config)) add_cases(config, first, std::min(o.cases_per_item, cases_of(config) - first));
+  } else if (o.seconds == 0) {
+    // Without a time budget, a configuration's cases go in items of at most kGateChunkCases (the
+    // random configuration's of 4x that), so that no item is many times longer than the rest and
+    // the gate's wall time on N threads stays near its thread time over N. Cases are seeded by
+    // their index: the split changes no case.
+    constexpr std::uint64_t kGateChunkCases = 12;
+    for (const std::string& config : configs) {
+      const std::uint64_t chunk = config == "random" ? 4 * kGateChunkCases : kGateChunkCases;
+      for (std::uint64_t first = 0; first < cases_of(config); first += chunk)
+        add_cases(config, first, std::min(chunk, cases_of(config) - first));
     }
   }
   for (const std::string& config : configs) {
     if (o.cases_per_item != 0 || o.seconds == 0) break;
+    // With --seconds, one item a configuration, with an equal share of the threads' time (and at
+    // least one case), so the property part takes about --seconds of wall time.
     Item item;
     item.part = "properties";
     item.name = config;
     item.backend = backend_names;
-    const std::uint64_t cases = config == "random" ? o.random_cases : o.cases;
-    item.run = [config, factory, &o, cases, property_items, jobs, backend_flag] {
-      std::optional<std::chrono::steady_clock::time_point> deadline;
-      if (o.seconds != 0) {
-        // Each configuration gets an equal share of the threads' time (and at least one case),
-        // so the property part takes about --seconds of wall time.
-        const auto share = std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(
-            static_cast<double>(o.seconds) * jobs / static_cast<double>(property_items)));
-        deadline = std::chrono::steady_clock::now() + share;
-      }
-      return run_property_item(config, factory, o, 0, cases, deadline, backend_flag);
+    item.run = [config, factory, &o, cases = cases_of(config), property_items, jobs, backend_flag] {
+      const auto share = std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(
+          static_cast<double>(o.seconds) * jobs / static_cast<double>(property_items)));
+      return run_property_item(config, factory, o, 0, cases, std::chrono::steady_clock::now() + share, backend_flag);
     };
     items.push_back(std::move(item));
   }
@@ -562,17 +549,15 @@ void run_items(std::vector<Item>& items, const std::vector<std::size_t>& mine, s
   bar.finish();
 }
 
-// The order the gate starts its items in: the request slices first (the longest items, the MLA
-// slice longest of all), then the properties, then the short regression traces, so the last item
-// to finish is rarely a long one started late. No item's result depends on when it runs, and the
-// report keeps the fixed item order; the self-test, which stops at its earliest failed item,
-// runs in item order.
+// The order the gate starts its items in: the request slices first (the longest items), then the
+// properties, then the short regression traces, so the last item to finish is rarely a long one
+// started late. No item's result depends on when it runs, and the report keeps the fixed item
+// order; the self-test, which stops at its earliest failed item, runs in item order.
 std::vector<std::size_t> longest_first(const std::vector<Item>& items, std::vector<std::size_t> order) {
   const auto rank = [&](std::size_t i) {
-    const Item& item = items[i];
-    if (item.part == "requests") return item.name.find("(MLA)") != std::string::npos ? 0 : 1;
-    if (item.part == "properties") return 2;
-    return 3;
+    if (items[i].part == "requests") return 0;
+    if (items[i].part == "properties") return 1;
+    return 2;
   };
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return rank(a) < rank(b); });
   return order;
