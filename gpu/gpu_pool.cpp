@@ -50,19 +50,24 @@ GpuPool::~GpuPool() {
       std::fprintf(stderr, "  %-24s %10llu ops %10llu syncs\n", name.c_str(), static_cast<unsigned long long>(counts.first),
                    static_cast<unsigned long long>(counts.second));
     const KeptMemoryStats m = kept_memory_stats();
-    std::fprintf(stderr, "kvtwin profile: gpu memory so far: %llu allocations new, %llu kept ones; %llu releases kept, %llu freed\n",
+    std::fprintf(stderr,
+                 "kvtwin profile: gpu memory so far: %llu allocations new, %llu kept ones; %llu releases kept, %llu held "
+                 "by their pool, %llu freed\n",
                  static_cast<unsigned long long>(m.taken_new), static_cast<unsigned long long>(m.taken_kept),
-                 static_cast<unsigned long long>(m.kept), static_cast<unsigned long long>(m.freed_now));
+                 static_cast<unsigned long long>(m.kept), static_cast<unsigned long long>(m.held),
+                 static_cast<unsigned long long>(m.freed_now));
   }
-  graphs_.clear();
-  batches_.clear();
   // Every stream of the pool synchronized (the compute stream, then the copy streams as the
-  // transfers land): no device work can still touch the members' buffers, which are then kept for
-  // the next pool rather than freed (kept_memory.h; a cudaFree waits for the whole device).
+  // transfers land): no device work can still touch the members' buffers, nor what the pool held
+  // of its operations' releases, which are then kept for the next pool rather than freed
+  // (kept_memory.h; a cudaFree waits for the whole device, every other thread's streams too).
   // After a CUDA failure nothing is kept.
   const bool quiet = stream_ == nullptr || cudaStreamSynchronize(stream_) == cudaSuccess;
-  transfers_.reset();
   if (quiet && poisoned_.empty()) quiet_teardown_.emplace();
+  transfers_.reset();
+  graphs_.clear();
+  batches_.clear();
+  held_.release_all();
   if (stream_ != nullptr) {
     KVTWIN_CUDA_WARN(cudaStreamDestroy(stream_));
     forget_stream(stream_);
@@ -86,6 +91,7 @@ Result<std::size_t> GpuPool::side_named(std::string_view sub_pool, std::string_v
 }
 
 OpResult GpuPool::apply(const Op& op) {
+  const HoldReleases hold(held_);
   const std::uint64_t index = ops_applied_++;
   if (!std::holds_alternative<BuildPool>(op) || !poisoned_.empty()) {
     if (Status s = require_pool(); !s.ok()) return s.error();
@@ -261,7 +267,7 @@ OpResult GpuPool::build(const BuildPool& op) {
   // resets release is then kept for the new pool rather than freed (kept_memory.h). Not one of the
   // counted synchronizations of an operation's answer: a rebuild has always waited for the
   // device (its cudaFrees did), and the injector's synchronization walk stays as it was.
-  if (stream_ != nullptr && built_) {
+  if (stream_ != nullptr) {
     if (const cudaError_t landed = cudaStreamSynchronize(stream_); landed != cudaSuccess)
       return cuda_error(landed, "cudaStreamSynchronize(stream_)", __FILE__, __LINE__);
     note_stream_synchronized(stream_);
@@ -277,6 +283,7 @@ OpResult GpuPool::build(const BuildPool& op) {
     state_.reset();
     allocator_.reset();
     bytes_.reset();
+    held_.release_all();
   }
   built_ = false;
   if (stream_ == nullptr) KVTWIN_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
@@ -760,6 +767,7 @@ OpResult GpuPool::host_op(const Op& op) {
 // ---------------------------------------------------------------- what a checker compares
 
 Result<PoolTables> GpuPool::tables() const {
+  const HoldReleases hold(held_);
   KVTWIN_TRY_STATUS(require_pool());
   KVTWIN_TRY(PoolTables out, allocator_.tables(stream_));
   if (state_.built()) KVTWIN_TRY_STATUS(state_.add_tables(out, stream_));
@@ -767,11 +775,13 @@ Result<PoolTables> GpuPool::tables() const {
 }
 
 Result<std::uint64_t> GpuPool::tables_digest() const {
+  const HoldReleases hold(held_);
   KVTWIN_TRY_STATUS(require_pool());
   return allocator_.tables_digest(stream_, state_.built() ? &state_ : nullptr);
 }
 
 Status GpuPool::verify() const {
+  const HoldReleases hold(held_);
   if (!built_) return ok_status();  // nothing built, nothing to break (as the model's verify)
   if (!config_.tables_only && bytes_.size_bytes() != config_.total_bytes)
     return make_error(ErrorKind::internal, "gpu invariant broken: the pool buffer holds " +
@@ -790,6 +800,7 @@ Status GpuPool::verify() const {
 }
 
 Result<std::vector<std::uint8_t>> GpuPool::raw_bytes(std::uint64_t offset, std::uint64_t length) const {
+  const HoldReleases hold(held_);
   KVTWIN_TRY_STATUS(require_pool());
   if (config_.tables_only)
     return make_error(ErrorKind::unsupported, "raw_bytes: this pool is tables-only and holds no bytes");
@@ -811,6 +822,7 @@ Status GpuPool::check_digest_ranges(std::span<const ByteRange> ranges) const {
 }
 
 Result<std::uint64_t> GpuPool::bytes_digest(std::span<const ByteRange> ranges) const {
+  const HoldReleases hold(held_);
   KVTWIN_TRY_STATUS(check_digest_ranges(ranges));
   return bytes_.digest(ranges, stream_);
 }
@@ -823,6 +835,7 @@ Status GpuPool::poison_on_failure(Status status) {
 }
 
 Status GpuPool::queue_tables_digest() {
+  const HoldReleases hold(held_);
   KVTWIN_TRY_STATUS(require_pool());
   return poison_on_failure([&]() -> Status {
     KVTWIN_TRY(unsigned long long* slot, deferred_digests_.next_slot(stream_));
@@ -834,6 +847,7 @@ Status GpuPool::queue_tables_digest() {
 }
 
 Status GpuPool::queue_bytes_digest(std::span<const ByteRange> ranges) {
+  const HoldReleases hold(held_);
   KVTWIN_TRY_STATUS(check_digest_ranges(ranges));
   return poison_on_failure([&]() -> Status {
     KVTWIN_TRY(unsigned long long* slot, deferred_digests_.next_slot(stream_));
@@ -842,6 +856,7 @@ Status GpuPool::queue_bytes_digest(std::span<const ByteRange> ranges) {
 }
 
 Result<std::vector<std::uint64_t>> GpuPool::collect_digests() {
+  const HoldReleases hold(held_);
   KVTWIN_TRY_STATUS(require_pool());
   Result<std::vector<std::uint64_t>> out = deferred_digests_.collect(stream_);
   if (!out.ok()) (void)poison_on_failure(out.error());

@@ -166,6 +166,11 @@ class GpuPool final : public Backend {
   // The first member, so the last to go: once the destructor has synchronized every stream of the
   // pool, the members' buffers are kept for the next pool instead of freed (kept_memory.h).
   std::optional<QuietRelease> quiet_teardown_;
+  // What the pool's operations released while device work enqueued before might still touch it
+  // (a scratch buffer outgrown, a graph's buffers): held, neither freed (a cudaFree waits for the
+  // whole device) nor reused, until the pool has synchronized its streams at a rebuild or its end,
+  // and then kept (kept_memory.h). Every public entry point holds a HoldReleases scope of it.
+  mutable HeldReleases held_;
   Faults faults_;
   std::string poisoned_;  // why every operation is refused (a CUDA failure); empty: healthy
   bool sync_each_op_ = false;

@@ -1,4 +1,4 @@
-// Kept blocks by kind and size (kept_memory.h for why). One mutex: the calls are few per pool
+// Kept blocks by kind and size class, and the pools' held releases (kept_memory.h for why). One mutex: the calls are few per pool
 // build, and a thread that takes a block another thread kept is as safe as the one that kept it
 // (the block's streams were synchronized before it was kept).
 #include "gpu/kept_memory.h"
@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -23,7 +24,7 @@ constexpr std::array<std::size_t, 3> kKeptBytesMax = {std::size_t{4} << 30, std:
 
 struct Kept {
   std::mutex mutex;
-  std::array<std::map<std::size_t, std::vector<void*>>, 3> blocks;  // by kind, then exact size
+  std::array<std::map<std::size_t, std::vector<void*>>, 3> blocks;  // by kind, then size class
   std::array<std::size_t, 3> bytes{};
   KeptMemoryStats stats;
 };
@@ -36,7 +37,12 @@ Kept& kept() {
   return *k;
 }
 
+// A pool's held releases are bounded too (a long replay that outgrows its scratch buffers again
+// and again frees the oldest sizes as before, rather than holding them all).
+constexpr std::size_t kHeldBytesMax = std::size_t{512} << 20;
+
 thread_local int t_quiet_depth = 0;
+thread_local HeldReleases* t_holder = nullptr;
 
 std::size_t index_of(MemoryKind kind) { return static_cast<std::size_t>(kind); }
 
@@ -90,8 +96,19 @@ Result<void*> allocate_new(MemoryKind kind, std::size_t bytes) {
 
 }  // namespace
 
-Result<void*> take_memory(MemoryKind kind, std::size_t bytes) {
-  KVTWIN_CHECK(bytes > 0, "take_memory of 0 bytes");
+std::size_t size_class_bytes(std::size_t bytes) {
+  if (bytes > kKeptBlockBytesMax) return bytes;  // never kept: exactly as asked
+  constexpr std::size_t kSmallest = 512;
+  if (bytes <= kSmallest) return kSmallest;
+  std::size_t top = kSmallest;
+  while (top * 2 <= bytes) top *= 2;  // the largest power of two <= bytes
+  const std::size_t step = top / 4;
+  return (bytes + step - 1) / step * step;
+}
+
+Result<void*> take_memory(MemoryKind kind, std::size_t asked) {
+  KVTWIN_CHECK(asked > 0, "take_memory of 0 bytes");
+  const std::size_t bytes = size_class_bytes(asked);
   // The injector sees an allocation either way (cuda_check.h): the same calls count and fail.
   if (const cudaError_t injected = cuda_fault_point("cudaMalloc(kept or new)", __FILE__, __LINE__);
       injected != cudaSuccess)
@@ -114,9 +131,18 @@ Result<void*> take_memory(MemoryKind kind, std::size_t bytes) {
   return allocate_new(kind, bytes);
 }
 
-void release_memory(MemoryKind kind, void* block, std::size_t bytes) {
+void release_memory(MemoryKind kind, void* block, std::size_t asked) {
   if (block == nullptr) return;
+  const std::size_t bytes = size_class_bytes(asked);
   Kept& k = kept();
+  if (t_quiet_depth == 0 && t_holder != nullptr && bytes <= kKeptBlockBytesMax &&
+      t_holder->bytes_ + bytes <= kHeldBytesMax) {
+    t_holder->blocks_.push_back(HeldReleases::Block{kind, block, asked});
+    t_holder->bytes_ += bytes;
+    const std::lock_guard<std::mutex> lock(k.mutex);
+    ++k.stats.held;
+    return;
+  }
   if (t_quiet_depth > 0 && bytes <= kKeptBlockBytesMax) {
     const std::lock_guard<std::mutex> lock(k.mutex);
     if (k.bytes[index_of(kind)] + bytes <= kKeptBytesMax[index_of(kind)]) {
@@ -136,6 +162,19 @@ void release_memory(MemoryKind kind, void* block, std::size_t bytes) {
   }
   driver_free(kind, block);
 }
+
+void HeldReleases::release_all() {
+  std::vector<Block> blocks = std::move(blocks_);
+  blocks_.clear();
+  bytes_ = 0;
+  // Not back into a holder (this one, or another scope's): kept under a QuietRelease, else freed.
+  HeldReleases* const holder = std::exchange(t_holder, nullptr);
+  for (const Block& b : blocks) release_memory(b.kind, b.block, b.bytes);
+  t_holder = holder;
+}
+
+HoldReleases::HoldReleases(HeldReleases& into) : previous_(std::exchange(t_holder, &into)) {}
+HoldReleases::~HoldReleases() { t_holder = previous_; }
 
 QuietRelease::QuietRelease() { ++t_quiet_depth; }
 QuietRelease::~QuietRelease() { --t_quiet_depth; }

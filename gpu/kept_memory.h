@@ -9,10 +9,16 @@
 //
 // How it works: DeviceBuffer and PinnedBuffer take their memory here. A release made while the
 // calling thread holds a QuietRelease (its owner has synchronized every stream that used the
-// memory: no device work can still touch it) keeps the block, by its kind and exact size, up to a
-// bound; any other release frees at once, as before. A later allocation of the same kind and size
-// takes a kept block and passes the failure injector as a cudaMalloc would (cuda_check.h), so an
-// armed injector counts and fails the same calls whether the block is kept or new.
+// memory: no device work can still touch it) keeps the block, by its kind and size class, up to a
+// bound. A release made while the thread holds a HoldReleases scope (a pool in the middle of an
+// operation: a scratch buffer outgrown, a captured graph replaced) is held by the scope's owner,
+// neither freed nor reused, until the owner has synchronized its streams and releases what it
+// holds under a QuietRelease (a pool's rebuild and its end). Any other release frees at once, as
+// before. A later allocation of the same kind and size class takes a kept block and passes the
+// failure injector as a cudaMalloc would (cuda_check.h), so an armed injector counts and fails the
+// same calls whether the block is kept or new. Size classes (a quarter of a power of two; blocks
+// past kKeptBlockBytesMax exactly as asked) let a block serve the next pool's slightly different
+// sizes: the gate's pools differ by configuration.
 //
 // What it does not cover: a kept block holds whatever its last owner wrote (as a new cudaMalloc
 // holds whatever was there); every user initializes what it reads. Blocks still kept at exit are
@@ -21,6 +27,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "core/result.h"
 
@@ -32,12 +39,17 @@ enum class MemoryKind : std::uint8_t {
   pinned_mapped,  // cudaHostAlloc(cudaHostAllocMapped)
 };
 
-// `bytes` (> 0) of `kind`: a kept block of exactly that size if one is kept, else a new one.
+// At least `bytes` (> 0) of `kind`: a kept block of that size class if one is kept, else a new
+// one of the class's size.
 Result<void*> take_memory(MemoryKind kind, std::size_t bytes);
 
-// Gives back what take_memory returned: kept while this thread holds a QuietRelease and the
+// Gives back what take_memory returned (`bytes` as asked): kept while this thread holds a
+// QuietRelease and the bound allows, held while it holds a HoldReleases scope and its holder's
 // bound allows, else freed now (a failure reported, never raised: it may run after a sticky error).
 void release_memory(MemoryKind kind, void* block, std::size_t bytes);
+
+// The bytes an allocation of `bytes` takes: its size class.
+std::size_t size_class_bytes(std::size_t bytes);
 
 // While one lives on a thread, that thread's releases are kept: create one only where every stream
 // that used the memory about to be released has been synchronized.
@@ -49,11 +61,51 @@ class QuietRelease {
   QuietRelease& operator=(const QuietRelease&) = delete;
 };
 
+// What one owner (a pool) holds of the releases made during its operations: blocks that device
+// work enqueued before their release may still touch. Not thread-safe: its owner's thread only.
+class HeldReleases {
+ public:
+  HeldReleases() = default;
+  ~HeldReleases() { release_all(); }
+  HeldReleases(const HeldReleases&) = delete;
+  HeldReleases& operator=(const HeldReleases&) = delete;
+
+  // Releases every held block now, as release_memory would outside a HoldReleases scope: kept if
+  // this thread holds a QuietRelease (call it so once every stream that used them is synchronized),
+  // else freed.
+  void release_all();
+  std::size_t bytes() const { return bytes_; }
+
+ private:
+  friend void release_memory(MemoryKind, void*, std::size_t);
+  struct Block {
+    MemoryKind kind;
+    void* block;
+    std::size_t bytes;
+  };
+  std::vector<Block> blocks_;
+  std::size_t bytes_ = 0;
+};
+
+// While one lives on a thread, that thread's releases outside a QuietRelease go to `into` (the
+// innermost scope's holder), up to a bound past which they are freed as before.
+class HoldReleases {
+ public:
+  explicit HoldReleases(HeldReleases& into);
+  ~HoldReleases();
+  HoldReleases(const HoldReleases&) = delete;
+  HoldReleases& operator=(const HoldReleases&) = delete;
+
+ private:
+  HeldReleases* previous_;
+};
+
 // What the process's allocations have done so far (KVTWIN_PROFILE=1 prints it).
 struct KeptMemoryStats {
   std::uint64_t taken_new = 0;    // allocations the driver made
   std::uint64_t taken_kept = 0;   // allocations served by a kept block
   std::uint64_t freed_now = 0;    // releases freed through the driver
+  std::uint64_t held = 0;         // releases held by a pool until its streams were synchronized
   std::uint64_t kept = 0;         // releases kept
   std::uint64_t bytes_kept = 0;   // bytes kept right now
 };

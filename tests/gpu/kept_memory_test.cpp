@@ -1,7 +1,9 @@
-// gpu/kept_memory.h: releases are kept only inside a QuietRelease, a kept block serves the next
-// allocation of its kind and exact size, the failure injector fails a kept allocation as it fails
-// a new one, and a pool built on what an earlier pool left starts as a new pool does (its bytes
-// zero and its tables fresh, though the memory held the earlier pool's rows).
+// gpu/kept_memory.h: releases are kept only inside a QuietRelease, held (not reused) inside a
+// HoldReleases scope until their holder releases them, a kept block serves the next allocation of
+// its kind and size class, the failure injector fails a kept allocation as it fails a new one, a
+// pool frees nothing through the driver at its end (its captured graphs' buffers included), and a
+// pool built on what an earlier pool left starts as a new pool does (its bytes zero and its tables
+// fresh, though the memory held the earlier pool's rows).
 #include <cstdint>
 #include <vector>
 
@@ -43,9 +45,9 @@ TEST_F(KeptMemoryTest, AKeptBlockServesTheNextAllocationOfItsKindAndSize) {
     const QuietRelease quiet;
     release_memory(MemoryKind::device, block, kOddBytes);
   }
-  EXPECT_EQ(kept_memory_stats().bytes_kept, kOddBytes);
-  // Another size, another kind: new blocks.
-  void* other_size = take_memory(MemoryKind::device, kOddBytes + 8).value();
+  EXPECT_EQ(kept_memory_stats().bytes_kept, size_class_bytes(kOddBytes));
+  // Another size class, another kind: new blocks.
+  void* other_size = take_memory(MemoryKind::device, 2 * kOddBytes).value();
   void* other_kind = take_memory(MemoryKind::pinned, kOddBytes).value();
   EXPECT_NE(other_size, block);
   EXPECT_NE(other_kind, block);
@@ -55,8 +57,69 @@ TEST_F(KeptMemoryTest, AKeptBlockServesTheNextAllocationOfItsKindAndSize) {
   EXPECT_EQ(kept_memory_stats().taken_kept, before.taken_kept + 1);
   EXPECT_EQ(kept_memory_stats().bytes_kept, 0u);
   release_memory(MemoryKind::device, again, kOddBytes);
-  release_memory(MemoryKind::device, other_size, kOddBytes + 8);
+  release_memory(MemoryKind::device, other_size, 2 * kOddBytes);
   release_memory(MemoryKind::pinned, other_kind, kOddBytes);
+}
+
+TEST(KeptMemorySizeClass, AClassHoldsItsSizeAndWastesAtMostAQuarter) {
+  for (std::size_t bytes : {std::size_t{1}, std::size_t{512}, std::size_t{513}, std::size_t{4096}, kOddBytes,
+                            std::size_t{3} << 20, (std::size_t{1} << 30) - 1}) {
+    const std::size_t c = size_class_bytes(bytes);
+    EXPECT_GE(c, bytes);
+    EXPECT_LE(c, std::max<std::size_t>(512, bytes + bytes / 4)) << bytes;
+    EXPECT_EQ(size_class_bytes(c), c) << "a class's own size is its class";
+  }
+  // Past the largest kept block, exactly as asked (a 2 GiB pool is not rounded up).
+  EXPECT_EQ(size_class_bytes((std::size_t{2} << 30) + 24), (std::size_t{2} << 30) + 24);
+}
+
+TEST_F(KeptMemoryTest, AKeptBlockServesTheSizesOfItsClass) {
+  void* block = take_memory(MemoryKind::device, kOddBytes).value();
+  {
+    const QuietRelease quiet;
+    release_memory(MemoryKind::device, block, kOddBytes);
+  }
+  ASSERT_EQ(size_class_bytes(kOddBytes + 8), size_class_bytes(kOddBytes));
+  void* again = take_memory(MemoryKind::device, kOddBytes + 8).value();
+  EXPECT_EQ(again, block);
+  release_memory(MemoryKind::device, again, kOddBytes + 8);
+}
+
+TEST_F(KeptMemoryTest, AHeldReleaseIsNeitherFreedNorReusedUntilItsHolderReleasesIt) {
+  HeldReleases held;
+  void* block = take_memory(MemoryKind::device, kOddBytes).value();
+  const KeptMemoryStats before = kept_memory_stats();
+  {
+    const HoldReleases hold(held);
+    release_memory(MemoryKind::device, block, kOddBytes);
+    EXPECT_EQ(held.bytes(), size_class_bytes(kOddBytes));
+    // Not reused while held: device work enqueued before the release may still touch it.
+    void* other = take_memory(MemoryKind::device, kOddBytes).value();
+    EXPECT_NE(other, block);
+    const QuietRelease quiet;  // a QuietRelease wins over a holder: kept, not held
+    release_memory(MemoryKind::device, other, kOddBytes);
+  }
+  KeptMemoryStats after = kept_memory_stats();
+  EXPECT_EQ(after.held, before.held + 1);
+  EXPECT_EQ(after.kept, before.kept + 1);
+  EXPECT_EQ(after.freed_now, before.freed_now);
+  {
+    const QuietRelease quiet;
+    held.release_all();
+  }
+  EXPECT_EQ(held.bytes(), 0u);
+  after = kept_memory_stats();
+  EXPECT_EQ(after.kept, before.kept + 2);
+  EXPECT_EQ(after.freed_now, before.freed_now);
+  EXPECT_EQ(after.bytes_kept, 2 * size_class_bytes(kOddBytes));
+  // Outside any scope a holder's release frees.
+  void* third = take_memory(MemoryKind::pinned, kOddBytes).value();
+  {
+    const HoldReleases hold(held);
+    release_memory(MemoryKind::pinned, third, kOddBytes);
+  }
+  held.release_all();
+  EXPECT_EQ(kept_memory_stats().freed_now, before.freed_now + 1);
 }
 
 TEST_F(KeptMemoryTest, TheInjectorFailsAKeptAllocationAsItFailsANewOne) {
@@ -131,6 +194,21 @@ TEST_F(KeptMemoryTest, APoolBuiltOnKeptMemoryStartsFresh) {
   ASSERT_TRUE(second.apply(BuildPool{c}).ok());
   EXPECT_EQ(kept_memory_stats().freed_now, freed_before) << "a rebuild frees nothing through the driver";
   EXPECT_EQ(second.tables().value(), fresh);
+}
+
+// A pool's end frees nothing through the driver, its captured graphs' buffers included (they were
+// freed before the pool synchronized its stream, each cudaFree waiting for the whole device).
+TEST_F(KeptMemoryTest, APoolsEndFreesNothingThroughTheDriver) {
+  const PoolConfig c = small_config();
+  const std::uint64_t freed_before = kept_memory_stats().freed_now;
+  {
+    GpuPool pool;
+    ASSERT_TRUE(pool.apply(BuildPool{c}).ok());
+    ASSERT_TRUE(pool.apply(Alloc{4}).ok());
+    ASSERT_TRUE(pool.apply(Capture{1, 4, 2, 0, 2}).ok());
+    ASSERT_TRUE(pool.apply(Capture{2, 2, 3, 1, 2}).ok());
+  }
+  EXPECT_EQ(kept_memory_stats().freed_now, freed_before);
 }
 
 }  // namespace
