@@ -8,7 +8,10 @@
 // range read as zero. A term is a bijective mix of the word keyed by its index, and the digest is
 // the sum of the terms mod 2^64, so the order words are visited in does not matter (a parallel
 // reduction gives the host's value exactly), any one word changed always changes the digest, and
-// a row written at another place or two rows swapped change it unless 64 bits collide.
+// a row written at another place or two rows swapped change it unless 64 bits collide. A zero word
+// is a zero term (every step of the mix maps 0 to 0), so bytes never written (a fresh pool is
+// zero, SPEC 3) add nothing: a digest kept per region of the pool starts at 0 without reading it,
+// and the model recomputes only the regions written since (sim/pool_bytes.h).
 //
 // What it does not cover: which ranges to digest (the runner takes the model's touched ranges,
 // core/backend.h); both backends must be given the same ranges. A match is evidence, not proof:
@@ -24,12 +27,15 @@
 namespace kvtwin {
 
 // The term of word `index` holding `word` (little-endian bytes, those outside the range zero).
+// Each step is a bijection of x that keeps 0 at 0: multiplying by an odd number (the index's odd
+// key included) and xor-shifting right.
 KVTWIN_HOST_DEVICE inline std::uint64_t bytes_digest_term(std::uint64_t index, std::uint64_t word) {
-  std::uint64_t x = word ^ (index * 0x9e3779b97f4a7c15ULL);
-  x *= 0xbf58476d1ce4e5b9ULL;
+  std::uint64_t x = word * 0xbf58476d1ce4e5b9ULL;
   x ^= x >> 31;
-  x *= 0x94d049bb133111ebULL;
+  x *= (index * 0x9e3779b97f4a7c15ULL) << 1 | 1;
   x ^= x >> 29;
+  x *= 0x94d049bb133111ebULL;
+  x ^= x >> 32;
   return x;
 }
 

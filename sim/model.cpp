@@ -76,7 +76,7 @@ std::vector<PagePair> Model::pair_for_compaction(const std::vector<std::int64_t>
 
 std::span<std::uint8_t> Model::bytes_for_test() {
   KVTWIN_CHECK(built(), "bytes_for_test() needs a built pool");
-  return pool_->bytes ? pool_->bytes->all() : std::span<std::uint8_t>();
+  return pool_->bytes ? pool_->bytes->writable(0, pool_->bytes->size()) : std::span<std::uint8_t>();
 }
 
 PageAllocator& Model::allocator_for_test() {
@@ -762,7 +762,7 @@ OpResult Model::on(const Read& op) {
       data.insert(data.end(), part->row_bytes(), 0);
       continue;
     }
-    auto row = pool_->bytes->row(layout, id, part_index, place.local_layer);
+    auto row = std::as_const(*pool_->bytes).row(layout, id, part_index, place.local_layer);
     data.insert(data.end(), row.begin(), row.end());
   }
   return Outcome(Bytes::of(std::move(data)));
@@ -1057,7 +1057,7 @@ Result<std::uint64_t> Model::bytes_digest(std::span<const ByteRange> ranges) con
     if (r.offset > all.size() || r.length > all.size() - r.offset)
       return out_of_range("bytes_digest: [" + num(r.offset) + ", " + num(r.offset) + " + " + num(r.length) +
                           ") is outside the pool's " + num(std::uint64_t{all.size()}) + " bytes");
-  return kvtwin::bytes_digest(all, ranges);
+  return pool_->bytes->digest(ranges);
 }
 
 Result<std::span<const std::uint8_t>> Model::bytes_view() const {
@@ -1198,7 +1198,7 @@ Status Model::verify_row(std::size_t i, std::int64_t v, const RowSlot& at, const
                        row.write_number};
   expected.resize(part.row_bytes());
   fill_oracle_row(pool_->config.seed, id, part.dtype, expected);
-  auto actual = pool_->bytes->row(layout, pt, at.part, at.layer);
+  auto actual = std::as_const(*pool_->bytes).row(layout, pt, at.part, at.layer);
   if (!std::equal(actual.begin(), actual.end(), expected.begin())) {
     const auto diff = std::mismatch(actual.begin(), actual.end(), expected.begin());
     return broken("sub-pool '" + s.name() + "': virtual token " + num(v * pool_->page_size + at.slot) + " (physical " +
@@ -1647,14 +1647,14 @@ void Model::write_state_slot(std::int64_t vslot, std::uint64_t request, std::uin
   const StateEntryLayout& layout = *pool_->derived.state_layout;
   const std::int64_t slot = pool_->state->slots().physical_of(vslot);
   const std::uint64_t base = static_cast<std::uint64_t>(slot) * layout.entry_bytes;
-  std::span<std::uint8_t> all = pool_->bytes->all();
+  std::span<std::uint8_t> entry = pool_->bytes->writable(base, layout.entry_bytes);
   for (std::size_t b = 0; b < layout.blocks.size(); ++b) {
     const StateBlock& block = layout.blocks[b];
     for (std::uint32_t l = 0; l < block.layer_num; ++l) {
       const RowIdentity id{static_cast<std::int64_t>(request), kStateOracleSubPool, l, static_cast<std::uint32_t>(b),
                            write_number};
       fill_oracle_row(pool_->config.seed, id, block.dtype,
-                      all.subspan(base + block.offset_bytes + l * block.layer_stride_bytes, block.layer_stride_bytes));
+                      entry.subspan(block.offset_bytes + l * block.layer_stride_bytes, block.layer_stride_bytes));
     }
   }
   note_touched(base, layout.entry_bytes);

@@ -11,6 +11,7 @@
 // verify() reads a page only once its bytes have landed. transfer_wait lets everything go.
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <set>
 
 #include "core/check.h"
@@ -222,13 +223,12 @@ void Model::land(std::uint32_t transfer) {
         const std::uint64_t offset = static_cast<std::uint64_t>(c.device_page) * g.page_bytes;
         std::span<std::byte> host = pool_->host->physical_page_bytes(c.side, c.host_page);
         KVTWIN_CHECK(host.size() == g.page_bytes, "a host page is its side's device page envelope");
-        std::span<std::uint8_t> device = pool_->bytes->all().subspan(offset, g.page_bytes);
         // The copy uses the physical pages the transfer resolved when it started.
         if (t.direction == TransferDirection::offload) {
-          std::memcpy(host.data(), device.data(), g.page_bytes);
+          std::memcpy(host.data(), std::as_const(*pool_->bytes).range(offset, g.page_bytes).data(), g.page_bytes);
           ++pool_->host_writes;
         } else {
-          std::memcpy(device.data(), host.data(), g.page_bytes);
+          std::memcpy(pool_->bytes->writable(offset, g.page_bytes).data(), host.data(), g.page_bytes);
           note_touched(offset, g.page_bytes);
         }
       }

@@ -5,6 +5,7 @@
 #include <new>
 #include <string>
 
+#include "core/bytes_digest.h"
 #include "core/check.h"
 #include "sim/allocation_faults.h"
 
@@ -17,6 +18,48 @@ PoolBytes::PoolBytes(std::uint64_t total_bytes) {
   storage_.reset(static_cast<std::uint8_t*>(std::calloc(total_bytes == 0 ? 1 : total_bytes, 1)));
   if (!storage_) throw std::bad_alloc();
   bytes_ = std::span<std::uint8_t>(storage_.get(), total_bytes);
+  // Every region starts zero, and so does its digest (a zero word's term is 0).
+  region_digests_.assign(total_bytes / kRegionBytes, 0);
+  region_stale_.assign(total_bytes / kRegionBytes, 0);
+}
+
+std::span<std::uint8_t> PoolBytes::writable(std::uint64_t offset, std::uint64_t length) {
+  KVTWIN_CHECK(offset <= bytes_.size() && length <= bytes_.size() - offset, "a byte range inside the pool");
+  mark_written(offset, length);
+  return bytes_.subspan(offset, length);
+}
+
+void PoolBytes::mark_written(std::uint64_t offset, std::uint64_t length) {
+  if (length == 0) return;
+  const std::uint64_t last = std::min<std::uint64_t>((offset + length - 1) / kRegionBytes + 1, region_stale_.size());
+  for (std::uint64_t r = offset / kRegionBytes; r < last; ++r) region_stale_[r] = 1;
+}
+
+std::uint64_t PoolBytes::region_digest(std::uint64_t r) const {
+  if (region_stale_[r] != 0) {
+    region_digests_[r] = bytes_digest_of_range(r * kRegionBytes, range(r * kRegionBytes, kRegionBytes));
+    region_stale_[r] = 0;
+  }
+  return region_digests_[r];
+}
+
+std::uint64_t PoolBytes::digest(std::span<const ByteRange> ranges) const {
+  std::uint64_t sum = 0;
+  for (const ByteRange& r : ranges) {
+    const std::uint64_t end = r.offset + r.length;
+    KVTWIN_CHECK(r.offset <= bytes_.size() && r.length <= bytes_.size() - r.offset, "a digested range inside the pool");
+    // The whole regions inside the range (region boundaries are word boundaries: nothing splits).
+    const std::uint64_t first = (r.offset + kRegionBytes - 1) / kRegionBytes;
+    const std::uint64_t past = std::min<std::uint64_t>(end / kRegionBytes, region_digests_.size());
+    if (first >= past) {
+      sum += bytes_digest_of_range(r.offset, range(r.offset, r.length));
+      continue;
+    }
+    sum += bytes_digest_of_range(r.offset, range(r.offset, first * kRegionBytes - r.offset));
+    for (std::uint64_t g = first; g < past; ++g) sum += region_digest(g);
+    sum += bytes_digest_of_range(past * kRegionBytes, range(past * kRegionBytes, end - past * kRegionBytes));
+  }
+  return sum;
 }
 
 std::span<const std::uint8_t> PoolBytes::range(std::uint64_t offset, std::uint64_t length) const {
@@ -38,6 +81,7 @@ std::uint64_t PoolBytes::row_offset(const DenseEntryLayout& layout, std::int64_t
 std::span<std::uint8_t> PoolBytes::row(const DenseEntryLayout& layout, std::int64_t pt, std::size_t part,
                                        std::uint32_t layer) {
   const std::uint64_t offset = row_offset(layout, pt, part, layer);
+  mark_written(offset, layout.parts[part].row_bytes());
   return std::span<std::uint8_t>(bytes_).subspan(offset, layout.parts[part].row_bytes());
 }
 
@@ -54,6 +98,7 @@ void PoolBytes::copy_page(const SubPoolGeometry& geometry, std::int64_t src, std
   const std::uint64_t to = static_cast<std::uint64_t>(dst) * envelope;
   KVTWIN_CHECK(from + envelope <= bytes_.size() && to + envelope <= bytes_.size(),
                "page envelopes of sub-pool '" + geometry.name + "' inside the pool");
+  mark_written(to, envelope);
   // Envelopes of one sub-pool never overlap, so a plain copy is exact.
   std::copy_n(bytes_.begin() + static_cast<std::ptrdiff_t>(from), envelope,
               bytes_.begin() + static_cast<std::ptrdiff_t>(to));

@@ -69,6 +69,15 @@ TEST(BytesDigest, AnyOneByteChangedOrTwoRowsSwappedChangeIt) {
   EXPECT_EQ(bytes_digest(pool, ranges), before);
 }
 
+TEST(BytesDigest, ZeroBytesAddNothing) {
+  const std::vector<std::uint8_t> zeros(4096, 0);
+  EXPECT_EQ(bytes_digest(zeros, std::vector<ByteRange>{{0, 4096}, {17, 100}}), 0u);
+  // So a range's digest is that of its nonzero words alone.
+  std::vector<std::uint8_t> pool = zeros;
+  pool[1000] = 7;
+  EXPECT_EQ(bytes_digest(pool, std::vector<ByteRange>{{0, 4096}}), bytes_digest(pool, std::vector<ByteRange>{{1000, 1}}));
+}
+
 class VectorBackend : public Backend {
  public:
   explicit VectorBackend(std::vector<std::uint8_t> bytes) : bytes_(std::move(bytes)) {}
