@@ -113,24 +113,34 @@ const std::vector<std::uint8_t>& pattern(const PatternKey& key) {
 // to the wrong place, or half written, shows anywhere in it), and the fill is one xor per 8 bytes:
 // the oracle runs for every row a replay writes and every row a verify reads back, so it costs
 // about what copying the row would.
-void fill_oracle_row(std::uint64_t seed, const RowIdentity& id, DType dtype, std::span<std::uint8_t> out) {
-  const std::uint32_t itemsize = dtype_size_bytes(dtype);
-  KVTWIN_CHECK(out.size() % itemsize == 0, "oracle row is not a whole number of elements");
-  const std::vector<std::uint8_t>& pat = pattern(PatternKey{seed, id.sub_pool, id.layer, id.part, dtype, out.size()});
+std::uint64_t oracle_row_key(std::uint64_t seed, const RowIdentity& id) {
   std::uint64_t key = mix_seed(seed, static_cast<std::uint64_t>(id.source_token));
   key = mix_seed(key, (std::uint64_t{id.sub_pool} << 40) ^ (std::uint64_t{id.layer} << 8) ^ id.part);
-  key = mix_seed(key, id.write_number);
+  return mix_seed(key, id.write_number);
+}
+
+std::uint64_t oracle_key_mask(DType dtype) { return key_mask(dtype); }
+
+const std::vector<std::uint8_t>& oracle_pattern(std::uint64_t seed, const RowIdentity& id, DType dtype,
+                                                std::size_t bytes) {
+  KVTWIN_CHECK(bytes % dtype_size_bytes(dtype) == 0, "oracle row is not a whole number of elements");
+  return pattern(PatternKey{seed, id.sub_pool, id.layer, id.part, dtype, bytes});
+}
+
+void fill_oracle_row(std::uint64_t seed, const RowIdentity& id, DType dtype, std::span<std::uint8_t> out) {
+  const std::vector<std::uint8_t>& pat = oracle_pattern(seed, id, dtype, out.size());
+  const std::uint64_t key = oracle_row_key(seed, id);
   const std::uint64_t mask = key_mask(dtype);
   const std::size_t words = out.size() / 8;
   for (std::size_t i = 0; i < words; ++i) {
     std::uint64_t w = 0;
     std::memcpy(&w, pat.data() + i * 8, 8);
-    w ^= (key + i * 0x9e3779b97f4a7c15ULL) & mask;
+    w ^= (key + i * kOracleKeyStep) & mask;
     std::memcpy(out.data() + i * 8, &w, 8);
   }
   // A row shorter than a word's multiple (rows are multiples of 16 bytes in a pool; other callers
   // may ask for any whole number of elements): the tail, byte by byte, little-endian.
-  const std::uint64_t tail_key = (key + words * 0x9e3779b97f4a7c15ULL) & mask;
+  const std::uint64_t tail_key = (key + words * kOracleKeyStep) & mask;
   for (std::size_t b = words * 8; b < out.size(); ++b)
     out[b] = static_cast<std::uint8_t>(pat[b] ^ (tail_key >> (8 * (b - words * 8))));
 }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -25,6 +26,19 @@ struct RowIdentity {
 
 // Fills `out` (a whole row: row_bytes long, a multiple of the dtype size) with the oracle row.
 void fill_oracle_row(std::uint64_t seed, const RowIdentity& id, DType dtype, std::span<std::uint8_t> out);
+
+// The same row in its two parts, for a backend that makes rows where its pool lives (the GPU
+// uploads a pattern once and makes each lane's row from its key): word i (8 bytes,
+// little-endian) of the row is pattern[i] ^ ((key + i * kOracleKeyStep) & oracle_key_mask(dtype)),
+// and fill_oracle_row is exactly that (a row whose length is not a multiple of 8 ends in a byte
+// tail that only fill_oracle_row makes).
+inline constexpr std::uint64_t kOracleKeyStep = 0x9e3779b97f4a7c15ULL;
+std::uint64_t oracle_row_key(std::uint64_t seed, const RowIdentity& id);
+std::uint64_t oracle_key_mask(DType dtype);
+// The pattern of (seed, sub-pool, layer, part, dtype, length) (the identity's token and write
+// number do not matter): a reference into this thread's cache, valid until its next oracle call.
+const std::vector<std::uint8_t>& oracle_pattern(std::uint64_t seed, const RowIdentity& id, DType dtype,
+                                                std::size_t bytes);
 
 // Query vectors for the reference attention: element `index` of request `request`, head `head`.
 // Returns float values exactly representable in bf16, finite and non-zero.

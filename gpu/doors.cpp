@@ -18,6 +18,7 @@ Error out_of_range(std::string message) { return make_error(ErrorKind::out_of_ra
 Status Doors::init(const PoolConfig& config, const PoolDerived& derived) {
   config_ = &config;
   derived_ = &derived;
+  patterns_.clear();  // another pool: another seed, other parts
   KVTWIN_TRY_STATUS(check_flags_.reserve(3));
   return check_flags_host_.reserve(3);
 }
@@ -121,14 +122,24 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
   if (device_checks)
     KVTWIN_CUDA_TRY(cudaMemcpyAsync(check_flags_host_.get(), flags, check_flags_.bytes(), cudaMemcpyDeviceToHost, stream));
 
-  // ---- while the device checks, the host makes the rows: the oracle row of each part for each
-  // lane's token (docs/decisions.md).
+  // ---- while the device checks, the host prepares the rows (docs/decisions.md): the oracle key
+  // of each part for each lane's token, the rows themselves made on the device from the part's
+  // pattern (uploaded once a pool); rows not a whole number of words are made here and staged.
   std::uint64_t lane_bytes = 0;
-  for (const DensePart& part : layout.parts) lane_bytes += part.row_bytes();
+  bool words_only = true;
+  for (const DensePart& part : layout.parts) {
+    lane_bytes += part.row_bytes();
+    words_only = words_only && (part.row_bytes() | part.offset_bytes | part.layer_stride_bytes | layout.entry_bytes) % 8 == 0;
+  }
+  const bool rows_on_device = writes_rows && words_only;
   std::vector<std::uint8_t> rows;
+  std::vector<std::uint64_t> keys;
   std::vector<RowSegment> segments;
   if (writes_rows) {
-    rows.resize(static_cast<std::size_t>(lane_bytes * static_cast<std::uint64_t>(lanes)));
+    if (rows_on_device)
+      keys.resize(static_cast<std::size_t>(lanes) * layout.parts.size());
+    else
+      rows.resize(static_cast<std::size_t>(lane_bytes * static_cast<std::uint64_t>(lanes)));
     std::uint64_t part_offset = 0;
     for (std::size_t pi = 0; pi < layout.parts.size(); ++pi) {
       const DensePart& part = layout.parts[pi];
@@ -136,10 +147,19 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
         const std::size_t at = static_cast<std::size_t>(lane);
         const RowIdentity id{at < tokens->size() ? (*tokens)[at] : -1, static_cast<std::uint32_t>(placement.sub_pool),
                              placement.local_layer, static_cast<std::uint32_t>(pi), op.write_number};
-        fill_oracle_row(config_->seed, id, part.dtype,
-                        std::span<std::uint8_t>(rows.data() + at * lane_bytes + part_offset, part.row_bytes()));
+        if (rows_on_device)
+          keys[at * layout.parts.size() + pi] = oracle_row_key(config_->seed, id);
+        else
+          fill_oracle_row(config_->seed, id, part.dtype,
+                          std::span<std::uint8_t>(rows.data() + at * lane_bytes + part_offset, part.row_bytes()));
       }
       RowSegment seg;
+      if (rows_on_device) {
+        const RowIdentity pattern_of{0, static_cast<std::uint32_t>(placement.sub_pool), placement.local_layer,
+                                     static_cast<std::uint32_t>(pi), 0};
+        KVTWIN_TRY(seg.pattern, device_pattern(pattern_of, part.dtype, part.row_bytes(), stream));
+        seg.mask = oracle_key_mask(part.dtype);
+      }
       seg.pool_offset_bytes = part.offset_bytes + std::uint64_t{placement.local_layer} * part.layer_stride_bytes;
       seg.entry_bytes = layout.entry_bytes;
       seg.staging_offset_bytes = part_offset;
@@ -200,11 +220,33 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
   if (!writes_rows) return ok_status();
 
   // ---- the scatter, left running: nothing the host returns depends on it.
-  KVTWIN_TRY_STATUS(rows_staging_.reserve(rows.size()));
   KVTWIN_TRY_STATUS(row_segments_.reserve(segments.size()));
-  KVTWIN_CUDA_TRY(cudaMemcpyAsync(rows_staging_.get(), rows.data(), rows.size(), cudaMemcpyHostToDevice, stream));
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(row_segments_.get(), segments.data(), segments.size() * sizeof(RowSegment),
                                   cudaMemcpyHostToDevice, stream));
+  if (rows_on_device) {
+    KVTWIN_TRY_STATUS(row_keys_.reserve(keys.size()));
+    KVTWIN_CUDA_TRY(cudaMemcpyAsync(row_keys_.get(), keys.data(), keys.size() * sizeof(std::uint64_t),
+                                    cudaMemcpyHostToDevice, stream));
+    RowCopyParams p;
+    p.pool = bytes.data();
+    p.pool_bytes = bytes.size_bytes();
+    p.segments = row_segments_.get();
+    p.num_segments = static_cast<std::uint32_t>(segments.size());
+    std::uint64_t bits = reinterpret_cast<std::uintptr_t>(p.pool);
+    for (const RowSegment& s : segments) {
+      p.max_row_bytes = std::max(p.max_row_bytes, s.row_bytes);
+      bits |= s.pool_offset_bytes | s.entry_bytes | s.row_bytes;
+    }
+    p.locs[0] = final_loc;
+    p.lanes = lanes;
+    p.vector16 = bits % 16 == 0;  // the patterns are device allocations: 256-byte aligned
+    p.int32_offsets = faults.int32_offsets;
+    p.keys = row_keys_.get();
+    KVTWIN_CUDA_TRY(launch_scatter_oracle_rows(p, stream));
+    return ok_status();
+  }
+  KVTWIN_TRY_STATUS(rows_staging_.reserve(rows.size()));
+  KVTWIN_CUDA_TRY(cudaMemcpyAsync(rows_staging_.get(), rows.data(), rows.size(), cudaMemcpyHostToDevice, stream));
   RowCopyParams p;
   p.pool = bytes.data();
   p.pool_bytes = bytes.size_bytes();
@@ -219,6 +261,20 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
   p.int32_offsets = faults.int32_offsets;
   KVTWIN_CUDA_TRY(launch_scatter_rows(p, stream));
   return ok_status();
+}
+
+Result<const std::uint8_t*> Doors::device_pattern(const RowIdentity& of, DType dtype, std::uint64_t row_bytes,
+                                                  cudaStream_t stream) {
+  const PatternKey key{of.sub_pool, of.layer, of.part, dtype, row_bytes};
+  if (auto it = patterns_.find(key); it != patterns_.end()) return static_cast<const std::uint8_t*>(it->second.get());
+  const std::vector<std::uint8_t>& pattern = oracle_pattern(config_->seed, of, dtype, row_bytes);
+  DeviceBuffer<std::uint8_t> buffer;
+  KVTWIN_TRY_STATUS(buffer.allocate(pattern.size()));
+  // From pageable memory: the call returns once the bytes are staged (the cache may move on).
+  KVTWIN_CUDA_TRY(cudaMemcpyAsync(buffer.get(), pattern.data(), pattern.size(), cudaMemcpyHostToDevice, stream));
+  const std::uint8_t* at = buffer.get();
+  patterns_.emplace(key, std::move(buffer));
+  return at;
 }
 
 Doors::LocVerdict Doors::judge_loc(const LayerLoc& target, std::int64_t slots, std::int64_t sink_end) {

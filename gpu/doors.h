@@ -13,15 +13,22 @@
 // The read door gathers one part's rows; a sink lane reads as zeros. Fault switches that live
 // here: no_mark_check (2), tombstone_live (10, the SWA loc), int32_offsets (18, both doors).
 //
-// State: named device scratch only (below); nothing persists from one call to the next.
+// A write's rows are made on the device from the oracle (core/oracle.h): the host computes one
+// key per lane and part, and uploads each (layer, part)'s pattern the first time the pool writes
+// it; a part whose rows are not whole 8-byte words is made on the host and staged.
+//
+// State: named device scratch (below), and the patterns uploaded for this pool (dropped at init).
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include <cuda_runtime_api.h>
 
 #include "core/op.h"
+#include "core/oracle.h"
 #include "core/pool_config.h"
 #include "gpu/batches.h"
 #include "gpu/device_allocator.h"
@@ -61,6 +68,12 @@ class Doors {
     bool duplicate = false;
   };
   LocVerdict judge_loc(const LayerLoc& target, std::int64_t slots, std::int64_t sink_end);
+  // The oracle pattern of (sub-pool, layer, part) of `row_bytes`, on the device (uploaded at its
+  // first use on `stream`).
+  Result<const std::uint8_t*> device_pattern(const RowIdentity& of, DType dtype, std::uint64_t row_bytes,
+                                             cudaStream_t stream);
+  using PatternKey = std::tuple<std::uint32_t, std::uint32_t, std::uint32_t, DType, std::uint64_t>;
+  std::map<PatternKey, DeviceBuffer<std::uint8_t>> patterns_;
   std::vector<LocVerdict> verdicts_;  // the last few batch locs judged, newest last
   DeviceBuffer<std::uint32_t> check_flags_;       // write: [loc outside its sub-pool, negative SWA loc, duplicate lanes]
   PinnedBuffer<std::uint32_t> check_flags_host_;  // write: the same three words, read back asynchronously
@@ -71,6 +84,7 @@ class Doors {
   DeviceBuffer<std::int64_t> duplicate_sorted_;    // write: those keys sorted
   DeviceBuffer<std::int64_t> read_ids_;            // read: the physical ids read
   DeviceBuffer<std::uint8_t> rows_staging_;        // both: the rows, lane-major (lane_bytes each)
+  DeviceBuffer<std::uint64_t> row_keys_;           // write: each (lane, part)'s oracle key, lane-major
   DeviceBuffer<RowSegment> row_segments_;          // both: one (layer, part) segment each
 };
 

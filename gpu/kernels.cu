@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "core/bytes_digest.h"
+#include "core/oracle.h"  // kOracleKeyStep
 #include "core/det_math.h"
 
 namespace kvtwin::gpu {
@@ -223,6 +224,39 @@ cudaError_t launch_copy_rows(const RowCopyParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// The oracle scatter: as copy_rows_kernel's scatter, the unit made from the pattern and the
+// lane's key instead of read from staging (a uint4 is two words, a uint2 one).
+template <bool kVector>
+__global__ void __launch_bounds__(kThreads) oracle_rows_kernel(const RowCopyParams p, unsigned group) {
+  using Unit = std::conditional_t<kVector, uint4, uint2>;
+  constexpr std::uint32_t kWords = sizeof(Unit) / 8;
+  const unsigned rows_per_block = blockDim.x / group;
+  const unsigned in_group = threadIdx.x % group;
+  const std::int64_t lane = static_cast<std::int64_t>(blockIdx.x) * rows_per_block + threadIdx.x / group;
+  if (lane >= p.lanes) return;
+  for (std::uint32_t s = blockIdx.y; s < p.num_segments; s += gridDim.y) {
+    const RowSegment seg = p.segments[s];
+    const std::uint32_t units = seg.row_bytes / static_cast<std::uint32_t>(sizeof(Unit));
+    const std::int64_t* locs = seg.loc_set != 0 && p.locs[1] != nullptr ? p.locs[1] : p.locs[0];
+    const std::int64_t t = locs[lane];
+    const std::int64_t off = t < seg.first_slot ? -1 : row_offset(t, seg, p.pool_bytes, p.int32_offsets);
+    if (off < 0) continue;  // a sink lane: the write door discards it (SPEC 6)
+    const std::uint64_t key = p.keys[static_cast<std::uint64_t>(lane) * p.num_segments + s];
+    const Unit* pattern = reinterpret_cast<const Unit*>(seg.pattern);
+    Unit* pool = reinterpret_cast<Unit*>(p.pool + off);
+    for (std::uint32_t u = in_group; u < units; u += group) {
+      Unit v = pattern[u];
+      std::uint64_t w[kWords];
+      memcpy(w, &v, sizeof(Unit));
+#pragma unroll
+      for (std::uint32_t k = 0; k < kWords; ++k)
+        w[k] ^= (key + (static_cast<std::uint64_t>(u) * kWords + k) * kOracleKeyStep) & seg.mask;
+      memcpy(&v, w, sizeof(Unit));
+      pool[u] = v;
+    }
+  }
+}
+
 template <bool kVector>
 __global__ void __launch_bounds__(kThreads) move_pages_kernel(const PageMoveParams p) {
   using Unit = std::conditional_t<kVector, uint4, std::uint8_t>;
@@ -385,6 +419,23 @@ bool rows_vector16(const void* pool, const void* staging, std::uint64_t staging_
     bits |= seg.pool_offset_bytes | seg.entry_bytes | seg.staging_offset_bytes | seg.row_bytes;
   }
   return bits % 16 == 0;
+}
+
+cudaError_t launch_scatter_oracle_rows(const RowCopyParams& p, cudaStream_t stream) {
+  if (p.lanes <= 0 || p.num_segments == 0 || p.max_row_bytes == 0) return cudaSuccess;
+  if (p.max_row_bytes > (1u << 31) || p.keys == nullptr) return cudaErrorInvalidValue;
+  const std::uint64_t units = p.max_row_bytes / (p.vector16 ? 16 : 8);
+  unsigned group = 1;
+  while (group < 32 && group * static_cast<std::uint64_t>(kIlp) < units) group *= 2;
+  const unsigned rows_per_block = kThreads / group;
+  const std::uint64_t blocks = (static_cast<std::uint64_t>(p.lanes) + rows_per_block - 1) / rows_per_block;
+  if (blocks > 0x7fffffffULL) return cudaErrorInvalidConfiguration;
+  const dim3 grid(static_cast<unsigned>(blocks), std::min<unsigned>(p.num_segments, kMaxGridY));
+  if (p.vector16)
+    oracle_rows_kernel<true><<<grid, kThreads, 0, stream>>>(p, group);
+  else
+    oracle_rows_kernel<false><<<grid, kThreads, 0, stream>>>(p, group);
+  return cudaGetLastError();
 }
 
 cudaError_t launch_move_pages(const PageMoveParams& p, cudaStream_t stream) {

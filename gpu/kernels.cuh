@@ -112,6 +112,10 @@ struct RowSegment {
   std::uint32_t row_bytes = 0;
   std::uint32_t loc_set = 0;               // which of RowCopyParams::locs indexes the pool
   std::int64_t first_slot = 1;             // ids below it are sink lanes (pages below min_page_index)
+  // The oracle scatter only (launch_scatter_oracle_rows): the segment's pattern (row_bytes, on
+  // the device) and the key bits a row flips (core/oracle.h).
+  const std::uint8_t* pattern = nullptr;
+  std::uint64_t mask = 0;
 };
 
 struct RowCopyParams {
@@ -126,12 +130,18 @@ struct RowCopyParams {
   std::int64_t lanes = 0;
   bool vector16 = false;                   // every address involved is 16-byte aligned
   bool int32_offsets = false;              // fault 18
+  // The oracle scatter only: the key of (lane, segment) at keys[lane * num_segments + segment].
+  const std::uint64_t* keys = nullptr;
 };
 // Sink lanes (loc < first_slot: the sink page and any reserved page) write nothing and read as
 // zeros; a row that would fall outside the pool moves nothing (the doors range-check locs before
 // launching; this is a last guard).
 cudaError_t launch_scatter_rows(const RowCopyParams& p, cudaStream_t stream);  // staging -> pool
 cudaError_t launch_gather_rows(const RowCopyParams& p, cudaStream_t stream);   // pool -> staging
+// The oracle rows made on the device, no staging: word i of (lane, segment)'s row is
+// pattern[i] ^ ((key + i * kOracleKeyStep) & mask) (core/oracle.h), every row_bytes a multiple
+// of 8 (vector16: of 16, as for the copies); sink lanes write nothing.
+cudaError_t launch_scatter_oracle_rows(const RowCopyParams& p, cudaStream_t stream);
 
 // True when base addresses, offsets, strides and row sizes are all multiples of 16 bytes.
 bool rows_vector16(const void* pool, const void* staging, std::uint64_t staging_lane_stride_bytes,
