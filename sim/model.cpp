@@ -105,20 +105,50 @@ PairingRule Model::pairing() const {
 
 const std::vector<ByteRange>& Model::touched_bytes() const { return touched_; }
 
-void Model::note_touched(std::uint64_t offset, std::uint64_t length) {
+bool Model::add_touched(std::uint64_t offset, std::uint64_t length) {
   if (!touched_.empty()) {
     ByteRange& last = touched_.back();
-    if (offset >= last.offset && offset + length <= last.offset + last.length) return;  // already noted
+    if (offset >= last.offset && offset + length <= last.offset + last.length) return false;  // already noted
     if (offset == last.offset + last.length) {
       last.length += length;
-      return;
+      return true;
     }
   }
   touched_.push_back(ByteRange{offset, length});
+  return true;
+}
+
+void Model::note_touched(std::uint64_t offset, std::uint64_t length) {
+  touched_sum_holds_ = false;
+  (void)add_touched(offset, length);
+}
+
+void Model::note_written_row(std::uint64_t offset, std::uint64_t length) {
+  const PoolBytes& bytes = *pool_->bytes;
+  // This row is the one write since the last row digested, and whole words: its digest adds
+  // (a merge with an adjacent row then splits no word).
+  const bool only_this_row = bytes.writes() == touched_sum_writes_ + 1 && bytes.last_written() == ByteRange{offset, length};
+  const bool words = offset % 8 == 0 && length % 8 == 0;
+  const bool new_range = add_touched(offset, length);
+  if (!touched_sum_holds_ || !only_this_row || !words || !new_range) {
+    touched_sum_holds_ = false;
+    return;
+  }
+  touched_sum_ += bytes_digest_of_range(offset, bytes.range(offset, length));
+  touched_sum_writes_ = bytes.writes();
+}
+
+std::optional<std::uint64_t> Model::touched_digest() const {
+  if (!touched_sum_holds_ || built_this_op_ || !pool_ || !pool_->bytes || pool_->bytes->writes() != touched_sum_writes_)
+    return std::nullopt;
+  return touched_sum_;
 }
 
 OpResult Model::apply(const Op& op) {
   touched_.clear();
+  touched_sum_ = 0;
+  touched_sum_holds_ = true;
+  touched_sum_writes_ = pool_ && pool_->bytes ? pool_->bytes->writes() : 0;
   built_this_op_ = std::holds_alternative<BuildPool>(op);
   // Batch lanes change only through these (WriteLoc::Source).
   if (std::holds_alternative<BuildPool>(op) || std::holds_alternative<MakeBatch>(op) || std::holds_alternative<Rebind>(op) ||
@@ -676,8 +706,8 @@ void Model::write_row(std::size_t side, std::int64_t pt, std::uint32_t layer, st
   // side-by-side digest of what an op wrote costs what it wrote (a stray byte elsewhere in the
   // entry is found by the checkpoint's whole-pool comparison).
   const std::uint64_t begin = static_cast<std::uint64_t>(row.data() - std::as_const(*pool_->bytes).all().data());
-  note_touched(begin, row.size());
   fill_oracle_row(pool_->config.seed, id, layout.parts[part].dtype, row);
+  note_written_row(begin, row.size());
   // The ledger remembers the row when its page is bound; a row of an unbound page is not data.
   const AllocatorSide& s = pool_->allocator.side(side);
   const std::int64_t page = pt / pool_->page_size;

@@ -103,6 +103,13 @@ class Model : public Backend {
   // of moves), in the order written, adjacent repeats merged; empty for tables-only pools. The
   // runner compares exactly these bytes between two backends after every operation.
   const std::vector<ByteRange>& touched_bytes() const;
+  // bytes_digest(touched_bytes()) made as the last apply() wrote its rows (each row digested
+  // while it is in cache), when that is exactly the digest of those ranges now: every range
+  // noted was a row written once, whole 8-byte words at 8-byte offsets, and nothing else was
+  // written since (PoolBytes::writes). nullopt otherwise (a page moved, a state slot written, a
+  // row written twice): the caller digests the ranges. Ranges that overlap or lie below the
+  // reserved floor are the caller's to rule out (it sorts them anyway).
+  std::optional<std::uint64_t> touched_digest() const;
   // The whole raw pool buffer, read-only and without a copy (the Python binding hands it out as a
   // numpy view). The same errors as raw_bytes before `build` and in tables-only mode. The span
   // stays valid until the next `build` replaces the pool, or the model is destroyed.
@@ -354,12 +361,22 @@ class Model : public Backend {
                     std::vector<std::uint8_t>& expected) const;
   Status verify_batches_and_graphs() const;
 
-  // Records bytes the current operation wrote (touched_bytes()).
+  // Records bytes the current operation wrote (touched_bytes()); such an op has no
+  // touched_digest().
   void note_touched(std::uint64_t offset, std::uint64_t length);
+  // The same for a row just written through PoolBytes::row, digested now (touched_digest()).
+  void note_written_row(std::uint64_t offset, std::uint64_t length);
+  // Adds a range to touched_; false when it lay inside the last one (written again).
+  bool add_touched(std::uint64_t offset, std::uint64_t length);
 
   std::unique_ptr<Pool> pool_;
   std::string storage_parent_;  // set_storage_parent
   std::vector<ByteRange> touched_;
+  // touched_digest(): the sum so far, whether it still holds, and PoolBytes::writes() at its
+  // last row.
+  std::uint64_t touched_sum_ = 0;
+  bool touched_sum_holds_ = false;
+  std::uint64_t touched_sum_writes_ = 0;
   bool built_this_op_ = false;    // the last operation built a pool: verify_changed() checks it all
   bool readers_changed_ = false;  // the last operation opened or closed a reader
   bool host_tables_changed_ = false;  // the last operation changed the host arena's tables or transfers

@@ -30,6 +30,8 @@ std::span<std::uint8_t> PoolBytes::writable(std::uint64_t offset, std::uint64_t 
 }
 
 void PoolBytes::mark_written(std::uint64_t offset, std::uint64_t length) {
+  ++writes_;
+  last_written_ = ByteRange{offset, length};
   if (length == 0) return;
   const std::uint64_t last = std::min<std::uint64_t>((offset + length - 1) / kRegionBytes + 1, region_stale_.size());
   for (std::uint64_t r = offset / kRegionBytes; r < last; ++r) region_stale_[r] = 1;

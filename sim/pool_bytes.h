@@ -43,6 +43,12 @@ class PoolBytes {
   // from their kept digests (each recomputed once after a write), the rest read.
   std::uint64_t digest(std::span<const ByteRange> ranges) const;
 
+  // How many times a part of the buffer was handed out to write (or copied onto) so far, and the
+  // last such range: the model's digest of what an op wrote, made as it wrote each row, holds only
+  // while every write was the row it digested (Model::touched_digest).
+  std::uint64_t writes() const { return writes_; }
+  ByteRange last_written() const { return last_written_; }
+
   // The row of (physical token pt, part, layer) of a sub-pool (SPEC 2); the mutable one counts
   // as written.
   std::span<std::uint8_t> row(const DenseEntryLayout& layout, std::int64_t pt, std::size_t part, std::uint32_t layer);
@@ -70,6 +76,8 @@ class PoolBytes {
   std::span<std::uint8_t> bytes_;
   // Per whole region of the buffer (a ragged tail past the last one is always read): its digest,
   // and whether it was written since that was computed.
+  std::uint64_t writes_ = 0;
+  ByteRange last_written_;
   mutable std::vector<std::uint64_t> region_digests_;
   mutable std::vector<std::uint8_t> region_stale_;
 };

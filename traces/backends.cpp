@@ -429,6 +429,7 @@ Player model_player(sim::Model& m) {
     return owner.ok() ? owner->describe() : owner.error().message;
   };
   p.touched = [&m] { return m.touched_bytes(); };
+  p.touched_digest = [&m] { return m.touched_digest(); };
   p.state_digest = [&m] { return m.state_digest(false); };  // bytes: touched_bytes() says what was written
   return p;
 }

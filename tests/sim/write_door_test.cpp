@@ -2,6 +2,8 @@
 // locs" and "Batches and the write door"): rebind, split copying the mark, for_layer's encoder
 // loc, unmarked and duplicate locs refused with nothing written, rows landing at the byte law's
 // address, SWA layers through the SWA loc, sink lanes discarded, and the read door.
+#include <optional>
+
 #include <gtest/gtest.h>
 
 #include "core/oracle.h"
@@ -94,6 +96,28 @@ TEST(Batches, ForLayerHandsACrossLayerTheUnmarkedEncoderLoc) {
   EXPECT_FALSE(cross->physical);
   b.encoder_loc.clear();
   EXPECT_EQ(for_layer(b, LayerKind::cross, 1).error().kind, ErrorKind::invalid_argument);
+}
+
+// The digest of what a write wrote, made as it wrote (Model::touched_digest), is the digest of
+// its touched ranges read back; an op that moved a page instead, or a write through one loc
+// twice the same row, leaves it to the caller.
+TEST(WriteDoor, TheDigestMadeWhileWritingIsTheDigestOfTheRowsWritten) {
+  Model m;
+  must(m, BuildPool{two_layer_pool()});
+  must(m, Alloc{2 * 4});
+  must(m, MakeBatch{0, {4, 5, 6, 9}, {}});
+  must(m, Rebind{0, 0});
+  must(m, Write{1, 3, std::uint32_t{0}, {}, false, {}, false});
+  ASSERT_FALSE(m.touched_bytes().empty());
+  const std::optional<std::uint64_t> made = m.touched_digest();
+  ASSERT_TRUE(made.has_value());
+  EXPECT_EQ(*made, m.bytes_digest(m.touched_bytes()).value());
+  EXPECT_NE(*made, 0u);
+  must(m, MovePages{"full", {5}, {2}});  // p2 onto the unbound p5
+  EXPECT_FALSE(m.touched_bytes().empty());
+  EXPECT_FALSE(m.touched_digest().has_value()) << "a page copy is no row the model digested";
+  must(m, Alloc{4});
+  EXPECT_TRUE(m.touched_bytes().empty());
 }
 
 TEST(WriteDoor, ScattersOracleRowsToTheByteLawAddress) {
