@@ -11,8 +11,8 @@
 // verify() reads a page only once its bytes have landed. transfer_wait lets everything go.
 #include <algorithm>
 #include <cstring>
-#include <utility>
 #include <set>
+#include <utility>
 
 #include "core/check.h"
 #include "core/oracle.h"

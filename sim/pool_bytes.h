@@ -74,10 +74,10 @@ class PoolBytes {
   // without being written), so building a large pool costs the pages it touches, not its size.
   std::unique_ptr<std::uint8_t[], Free> storage_;
   std::span<std::uint8_t> bytes_;
+  std::uint64_t writes_ = 0;  // writes(), last_written()
+  ByteRange last_written_;
   // Per whole region of the buffer (a ragged tail past the last one is always read): its digest,
   // and whether it was written since that was computed.
-  std::uint64_t writes_ = 0;
-  ByteRange last_written_;
   mutable std::vector<std::uint64_t> region_digests_;
   mutable std::vector<std::uint8_t> region_stale_;
 };

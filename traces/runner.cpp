@@ -312,16 +312,6 @@ bool Runner::check_touched() {
   // The sink's bytes (below the reserved floor) are never data (SPEC 3): clip them away.
   const std::uint64_t floor = derived_->geometry.reserved_floor_bytes;
   std::sort(ranges.begin(), ranges.end(), [](const ByteRange& a, const ByteRange& b) { return a.offset < b.offset; });
-  // The first backend's digest as it made it while writing, when it is the digest of the merged
-  // ranges below: none clipped, none overlapping (the sum would count a byte twice), every one
-  // whole words (a merge then splits no word).
-  std::optional<std::uint64_t> made_while_writing = players_[0].touched_digest ? players_[0].touched_digest() : std::nullopt;
-  for (std::size_t i = 0; made_while_writing && i < ranges.size(); ++i) {
-    const ByteRange& r = ranges[i];
-    if (r.offset < floor || r.offset % 8 != 0 || r.length % 8 != 0 ||
-        (i > 0 && r.offset < ranges[i - 1].offset + ranges[i - 1].length))
-      made_while_writing.reset();
-  }
   std::vector<ByteRange> merged;
   for (ByteRange r : ranges) {
     if (r.offset + r.length <= floor) continue;
@@ -340,7 +330,16 @@ bool Runner::check_touched() {
     // Deferred, as the tables' digests are (check_tables); when either backend cannot digest or
     // queue, compared at once below.
     Result<std::uint64_t> a = [&]() -> Result<std::uint64_t> {
-      if (made_while_writing) return *made_while_writing;
+      // The first backend's digest as it made it while writing (whole words, it vouches), when it
+      // is the digest of the merged ranges: none clipped at the floor, none overlapping another
+      // (the sum would count a byte twice).
+      if (players_[0].touched_digest)
+        if (const std::optional<std::uint64_t> made = players_[0].touched_digest()) {
+          bool as_merged = ranges.front().offset >= floor;
+          for (std::size_t i = 1; as_merged && i < ranges.size(); ++i)
+            as_merged = ranges[i].offset >= ranges[i - 1].offset + ranges[i - 1].length;
+          if (as_merged) return *made;
+        }
       const PhaseTimer timer(profile_.get(), "check touched: digest of the first");
       return players_[0].backend->bytes_digest(merged);
     }();

@@ -68,9 +68,9 @@ struct Player {
   std::function<std::string(std::uint64_t)> describe_byte;
   // The bytes the last operation wrote; empty when the backend cannot say.
   std::function<std::vector<ByteRange>()> touched;
-  // The digest of those bytes (core/bytes_digest.h, each range on its own) as the backend made it
-  // while writing, when it can vouch for it (sim::Model::touched_digest); empty, or nullopt: the
-  // runner digests the ranges itself.
+  // The digest of those bytes (core/bytes_digest.h, each range on its own, every one whole 8-byte
+  // words) as the backend made it while writing, when it can vouch for it
+  // (sim::Model::touched_digest); empty, or nullopt: the runner digests the ranges itself.
   std::function<std::optional<std::uint64_t>()> touched_digest;
   // A digest of the backend's observable state except the pool's bytes (for "a refusal changes
   // nothing"; with `touched`, a refusal that wrote a byte shows too); empty when the backend

@@ -346,21 +346,21 @@ std::vector<Item> gate_items(const CheckOptions& o, const GateSetup& g) {
       for (std::uint64_t first = 0; first < cases_of(config); first += chunk)
         add_cases(config, first, std::min(chunk, cases_of(config) - first));
     }
-  }
-  for (const std::string& config : configs) {
-    if (o.cases_per_item != 0 || o.seconds == 0) break;
+  } else {
     // With --seconds, one item a configuration, with an equal share of the threads' time (and at
     // least one case), so the property part takes about --seconds of wall time.
-    Item item;
-    item.part = "properties";
-    item.name = config;
-    item.backend = backend_names;
-    item.run = [config, factory, &o, cases = cases_of(config), property_items, jobs, backend_flag] {
-      const auto share = std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(
-          static_cast<double>(o.seconds) * jobs / static_cast<double>(property_items)));
-      return run_property_item(config, factory, o, 0, cases, std::chrono::steady_clock::now() + share, backend_flag);
-    };
-    items.push_back(std::move(item));
+    for (const std::string& config : configs) {
+      Item item;
+      item.part = "properties";
+      item.name = config;
+      item.backend = backend_names;
+      item.run = [config, factory, &o, cases = cases_of(config), property_items, jobs, backend_flag] {
+        const auto share = std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(
+            static_cast<double>(o.seconds) * jobs / static_cast<double>(property_items)));
+        return run_property_item(config, factory, o, 0, cases, std::chrono::steady_clock::now() + share, backend_flag);
+      };
+      items.push_back(std::move(item));
+    }
   }
   // Regression traces. Those of pools past 2 GiB of bytes (traces/regress-large/, SPEC 10.18:
   // offsets past 2^31) are compared model against GPU; without a device they are skipped by name.
