@@ -2,6 +2,7 @@
 #include "traces/runner.h"
 
 #include <cstdio>
+#include <ctime>
 
 #include <algorithm>
 #include <chrono>
@@ -59,6 +60,7 @@ struct RunProfile {
   struct Phase {
     std::uint64_t calls = 0;
     double seconds = 0;
+    double cpu_seconds = 0;  // of the calling thread: wall less this is time spent waiting
   };
   std::map<std::string, Phase> phases;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
@@ -69,9 +71,9 @@ struct RunProfile {
     std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
     std::fprintf(stderr, "kvtwin profile: %.3f s in the runner's life\n", total);
     for (const auto& [name, p] : rows)
-      std::fprintf(stderr, "  %-36s %10llu calls %10.3f s %9.2f us/call %5.1f%%\n", name.c_str(),
+      std::fprintf(stderr, "  %-36s %10llu calls %10.3f s %9.2f us/call %5.1f%% %10.3f s cpu\n", name.c_str(),
                    static_cast<unsigned long long>(p.calls), p.seconds, p.calls ? 1e6 * p.seconds / p.calls : 0.0,
-                   total > 0 ? 100.0 * p.seconds / total : 0.0);
+                   total > 0 ? 100.0 * p.seconds / total : 0.0, p.cpu_seconds);
   }
 };
 
@@ -82,19 +84,29 @@ bool profile_requested() {
   return v != nullptr && std::string_view(v) == "1";
 }
 
-// Adds the time from its construction to its end to one phase of a profile (nothing without one).
+// The calling thread's CPU time so far, in seconds.
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// Adds the time (wall and the thread's CPU) from its construction to its end to one phase of a
+// profile (nothing without one).
 class PhaseTimer {
  public:
   PhaseTimer(RunProfile* profile, std::string_view phase) : profile_(profile) {
     if (profile_ == nullptr) return;
     phase_ = phase;
     start_ = std::chrono::steady_clock::now();
+    start_cpu_ = thread_cpu_seconds();
   }
   ~PhaseTimer() {
     if (profile_ == nullptr) return;
     RunProfile::Phase& p = profile_->phases[phase_];
     ++p.calls;
     p.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    p.cpu_seconds += thread_cpu_seconds() - start_cpu_;
   }
   PhaseTimer(const PhaseTimer&) = delete;
   PhaseTimer& operator=(const PhaseTimer&) = delete;
@@ -103,6 +115,7 @@ class PhaseTimer {
   RunProfile* profile_;
   std::string phase_;
   std::chrono::steady_clock::time_point start_;
+  double start_cpu_ = 0;
 };
 
 }  // namespace
