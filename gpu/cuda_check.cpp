@@ -1,7 +1,11 @@
 // CUDA error values with file and line (cuda_check.h).
 #include "gpu/cuda_check.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <ctime>
 #include <map>
 #include <mutex>
 #include <string>
@@ -149,5 +153,84 @@ bool cuda_warn(cudaError_t code, const char* call, const char* file, int line) {
   std::fprintf(stderr, "kvtwin: %s\n", e.message.c_str());
   return false;
 }
+
+// ---------------------------------------------------------------- where CUDA calls wait
+
+namespace {
+
+struct SiteTotals {
+  std::string call;
+  std::uint64_t calls = 0;
+  double wall = 0;
+  double cpu = 0;
+};
+
+std::mutex g_profile_mutex;
+std::map<std::pair<const char*, int>, SiteTotals> g_sites;  // printed by total, not by key order
+
+bool profile_requested() {
+  const char* v = std::getenv("KVTWIN_PROFILE");
+  return v != nullptr && std::string_view(v) == "1";
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+void print_cuda_profile() {
+  std::map<std::string, SiteTotals> by_name;  // one site's file literal may differ between units
+  {
+    std::lock_guard<std::mutex> lock(g_profile_mutex);
+    for (const auto& [site, t] : g_sites) {
+      SiteTotals& n = by_name[std::string(short_file(site.first)) + ":" + std::to_string(site.second)];
+      n.call = t.call;
+      n.calls += t.calls;
+      n.wall += t.wall;
+      n.cpu += t.cpu;
+    }
+  }
+  std::vector<std::pair<std::string, SiteTotals>> rows(by_name.begin(), by_name.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.wall > b.second.wall; });
+  std::fprintf(stderr, "kvtwin profile: CUDA calls by site (wall, thread CPU), all threads\n");
+  for (std::size_t i = 0; i < rows.size() && i < 40; ++i) {
+    const auto& [site, t] = rows[i];
+    std::fprintf(stderr, "  %9.3f s %9.3f s cpu %10llu calls %8.1f us/call  %s  %.70s\n", t.wall, t.cpu,
+                 static_cast<unsigned long long>(t.calls), t.calls ? 1e6 * t.wall / t.calls : 0.0, site.c_str(),
+                 t.call.c_str());
+  }
+}
+
+}  // namespace
+
+namespace detail {
+std::atomic<bool> cuda_profile_on{profile_requested()};
+
+void CudaCallTimer::start(const char* call, const char* file, int line) {
+  call_ = call;
+  file_ = file;
+  line_ = line;
+  wall_ = now_seconds();
+  cpu_ = thread_cpu_seconds();
+}
+
+void CudaCallTimer::stop() {
+  const double wall = now_seconds() - wall_;
+  const double cpu = thread_cpu_seconds() - cpu_;
+  static std::once_flag at_exit;
+  std::call_once(at_exit, [] { std::atexit(print_cuda_profile); });
+  std::lock_guard<std::mutex> lock(g_profile_mutex);
+  SiteTotals& t = g_sites[{file_, line_}];
+  if (t.calls == 0) t.call = call_;
+  ++t.calls;
+  t.wall += wall;
+  t.cpu += cpu;
+}
+}  // namespace detail
 
 }  // namespace kvtwin::gpu

@@ -88,6 +88,36 @@ void note_stream_synchronized(cudaStream_t stream);
 // Drops a destroyed stream's count.
 void forget_stream(cudaStream_t stream);
 
+// ---------------------------------------------------------------- where CUDA calls wait
+
+// With KVTWIN_PROFILE=1 in the environment, every checked call's wall and thread-CPU time is
+// added to its call site's totals, printed to stderr (largest wall time first) when the process
+// ends: which call blocks, and whether it computes or waits (a developer's view; no result
+// depends on it). Off, a call costs one relaxed atomic load more.
+namespace detail {
+extern std::atomic<bool> cuda_profile_on;
+class CudaCallTimer {
+ public:
+  CudaCallTimer(const char* call, const char* file, int line) {
+    if (cuda_profile_on.load(std::memory_order_relaxed)) start(call, file, line);
+  }
+  ~CudaCallTimer() {
+    if (call_ != nullptr) stop();
+  }
+  CudaCallTimer(const CudaCallTimer&) = delete;
+  CudaCallTimer& operator=(const CudaCallTimer&) = delete;
+
+ private:
+  void start(const char* call, const char* file, int line);
+  void stop();
+  const char* call_ = nullptr;
+  const char* file_ = nullptr;
+  int line_ = 0;
+  double wall_ = 0;
+  double cpu_ = 0;
+};
+}  // namespace detail
+
 // Prints the same message to stderr and returns false (for KVTWIN_CUDA_WARN).
 bool cuda_warn(cudaError_t code, const char* call, const char* file, int line);
 
@@ -98,6 +128,7 @@ std::string cuda_error_text(cudaError_t code, const char* call);
 
 #define KVTWIN_CUDA_TRY(call)                                                                         \
   do {                                                                                                \
+    const ::kvtwin::gpu::detail::CudaCallTimer kvtwin_cuda_timer_(#call, __FILE__, __LINE__);         \
     cudaError_t kvtwin_cuda_code_ = ::kvtwin::gpu::cuda_fault_point(#call, __FILE__, __LINE__);       \
     if (kvtwin_cuda_code_ == cudaSuccess) kvtwin_cuda_code_ = (call);                                 \
     if (kvtwin_cuda_code_ != cudaSuccess)                                                             \
@@ -122,6 +153,7 @@ std::string cuda_error_text(cudaError_t code, const char* call);
 
 #define KVTWIN_CUDA_WARN(call)                                                           \
   do {                                                                                   \
+    const ::kvtwin::gpu::detail::CudaCallTimer kvtwin_cuda_timer_(#call, __FILE__, __LINE__); \
     const cudaError_t kvtwin_cuda_code_ = (call);                                        \
     if (kvtwin_cuda_code_ != cudaSuccess)                                                \
       ::kvtwin::gpu::cuda_warn(kvtwin_cuda_code_, #call, __FILE__, __LINE__);            \
