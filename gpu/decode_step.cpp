@@ -5,6 +5,7 @@
 #include <span>
 
 #include "core/oracle.h"
+#include "gpu/kept_memory.h"
 
 namespace kvtwin::gpu {
 namespace {
@@ -24,7 +25,7 @@ Status upload(DeviceBuffer<T>& to, const std::vector<T>& from, cudaStream_t stre
 }  // namespace
 
 DecodeStep::~DecodeStep() {
-  if (exec_ != nullptr) KVTWIN_CUDA_WARN(cudaGraphExecDestroy(exec_));
+  release_graph_exec(exec_, exec_key_);  // kept for the next capture of this topology when quiet
   if (graph_ != nullptr) KVTWIN_CUDA_WARN(cudaGraphDestroy(graph_));
 }
 
@@ -209,7 +210,8 @@ Status DecodeStep::record(const Faults& faults, cudaStream_t stream) {
   // 4. The reference attention through the page table.
   if (err == cudaSuccess && pool_.pool != nullptr) err = launch_decode_attention(attention_, stream);
   KVTWIN_TRY_STATUS(end_capture(err));
-  KVTWIN_CUDA_TRY(cudaGraphInstantiate(&exec_, graph_, 0));
+  KVTWIN_TRY(exec_key_, graph_exec_key(graph_));
+  KVTWIN_TRY(exec_, take_graph_exec(graph_, exec_key_));
   return ok_status();
 }
 

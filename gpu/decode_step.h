@@ -100,6 +100,7 @@ class DecodeStep {
   Result<bool> duplicate_lanes(std::int64_t bs, cudaStream_t stream);
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
+  std::uint64_t exec_key_ = 0;  // graph_exec_key(graph_): whose kept executable graphs exec_ may go to
 };
 
 // The pool's captured decode steps, by graph id (capture and replay ops).

@@ -52,10 +52,13 @@ GpuPool::~GpuPool() {
     const KeptMemoryStats m = kept_memory_stats();
     std::fprintf(stderr,
                  "kvtwin profile: gpu memory so far: %llu allocations new, %llu kept ones; %llu releases kept, %llu held "
-                 "by their pool, %llu freed\n",
+                 "by their pool, %llu freed; events %llu new, %llu kept ones; streams %llu new, %llu kept ones; graphs %llu new, %llu updated\n",
                  static_cast<unsigned long long>(m.taken_new), static_cast<unsigned long long>(m.taken_kept),
                  static_cast<unsigned long long>(m.kept), static_cast<unsigned long long>(m.held),
-                 static_cast<unsigned long long>(m.freed_now));
+                 static_cast<unsigned long long>(m.freed_now), static_cast<unsigned long long>(m.events_new),
+                 static_cast<unsigned long long>(m.events_kept), static_cast<unsigned long long>(m.streams_new),
+                 static_cast<unsigned long long>(m.streams_kept), static_cast<unsigned long long>(m.graphs_new),
+                 static_cast<unsigned long long>(m.graphs_updated));
   }
   // Every stream of the pool synchronized (the compute stream, then the copy streams as the
   // transfers land): no device work can still touch the members' buffers, nor what the pool held
@@ -68,10 +71,7 @@ GpuPool::~GpuPool() {
   graphs_.clear();
   batches_.clear();
   held_.release_all();
-  if (stream_ != nullptr) {
-    KVTWIN_CUDA_WARN(cudaStreamDestroy(stream_));
-    forget_stream(stream_);
-  }
+  release_stream(stream_);  // kept for the next pool when synchronized (kept_memory.h)
 }
 
 Status GpuPool::require_pool() const {
@@ -286,7 +286,9 @@ OpResult GpuPool::build(const BuildPool& op) {
     held_.release_all();
   }
   built_ = false;
-  if (stream_ == nullptr) KVTWIN_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  if (stream_ == nullptr) {
+    KVTWIN_TRY(stream_, take_stream());
+  }
   config_ = op.config;
   derived_ = std::move(derived).value();
   KVTWIN_TRY_STATUS(bytes_.init(config_, derived_, stream_));

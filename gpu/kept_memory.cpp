@@ -22,10 +22,19 @@ namespace {
 constexpr std::size_t kKeptBlockBytesMax = std::size_t{1} << 30;
 constexpr std::array<std::size_t, 3> kKeptBytesMax = {std::size_t{4} << 30, std::size_t{1} << 30, std::size_t{1} << 30};
 
+// Bounds on kept events and streams (a gate thread's pool uses a few of each at a time).
+constexpr std::size_t kKeptEventsMax = 4096;
+constexpr std::size_t kKeptStreamsMax = 512;
+constexpr std::size_t kKeptGraphsMax = 256;
+
 struct Kept {
   std::mutex mutex;
   std::array<std::map<std::size_t, std::vector<void*>>, 3> blocks;  // by kind, then size class
   std::array<std::size_t, 3> bytes{};
+  std::vector<cudaEvent_t> events;
+  std::vector<cudaStream_t> streams;
+  std::map<std::uint64_t, std::vector<cudaGraphExec_t>> graphs;  // by graph_exec_key
+  std::size_t graph_count = 0;
   KeptMemoryStats stats;
 };
 
@@ -94,6 +103,13 @@ Result<void*> allocate_new(MemoryKind kind, std::size_t bytes) {
   return block;
 }
 
+// Kept blocks, events and streams go back to the driver before the runtime unloads (a leak check
+// then sees none): registered at the first keep, once the runtime is up.
+void drop_at_exit() {
+  static std::once_flag at_exit;
+  std::call_once(at_exit, [] { std::atexit(drop_kept_memory); });
+}
+
 }  // namespace
 
 std::size_t size_class_bytes(std::size_t bytes) {
@@ -146,9 +162,7 @@ void release_memory(MemoryKind kind, void* block, std::size_t asked) {
   if (t_quiet_depth > 0 && bytes <= kKeptBlockBytesMax) {
     const std::lock_guard<std::mutex> lock(k.mutex);
     if (k.bytes[index_of(kind)] + bytes <= kKeptBytesMax[index_of(kind)]) {
-      // Kept blocks go back to the driver before the runtime unloads (a leak check then sees none).
-      static std::once_flag at_exit;
-      std::call_once(at_exit, [] { std::atexit(drop_kept_memory); });
+      drop_at_exit();
       k.blocks[index_of(kind)][bytes].push_back(block);
       k.bytes[index_of(kind)] += bytes;
       k.stats.bytes_kept += bytes;
@@ -185,8 +199,172 @@ KeptMemoryStats kept_memory_stats() {
   return k.stats;
 }
 
+Result<cudaEvent_t> take_event() {
+  if (const cudaError_t injected = cuda_fault_point("cudaEventCreateWithFlags(kept or new)", __FILE__, __LINE__);
+      injected != cudaSuccess)
+    return cuda_error(injected, "cudaEventCreateWithFlags(kept or new)", __FILE__, __LINE__);
+  Kept& k = kept();
+  {
+    const std::lock_guard<std::mutex> lock(k.mutex);
+    if (!k.events.empty()) {
+      const cudaEvent_t e = k.events.back();
+      k.events.pop_back();
+      ++k.stats.events_kept;
+      return e;
+    }
+    ++k.stats.events_new;
+  }
+  cudaEvent_t e = nullptr;
+  if (const cudaError_t code = cudaEventCreateWithFlags(&e, cudaEventDisableTiming); code != cudaSuccess)
+    return cuda_error(code, "cudaEventCreateWithFlags(&e, cudaEventDisableTiming)", __FILE__, __LINE__);
+  return e;
+}
+
+void release_event(cudaEvent_t event) {
+  if (event == nullptr) return;
+  Kept& k = kept();
+  {
+    const std::lock_guard<std::mutex> lock(k.mutex);
+    if (k.events.size() < kKeptEventsMax) {
+      drop_at_exit();
+      k.events.push_back(event);
+      return;
+    }
+  }
+  KVTWIN_CUDA_WARN(cudaEventDestroy(event));
+}
+
+Result<cudaStream_t> take_stream() {
+  if (const cudaError_t injected = cuda_fault_point("cudaStreamCreateWithFlags(kept or new)", __FILE__, __LINE__);
+      injected != cudaSuccess)
+    return cuda_error(injected, "cudaStreamCreateWithFlags(kept or new)", __FILE__, __LINE__);
+  Kept& k = kept();
+  {
+    const std::lock_guard<std::mutex> lock(k.mutex);
+    if (!k.streams.empty()) {
+      const cudaStream_t s = k.streams.back();
+      k.streams.pop_back();
+      ++k.stats.streams_kept;
+      return s;
+    }
+    ++k.stats.streams_new;
+  }
+  cudaStream_t s = nullptr;
+  if (const cudaError_t code = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking); code != cudaSuccess)
+    return cuda_error(code, "cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)", __FILE__, __LINE__);
+  return s;
+}
+
+void release_stream(cudaStream_t stream) {
+  if (stream == nullptr) return;
+  if (t_quiet_depth > 0) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    const bool idle = cudaStreamQuery(stream) == cudaSuccess &&
+                      cudaStreamIsCapturing(stream, &capture) == cudaSuccess && capture == cudaStreamCaptureStatusNone;
+    if (idle) {
+      Kept& k = kept();
+      const std::lock_guard<std::mutex> lock(k.mutex);
+      if (k.streams.size() < kKeptStreamsMax) {
+        drop_at_exit();
+        k.streams.push_back(stream);
+        return;
+      }
+    } else {
+      (void)cudaGetLastError();  // a query's answer, not an error of the next call
+    }
+  }
+  KVTWIN_CUDA_WARN(cudaStreamDestroy(stream));
+  forget_stream(stream);
+}
+
+Result<std::uint64_t> graph_exec_key(cudaGraph_t graph) {
+  std::size_t count = 0;
+  if (const cudaError_t code = cudaGraphGetNodes(graph, nullptr, &count); code != cudaSuccess)
+    return cuda_error(code, "cudaGraphGetNodes(graph, nullptr, &count)", __FILE__, __LINE__);
+  std::vector<cudaGraphNode_t> nodes(count);
+  if (count > 0) {
+    if (const cudaError_t code = cudaGraphGetNodes(graph, nodes.data(), &count); code != cudaSuccess)
+      return cuda_error(code, "cudaGraphGetNodes(graph, nodes.data(), &count)", __FILE__, __LINE__);
+  }
+  std::uint64_t key = count;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type = cudaGraphNodeTypeEmpty;
+    if (const cudaError_t code = cudaGraphNodeGetType(node, &type); code != cudaSuccess)
+      return cuda_error(code, "cudaGraphNodeGetType(node, &type)", __FILE__, __LINE__);
+    key = key * 31u + static_cast<std::uint64_t>(type) + 1;
+  }
+  return key;
+}
+
+Result<cudaGraphExec_t> take_graph_exec(cudaGraph_t graph, std::uint64_t key) {
+  if (const cudaError_t injected = cuda_fault_point("cudaGraphInstantiate(kept or new)", __FILE__, __LINE__);
+      injected != cudaSuccess)
+    return cuda_error(injected, "cudaGraphInstantiate(kept or new)", __FILE__, __LINE__);
+  Kept& k = kept();
+  cudaGraphExec_t exec = nullptr;
+  {
+    const std::lock_guard<std::mutex> lock(k.mutex);
+    if (auto it = k.graphs.find(key); it != k.graphs.end() && !it->second.empty()) {
+      exec = it->second.back();
+      it->second.pop_back();
+      --k.graph_count;
+    }
+  }
+  if (exec != nullptr) {
+    cudaGraphExecUpdateResultInfo info{};
+    if (cudaGraphExecUpdate(exec, graph, &info) == cudaSuccess) {
+      const std::lock_guard<std::mutex> lock(k.mutex);
+      ++k.stats.graphs_updated;
+      return exec;
+    }
+    (void)cudaGetLastError();  // a refused update is an answer, not an error of the next call
+    KVTWIN_CUDA_WARN(cudaGraphExecDestroy(exec));
+  }
+  {
+    const std::lock_guard<std::mutex> lock(k.mutex);
+    ++k.stats.graphs_new;
+  }
+  exec = nullptr;
+  if (const cudaError_t code = cudaGraphInstantiate(&exec, graph, 0); code != cudaSuccess)
+    return cuda_error(code, "cudaGraphInstantiate(&exec, graph, 0)", __FILE__, __LINE__);
+  return exec;
+}
+
+void release_graph_exec(cudaGraphExec_t exec, std::uint64_t key) {
+  if (exec == nullptr) return;
+  if (t_quiet_depth > 0) {
+    Kept& k = kept();
+    const std::lock_guard<std::mutex> lock(k.mutex);
+    if (k.graph_count < kKeptGraphsMax) {
+      drop_at_exit();
+      k.graphs[key].push_back(exec);
+      ++k.graph_count;
+      return;
+    }
+  }
+  KVTWIN_CUDA_WARN(cudaGraphExecDestroy(exec));
+}
+
 void drop_kept_memory() {
   for (const auto& [kind, block] : take_all_kept()) driver_free(kind, block);
+  std::vector<cudaEvent_t> events;
+  std::vector<cudaStream_t> streams;
+  std::vector<cudaGraphExec_t> graphs;
+  {
+    Kept& k = kept();
+    const std::lock_guard<std::mutex> lock(k.mutex);
+    events.swap(k.events);
+    streams.swap(k.streams);
+    for (auto& [shape, list] : k.graphs) graphs.insert(graphs.end(), list.begin(), list.end());
+    k.graphs.clear();
+    k.graph_count = 0;
+  }
+  for (cudaGraphExec_t g : graphs) KVTWIN_CUDA_WARN(cudaGraphExecDestroy(g));
+  for (cudaEvent_t e : events) KVTWIN_CUDA_WARN(cudaEventDestroy(e));
+  for (cudaStream_t s : streams) {
+    KVTWIN_CUDA_WARN(cudaStreamDestroy(s));
+    forget_stream(s);
+  }
 }
 
 }  // namespace kvtwin::gpu

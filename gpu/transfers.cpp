@@ -9,6 +9,7 @@
 #include "core/reasons.h"
 #include "gpu/device_io.h"
 #include "gpu/device_side.h"
+#include "gpu/kept_memory.h"
 #include "gpu/transfer_kernels.cuh"
 
 namespace kvtwin::gpu {
@@ -71,18 +72,18 @@ void HostTransfers::reset() {
   for (auto& [id, t] : in_flight_) {
     if (t.finish != nullptr) {
       KVTWIN_CUDA_WARN(cudaEventSynchronize(t.finish));
-      KVTWIN_CUDA_WARN(cudaEventDestroy(t.finish));
+      release_event(t.finish);
     }
   }
   in_flight_.clear();
   for (auto& [id, r] : recorded_)
-    for (cudaEvent_t e : r.events) KVTWIN_CUDA_WARN(cudaEventDestroy(e));
+    for (cudaEvent_t e : r.events) release_event(e);
   recorded_.clear();
   for (auto& [to_host, to_device] : copy_streams_) {
     for (cudaStream_t st : {to_host, to_device}) {
       if (st == nullptr) continue;
       KVTWIN_CUDA_WARN(cudaStreamSynchronize(st));
-      KVTWIN_CUDA_WARN(cudaStreamDestroy(st));
+      release_stream(st);  // kept for the next pool when synchronized (kept_memory.h)
     }
   }
   copy_streams_.clear();
@@ -93,8 +94,8 @@ Result<HostTransfers::Lane*> HostTransfers::lane(std::uint32_t stream) {
   if (auto it = lanes_.find(stream); it != lanes_.end()) return &it->second;
   if (copy_streams_.size() < kCopyStreamPairs) {
     copy_streams_.emplace_back(nullptr, nullptr);  // reset() destroys what was made, if this fails halfway
-    KVTWIN_CUDA_TRY(cudaStreamCreateWithFlags(&copy_streams_.back().first, cudaStreamNonBlocking));
-    KVTWIN_CUDA_TRY(cudaStreamCreateWithFlags(&copy_streams_.back().second, cudaStreamNonBlocking));
+    KVTWIN_TRY(copy_streams_.back().first, take_stream());
+    KVTWIN_TRY(copy_streams_.back().second, take_stream());
   }
   // The trace streams in order of first use take the pairs in turn.
   const auto& [to_host, to_device] = copy_streams_[lanes_.size() % kCopyStreamPairs];
@@ -159,8 +160,7 @@ Status HostTransfers::record_event(const RecordEvent& op, cudaStream_t compute) 
   if (op.stream == 0) {
     // The compute stream: synchronous in the model, so it captures no transfer; on the device it
     // is the compute work so far.
-    cudaEvent_t e = nullptr;
-    KVTWIN_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    KVTWIN_TRY(cudaEvent_t e, take_event());
     r.events.push_back(e);
     KVTWIN_CUDA_TRY(cudaEventRecord(e, compute));
   } else {
@@ -172,15 +172,14 @@ Status HostTransfers::record_event(const RecordEvent& op, cudaStream_t compute) 
     }
     KVTWIN_TRY(Lane * l, lane(op.stream));
     for (cudaStream_t s : {l->to_host, l->to_device}) {
-      cudaEvent_t e = nullptr;
-      KVTWIN_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      KVTWIN_TRY(cudaEvent_t e, take_event());
       r.events.push_back(e);
       KVTWIN_CUDA_TRY(cudaEventRecord(e, s));
     }
   }
   // Recording an id again replaces what it captured.
   if (auto old = recorded_.find(op.event); old != recorded_.end()) {
-    for (cudaEvent_t e : old->second.events) KVTWIN_CUDA_TRY(cudaEventDestroy(e));
+    for (cudaEvent_t e : old->second.events) release_event(e);
     recorded_.erase(old);
   }
   recorded_[op.event] = std::move(r);
@@ -286,8 +285,7 @@ Status HostTransfers::submit(Transfer& t, const std::optional<std::uint32_t>& wa
   KVTWIN_TRY(Lane * l, lane(t.stream));
   const cudaStream_t copy = t.offload ? l->to_host : l->to_device;
   // (1) The producers: the compute work so far, the named event, the stream's last transfer.
-  cudaEvent_t compute_done = nullptr;
-  KVTWIN_CUDA_TRY(cudaEventCreateWithFlags(&compute_done, cudaEventDisableTiming));
+  KVTWIN_TRY(cudaEvent_t compute_done, take_event());
   KVTWIN_CUDA_TRY(cudaEventRecord(compute_done, compute));
   std::vector<cudaEvent_t> producers = {compute_done};
   if (wait_event.has_value())
@@ -308,9 +306,9 @@ Status HostTransfers::submit(Transfer& t, const std::optional<std::uint32_t>& wa
     KVTWIN_TRY_STATUS(copy_side(t, side, copy, allocator, bytes, arena, faults, slow_producer));
   if (faults.transfer_before_producer_event)
     for (cudaEvent_t e : producers) KVTWIN_CUDA_TRY(cudaStreamWaitEvent(copy, e, 0));
-  KVTWIN_CUDA_TRY(cudaEventDestroy(compute_done));  // released once the waits on it are done
+  release_event(compute_done);  // the waits on it keep what it captured (kept_memory.h)
   // (5) The finish event, and the lease handed to it.
-  KVTWIN_CUDA_TRY(cudaEventCreateWithFlags(&t.finish, cudaEventDisableTiming));
+  KVTWIN_TRY(t.finish, take_event());
   KVTWIN_CUDA_TRY(cudaEventRecord(t.finish, copy));
   l->last = t.finish;
   return arena.hand_lease_to_event(thread, t.finish);
@@ -484,7 +482,7 @@ Status HostTransfers::wait(const TransferWait& op, PinnedHostArena& arena) {
   KVTWIN_TRY_STATUS(arena.settle(t.finish));
   for (auto& [id, lane] : lanes_)
     if (lane.last == t.finish) lane.last = nullptr;
-  KVTWIN_CUDA_TRY(cudaEventDestroy(t.finish));
+  release_event(t.finish);
   t.finish = nullptr;
   for (DeviceBuffer<std::int64_t>& lists : t.lists)
     if (lists.size() > 0 && spare_lists_.size() < 64) spare_lists_.push_back(std::move(lists));

@@ -3,7 +3,10 @@
 // its kind and size class, the failure injector fails a kept allocation as it fails a new one, a
 // pool frees nothing through the driver at its end (its captured graphs' buffers included), and a
 // pool built on what an earlier pool left starts as a new pool does (its bytes zero and its tables
-// fresh, though the memory held the earlier pool's rows).
+// fresh, though the memory held the earlier pool's rows). Events, streams and executable graphs:
+// a kept event records anew, a stream is kept only under a QuietRelease, a kept executable graph
+// updated to the next graph of its topology runs that graph (one of another topology is made
+// anew), and a second pool builds on the first one's streams and graphs.
 #include <cstdint>
 #include <vector>
 
@@ -209,6 +212,128 @@ TEST_F(KeptMemoryTest, APoolsEndFreesNothingThroughTheDriver) {
     ASSERT_TRUE(pool.apply(Capture{2, 2, 3, 1, 2}).ok());
   }
   EXPECT_EQ(kept_memory_stats().freed_now, freed_before);
+}
+
+TEST_F(KeptMemoryTest, AKeptEventIsReusedAndRecordsAnew) {
+  cudaStream_t stream = take_stream().value();
+  const cudaEvent_t event = take_event().value();
+  ASSERT_EQ(cudaEventRecord(event, stream), cudaSuccess);
+  release_event(event);
+  const KeptMemoryStats before = kept_memory_stats();
+  const cudaEvent_t again = take_event().value();
+  EXPECT_EQ(again, event);
+  EXPECT_EQ(kept_memory_stats().events_kept, before.events_kept + 1);
+  void* block = take_memory(MemoryKind::device, kOddBytes).value();
+  ASSERT_EQ(cudaMemsetAsync(block, 7, kOddBytes, stream), cudaSuccess);
+  ASSERT_EQ(cudaEventRecord(again, stream), cudaSuccess);
+  ASSERT_EQ(cudaEventSynchronize(again), cudaSuccess);
+  std::vector<std::uint8_t> host(kOddBytes);
+  ASSERT_EQ(cudaMemcpy(host.data(), block, kOddBytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(host, std::vector<std::uint8_t>(kOddBytes, 7));
+  release_event(again);
+  release_memory(MemoryKind::device, block, kOddBytes);
+  ASSERT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  release_stream(stream);
+}
+
+TEST_F(KeptMemoryTest, AStreamIsKeptOnlyUnderAQuietRelease) {
+  const cudaStream_t loud = take_stream().value();
+  release_stream(loud);  // outside a QuietRelease: destroyed
+  const KeptMemoryStats before = kept_memory_stats();
+  const cudaStream_t quiet = take_stream().value();
+  EXPECT_EQ(kept_memory_stats().streams_new, before.streams_new + 1) << "the loud release kept nothing";
+  {
+    const QuietRelease q;
+    release_stream(quiet);
+  }
+  const cudaStream_t again = take_stream().value();
+  EXPECT_EQ(again, quiet);
+  EXPECT_EQ(kept_memory_stats().streams_kept, before.streams_kept + 1);
+  {
+    const QuietRelease q;
+    release_stream(again);
+  }
+}
+
+// A graph that sets `bytes` bytes of `block` to `value`, once or twice (two nodes: another topology).
+cudaGraph_t memset_graph(cudaStream_t stream, void* block, std::size_t bytes, int value, bool twice) {
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  EXPECT_EQ(cudaMemsetAsync(block, value, bytes, stream), cudaSuccess);
+  if (twice) {
+    EXPECT_EQ(cudaMemsetAsync(block, value, bytes / 2, stream), cudaSuccess);
+  }
+  EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  return graph;
+}
+
+std::vector<std::uint8_t> launched(cudaGraphExec_t exec, cudaStream_t stream, const void* block, std::size_t bytes) {
+  EXPECT_EQ(cudaGraphLaunch(exec, stream), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+  std::vector<std::uint8_t> host(bytes);
+  EXPECT_EQ(cudaMemcpy(host.data(), block, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+  return host;
+}
+
+TEST_F(KeptMemoryTest, AKeptGraphRunsTheNextGraphOfItsTopology) {
+  const cudaStream_t stream = take_stream().value();
+  void* a = take_memory(MemoryKind::device, kOddBytes).value();
+  void* b = take_memory(MemoryKind::device, 2 * kOddBytes).value();
+  const cudaGraph_t first = memset_graph(stream, a, kOddBytes, 1, false);
+  const std::uint64_t key = graph_exec_key(first).value();
+  const cudaGraphExec_t exec = take_graph_exec(first, key).value();
+  EXPECT_EQ(launched(exec, stream, a, kOddBytes), std::vector<std::uint8_t>(kOddBytes, 1));
+  {
+    const QuietRelease q;
+    release_graph_exec(exec, key);
+  }
+  // Another buffer and value, one topology: the kept executable graph, updated, runs it.
+  const KeptMemoryStats before = kept_memory_stats();
+  const cudaGraph_t second = memset_graph(stream, b, kOddBytes, 2, false);
+  ASSERT_EQ(graph_exec_key(second).value(), key);
+  const cudaGraphExec_t updated = take_graph_exec(second, key).value();
+  EXPECT_EQ(updated, exec);
+  EXPECT_EQ(kept_memory_stats().graphs_updated, before.graphs_updated + 1);
+  EXPECT_EQ(launched(updated, stream, b, kOddBytes), std::vector<std::uint8_t>(kOddBytes, 2));
+  EXPECT_EQ(launched(updated, stream, a, kOddBytes), std::vector<std::uint8_t>(kOddBytes, 1)) << "a untouched";
+  {
+    const QuietRelease q;
+    release_graph_exec(updated, key);
+  }
+  // Another topology has another key: a new executable graph, the kept one left for its own.
+  const cudaGraph_t third = memset_graph(stream, a, kOddBytes, 3, true);
+  const std::uint64_t other = graph_exec_key(third).value();
+  EXPECT_NE(other, key);
+  const KeptMemoryStats mid = kept_memory_stats();
+  const cudaGraphExec_t fresh = take_graph_exec(third, other).value();
+  EXPECT_NE(fresh, exec);
+  EXPECT_EQ(kept_memory_stats().graphs_new, mid.graphs_new + 1);
+  EXPECT_EQ(launched(fresh, stream, a, kOddBytes), std::vector<std::uint8_t>(kOddBytes, 3));
+  release_graph_exec(fresh, other);  // outside a QuietRelease: destroyed
+  for (cudaGraph_t g : {first, second, third}) EXPECT_EQ(cudaGraphDestroy(g), cudaSuccess);
+  release_memory(MemoryKind::device, a, kOddBytes);
+  release_memory(MemoryKind::device, b, 2 * kOddBytes);
+  release_stream(stream);
+}
+
+// The gate builds a pool per case: the second builds on the first one's streams and graphs.
+TEST_F(KeptMemoryTest, ASecondPoolTakesTheFirstOnesStreamsAndGraphs) {
+  const PoolConfig c = small_config();
+  for (int round = 0; round < 2; ++round) {
+    const KeptMemoryStats before = kept_memory_stats();
+    {
+      GpuPool pool;
+      ASSERT_TRUE(pool.apply(BuildPool{c}).ok());
+      ASSERT_TRUE(pool.apply(Alloc{4}).ok());
+      ASSERT_TRUE(pool.apply(Capture{1, 4, 2, 0, 2}).ok());
+    }
+    const KeptMemoryStats after = kept_memory_stats();
+    if (round == 0) continue;
+    EXPECT_EQ(after.streams_new, before.streams_new);
+    EXPECT_GT(after.streams_kept, before.streams_kept);
+    EXPECT_EQ(after.graphs_new, before.graphs_new);
+    EXPECT_EQ(after.graphs_updated, before.graphs_updated + 1);
+  }
 }
 
 }  // namespace
