@@ -195,6 +195,10 @@ class Runner {
   // End-of-run checks: verify, tables and whole pools. False when one failed.
   bool finish();
 
+  // Whether the second player's tables are compared with the first's after every op (tables_every
+  // 1), at once or in the deferred window: then a change of its tables that the first player did
+  // not make fails the run without another check digesting them.
+  bool compares_second_tables_each_op() const { return players_.size() >= 2 && cadence_.tables_every == 1; }
   const std::optional<Failure>& failure() const { return failure_; }
   const RunStats& stats() const { return stats_; }
   std::size_t backend_count() const { return players_.size(); }
