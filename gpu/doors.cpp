@@ -232,14 +232,11 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
     p.pool_bytes = bytes.size_bytes();
     p.segments = row_segments_.get();
     p.num_segments = static_cast<std::uint32_t>(segments.size());
-    std::uint64_t bits = reinterpret_cast<std::uintptr_t>(p.pool);
-    for (const RowSegment& s : segments) {
-      p.max_row_bytes = std::max(p.max_row_bytes, s.row_bytes);
-      bits |= s.pool_offset_bytes | s.entry_bytes | s.row_bytes;
-    }
+    for (const RowSegment& s : segments) p.max_row_bytes = std::max(p.max_row_bytes, s.row_bytes);
     p.locs[0] = final_loc;
     p.lanes = lanes;
-    p.vector16 = bits % 16 == 0;  // the patterns are device allocations: 256-byte aligned
+    // No staging: the patterns are device allocations (256-byte aligned), read at row offsets.
+    p.vector16 = rows_vector16(p.pool, nullptr, 0, segments.data(), p.num_segments);
     p.int32_offsets = faults.int32_offsets;
     p.keys = row_keys_.get();
     KVTWIN_CUDA_TRY(launch_scatter_oracle_rows(p, stream));

@@ -201,11 +201,18 @@ __global__ void __launch_bounds__(kThreads) copy_rows_kernel(const RowCopyParams
   }
 }
 
-template <bool kScatter>
-cudaError_t launch_copy_rows(const RowCopyParams& p, cudaStream_t stream) {
-  if (p.lanes <= 0 || p.num_segments == 0 || p.max_row_bytes == 0) return cudaSuccess;
+// The launch shape of a row kernel: a group of threads per row (lane), rows_per_block groups a
+// block, one grid row per segment (grid-strided past kMaxGridY).
+struct RowGrid {
+  dim3 grid;
+  unsigned group = 1;
+};
+
+// The row kernels' grid for rows of `p.max_row_bytes` in units of `unit_bytes`; an error when the
+// rows are too long for the kernel's 32-bit unit count or too many for the grid.
+cudaError_t row_grid(const RowCopyParams& p, std::uint64_t unit_bytes, RowGrid& out) {
   if (p.max_row_bytes > (1u << 31)) return cudaErrorInvalidValue;  // the kernel counts a row's units in 32 bits
-  const std::uint64_t units = p.max_row_bytes / (p.vector16 ? 16 : 1);
+  const std::uint64_t units = p.max_row_bytes / unit_bytes;
   // Threads per row: a power of two, at most a warp, each with about kIlp units of the row.
   // (Measured no faster on the H200: 8 units per thread; a block walking several segments; a
   // persistent grid of SMs x resident blocks looping over the rows; 2 or 4 rows in flight per
@@ -216,11 +223,20 @@ cudaError_t launch_copy_rows(const RowCopyParams& p, cudaStream_t stream) {
   const unsigned rows_per_block = kThreads / group;
   const std::uint64_t blocks = (static_cast<std::uint64_t>(p.lanes) + rows_per_block - 1) / rows_per_block;
   if (blocks > 0x7fffffffULL) return cudaErrorInvalidConfiguration;
-  const dim3 grid(static_cast<unsigned>(blocks), std::min<unsigned>(p.num_segments, kMaxGridY));
+  out.grid = dim3(static_cast<unsigned>(blocks), std::min<unsigned>(p.num_segments, kMaxGridY));
+  out.group = group;
+  return cudaSuccess;
+}
+
+template <bool kScatter>
+cudaError_t launch_copy_rows(const RowCopyParams& p, cudaStream_t stream) {
+  if (p.lanes <= 0 || p.num_segments == 0 || p.max_row_bytes == 0) return cudaSuccess;
+  RowGrid g;
+  if (const cudaError_t err = row_grid(p, p.vector16 ? 16 : 1, g); err != cudaSuccess) return err;
   if (p.vector16)
-    copy_rows_kernel<true, kScatter><<<grid, kThreads, 0, stream>>>(p, group);
+    copy_rows_kernel<true, kScatter><<<g.grid, kThreads, 0, stream>>>(p, g.group);
   else
-    copy_rows_kernel<false, kScatter><<<grid, kThreads, 0, stream>>>(p, group);
+    copy_rows_kernel<false, kScatter><<<g.grid, kThreads, 0, stream>>>(p, g.group);
   return cudaGetLastError();
 }
 
@@ -423,18 +439,13 @@ bool rows_vector16(const void* pool, const void* staging, std::uint64_t staging_
 
 cudaError_t launch_scatter_oracle_rows(const RowCopyParams& p, cudaStream_t stream) {
   if (p.lanes <= 0 || p.num_segments == 0 || p.max_row_bytes == 0) return cudaSuccess;
-  if (p.max_row_bytes > (1u << 31) || p.keys == nullptr) return cudaErrorInvalidValue;
-  const std::uint64_t units = p.max_row_bytes / (p.vector16 ? 16 : 8);
-  unsigned group = 1;
-  while (group < 32 && group * static_cast<std::uint64_t>(kIlp) < units) group *= 2;
-  const unsigned rows_per_block = kThreads / group;
-  const std::uint64_t blocks = (static_cast<std::uint64_t>(p.lanes) + rows_per_block - 1) / rows_per_block;
-  if (blocks > 0x7fffffffULL) return cudaErrorInvalidConfiguration;
-  const dim3 grid(static_cast<unsigned>(blocks), std::min<unsigned>(p.num_segments, kMaxGridY));
+  if (p.keys == nullptr) return cudaErrorInvalidValue;
+  RowGrid g;
+  if (const cudaError_t err = row_grid(p, p.vector16 ? 16 : 8, g); err != cudaSuccess) return err;
   if (p.vector16)
-    oracle_rows_kernel<true><<<grid, kThreads, 0, stream>>>(p, group);
+    oracle_rows_kernel<true><<<g.grid, kThreads, 0, stream>>>(p, g.group);
   else
-    oracle_rows_kernel<false><<<grid, kThreads, 0, stream>>>(p, group);
+    oracle_rows_kernel<false><<<g.grid, kThreads, 0, stream>>>(p, g.group);
   return cudaGetLastError();
 }
 
