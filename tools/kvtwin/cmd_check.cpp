@@ -209,7 +209,9 @@ std::string slice_flags(const traces::ServingParams& p, std::uint64_t skip) {
          std::to_string(p.pool_bytes) + " --token-scale " + std::to_string(p.token_scale) + " --mode " +
          (p.mode == CompactionMode::lazy ? "lazy" : "eager") + " --max-running " + std::to_string(p.max_running) +
          " --checkpoint-every " + std::to_string(p.checkpoint_every) + " --requests " + std::to_string(p.max_requests) +
-         (p.tables_only ? " --tables-only" : "");
+         (p.tables_only ? " --tables-only" : "") +
+         // The gate's slices write real entries; replay's default with bytes is shrunk ones.
+         (!p.tables_only && !p.shrink_entries ? " --entries full" : "");
 }
 
 ItemResult run_request_item(const fs::path& path, const RequestSlice& slice, const props::BackendFactory& factory,
