@@ -76,6 +76,7 @@ std::string_view cuda_call_kind_name(CudaCallKind kind) {
 
 CudaCallKind classify_cuda_call(std::string_view call) {
   const auto has = [&](std::string_view word) { return call.find(word) != std::string_view::npos; };
+  if (has("synchronizing_copy")) return CudaCallKind::synchronization;  // KVTWIN_CUDA_COPY_TO_PAGEABLE
   if (has("Malloc") || has("HostAlloc")) return CudaCallKind::allocation;
   if (has("Memcpy") || has("Memset")) return CudaCallKind::copy;
   if (has("Synchronize") || has("EventQuery") || has("StreamWaitEvent")) return CudaCallKind::synchronization;

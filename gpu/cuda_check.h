@@ -7,7 +7,8 @@
 //                            stops the run loudly, like any broken invariant (core/check.h)
 //   KVTWIN_CUDA_WARN(call)   in destructors that may run after a sticky error: reports, goes on
 //   KVTWIN_CUDA_SYNC(stream) cudaStreamSynchronize(stream), checked as KVTWIN_CUDA_TRY, and counted
-//                            per stream (stream_syncs): every host synchronization of gpu/ is one
+//                            per stream (stream_syncs): every host synchronization of gpu/ is one,
+//                            or a KVTWIN_CUDA_COPY_TO_PAGEABLE (a download that is one)
 //
 // A failed CUDA call is an ErrorKind::environment Error: the device, not the input, failed. The
 // GPU backend then poisons itself (gpu_pool.h): it refuses every later operation with the reason.
@@ -20,6 +21,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -118,6 +120,12 @@ class CudaCallTimer {
 };
 }  // namespace detail
 
+// The copy of KVTWIN_CUDA_COPY_TO_PAGEABLE (its name tells the failure injector its kind).
+inline cudaError_t synchronizing_copy_to_pageable(void* host, const void* device, std::size_t bytes,
+                                                  cudaStream_t stream) {
+  return cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream);
+}
+
 // Prints the same message to stderr and returns false (for KVTWIN_CUDA_WARN).
 bool cuda_warn(cudaError_t code, const char* call, const char* file, int line);
 
@@ -141,6 +149,17 @@ std::string cuda_error_text(cudaError_t code, const char* call);
   do {                                                             \
     KVTWIN_CUDA_TRY(cudaStreamSynchronize(stream));                \
     ::kvtwin::gpu::note_stream_synchronized(stream);               \
+  } while (false)
+
+// A copy from the device into pageable host memory: cudaMemcpyAsync returns only once such a copy
+// has landed, after all the stream's earlier work (CUDA's API synchronization behavior), so it is a
+// synchronization of the stream, with no cudaStreamSynchronize after it: counted as one
+// (stream_syncs), and of the synchronization kind to the failure injector (a failure of earlier
+// work surfaces there).
+#define KVTWIN_CUDA_COPY_TO_PAGEABLE(host, device, bytes, stream)                          \
+  do {                                                                                   \
+    KVTWIN_CUDA_TRY(::kvtwin::gpu::synchronizing_copy_to_pageable(host, device, bytes, stream)); \
+    ::kvtwin::gpu::note_stream_synchronized(stream);                                     \
   } while (false)
 
 #define KVTWIN_CUDA_CHECK(call)                                                                          \

@@ -26,6 +26,9 @@ class DeferredDigests {
  public:
   // The zeroed device slot of the next digest; its host part is added with add_host_terms.
   Result<unsigned long long*> next_slot(cudaStream_t stream);
+  // Whether next_slot() first lands the slots in use (the array is full): a digest still to be
+  // launched into one of them must be launched before.
+  bool next_slot_lands() const { return host_terms_.size() == kSlots; }
   // Adds terms computed on the host to the digest of the last slot handed out.
   void add_host_terms(std::uint64_t terms);
   // Every digest queued since the last collect, oldest first (synchronizes the stream once).

@@ -107,8 +107,9 @@ bool DeviceAllocator::fits(std::int64_t k, std::uint64_t low_end_bytes) const {
 }
 
 Result<std::vector<std::int64_t>> DeviceAllocator::alloc(std::int64_t k, cudaStream_t stream) {
-  KVTWIN_TRY(std::int64_t * vpages,
-             upload_ids(bound_virtual_, std::vector<std::int64_t>(static_cast<std::size_t>(k)), stream));
+  // take_virtual writes all k ids: the buffer needs no upload.
+  KVTWIN_TRY_STATUS(bound_virtual_.reserve(static_cast<std::size_t>(std::max<std::int64_t>(k, 1))));
+  std::int64_t* vpages = bound_virtual_.get();
   // The hole list of a side (selected whole, then its first k used) fits in num_pages + 1.
   std::int64_t most_pages = k;
   for (const auto& side : sides_) most_pages = std::max(most_pages, side->p2v_len());
@@ -157,8 +158,9 @@ Result<std::vector<std::int64_t>> DeviceAllocator::commit_chain_alloc(const Chai
   KVTWIN_CHECK(plan.fits && floats(), "commit_chain_alloc commits a tri-pool plan that fits");
   if (plan.relocation) KVTWIN_TRY_STATUS(relocate_float(*plan.relocation, bytes, faults, stream));
   const std::int64_t k = plan.k;
-  KVTWIN_TRY(std::int64_t * vpages,
-             upload_ids(bound_virtual_, std::vector<std::int64_t>(static_cast<std::size_t>(k)), stream));
+  // take_virtual writes all k ids: the buffer needs no upload.
+  KVTWIN_TRY_STATUS(bound_virtual_.reserve(static_cast<std::size_t>(std::max<std::int64_t>(k, 1))));
+  std::int64_t* vpages = bound_virtual_.get();
   KVTWIN_TRY_STATUS(bind_holes_.reserve(static_cast<std::size_t>(std::max(k, sides_[0]->p2v_len()))));
   // SPEC 4.3: the owner first, then the float on the same virtual pages.
   KVTWIN_TRY_STATUS(sides_[0]->take_virtual(k, vpages, stream));
@@ -580,14 +582,23 @@ Result<PoolTables> DeviceAllocator::tables(cudaStream_t stream) const {
 
 Result<std::uint64_t> DeviceAllocator::add_tables_digest_terms(unsigned long long* sum, cudaStream_t stream,
                                                                const DeviceStatePool* state) const {
+  std::vector<DigestRanges> device_rows;
+  const std::uint64_t host_terms = tables_digest_rows(device_rows, state);
+  KVTWIN_TRY_STATUS(launch_tables_digest(device_rows, sum, stream));
+  return host_terms;
+}
+
+std::uint64_t DeviceAllocator::tables_digest_rows(std::vector<DigestRanges>& device_rows,
+                                                  const DeviceStatePool* state) const {
   std::uint64_t host_terms = 0;
+  device_rows.clear();
   for (std::size_t i = 0; i < sides_.size(); ++i) {
-    KVTWIN_TRY_STATUS(sides_[i]->add_digest_terms(i, sum, stream));
+    device_rows.push_back(sides_[i]->digest_ranges(i));
     host_terms += sides_[i]->digest_counter_terms(i);
   }
   if (state != nullptr) {
-    KVTWIN_TRY(std::uint64_t state_terms, state->add_digest_terms(sum, stream));
-    host_terms += state_terms;
+    device_rows.push_back(state->digest_ranges());
+    host_terms += state->digest_host_terms();
   }
   return host_terms;
 }

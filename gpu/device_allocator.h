@@ -148,6 +148,9 @@ class DeviceAllocator {
   // (the counters), which the caller adds to what `sum` holds once it lands.
   Result<std::uint64_t> add_tables_digest_terms(unsigned long long* sum, cudaStream_t stream,
                                                 const DeviceStatePool* state = nullptr) const;
+  // The same digest not launched: what its device terms read (one entry a side, the state
+  // sub-pool's last; digest_kernels.h), and its host terms returned.
+  std::uint64_t tables_digest_rows(std::vector<DigestRanges>& device_rows, const DeviceStatePool* state = nullptr) const;
   Status verify(cudaStream_t stream) const;
 
  private:

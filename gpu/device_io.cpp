@@ -27,10 +27,12 @@ Result<DeviceBuffer<std::int64_t>> device_copy(const std::vector<std::int64_t>& 
 
 Result<std::vector<std::int64_t>> download_ids(const std::int64_t* device, std::int64_t n, cudaStream_t stream) {
   std::vector<std::int64_t> out(static_cast<std::size_t>(std::max<std::int64_t>(n, 0)));
-  if (n > 0)
-    KVTWIN_CUDA_TRY(cudaMemcpyAsync(out.data(), device, out.size() * sizeof(std::int64_t), cudaMemcpyDeviceToHost,
-                                    stream));
-  KVTWIN_CUDA_SYNC(stream);
+  if (n > 0) {
+    // Into pageable memory: the copy has landed when the call returns (device_io.h).
+    KVTWIN_CUDA_COPY_TO_PAGEABLE(out.data(), device, out.size() * sizeof(std::int64_t), stream);
+  } else {
+    KVTWIN_CUDA_SYNC(stream);  // nothing to copy: still the synchronization a caller may count on
+  }
   return out;
 }
 
@@ -41,8 +43,8 @@ Result<bool> RangeFlag::any_outside(const std::int64_t* values, std::int64_t n, 
   KVTWIN_CUDA_TRY(cudaMemsetAsync(word_.get(), 0, sizeof(std::uint32_t), stream));
   KVTWIN_TRY_STATUS(flag_outside(values, n, lower, upper, word_.get(), stream));
   std::uint32_t flag = 0;
-  KVTWIN_CUDA_TRY(cudaMemcpyAsync(&flag, word_.get(), sizeof flag, cudaMemcpyDeviceToHost, stream));
-  KVTWIN_CUDA_SYNC(stream);
+  // Into pageable memory: the copy has landed when the call returns (device_io.h).
+  KVTWIN_CUDA_COPY_TO_PAGEABLE(&flag, word_.get(), sizeof flag, stream);
   return flag != 0;
 }
 

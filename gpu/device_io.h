@@ -3,9 +3,13 @@
 // list lies outside a range. Every call is on the caller's stream and every CUDA return code is
 // checked (cuda_check.h).
 //
-// A download synchronizes the stream: the host needs the values it returns. An upload does not
-// (a cudaMemcpyAsync from pageable host memory has copied the source before it returns, so the
-// host vector may go away at once).
+// A download synchronizes the stream: the host needs the values it returns. A copy from the
+// device into pageable host memory returns only once it has landed (CUDA's API synchronization
+// behavior), and it lands after everything queued before it on the stream, so it is that
+// synchronization itself (KVTWIN_CUDA_COPY_TO_PAGEABLE counts it as one): no cudaStreamSynchronize
+// follows it (one driver call fewer; under many threads each waits on the driver's lock). An upload does not synchronize (a cudaMemcpyAsync
+// from pageable host memory has copied the source before it returns, so the host vector may go
+// away at once).
 #pragma once
 
 #include <cstdint>

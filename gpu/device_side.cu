@@ -35,61 +35,6 @@ struct Positive {
   __device__ bool operator()(std::int64_t v) const { return v > 0; }
 };
 
-// The side's device terms of digest_tables (core/tables_digest.h): v2p rows, p2v rows, the
-// queue's front and each queued id's successor, and (when `holes`) the flagged pages; each thread sums its terms
-// over a grid-stride loop, one 64-bit atomic add per block (a sum mod 2^64 does not depend on the
-// order).
-struct DigestRanges {
-  const std::int64_t* v2p;
-  std::int64_t v2p_len;
-  const std::int64_t* p2v;
-  std::int64_t p2v_len;
-  const std::int64_t* queue;
-  std::int64_t queue_capacity, queue_head, queue_count;
-  const std::uint8_t* hole_flags;  // null: no holes
-  std::uint64_t side;
-};
-
-__global__ void digest_kernel(DigestRanges r, unsigned long long* sum) {
-  const std::int64_t holes_len = r.hole_flags != nullptr ? r.p2v_len : 0;
-  const std::int64_t n = r.v2p_len + r.p2v_len + r.queue_count + holes_len;
-  std::uint64_t local = 0;
-  KVTWIN_FOR_EACH(i, n) {
-    std::int64_t j = i;
-    if (j < r.v2p_len) {
-      local += tables_digest_term(r.side, TablesDigestPart::v2p, static_cast<std::uint64_t>(j), r.v2p[j]);
-      continue;
-    }
-    j -= r.v2p_len;
-    if (j < r.p2v_len) {
-      local += tables_digest_term(r.side, TablesDigestPart::p2v, static_cast<std::uint64_t>(j), r.p2v[j]);
-      continue;
-    }
-    j -= r.p2v_len;
-    if (j < r.queue_count) {
-      // The front, then each id's successor (core free_queue_front_term / free_queue_link_term).
-      const std::int64_t id = r.queue[(r.queue_head + j) % r.queue_capacity];
-      local += j == 0 ? free_queue_front_term(r.side, id)
-                      : free_queue_link_term(r.side, r.queue[(r.queue_head + j - 1) % r.queue_capacity], id);
-      continue;
-    }
-    j -= r.queue_count;
-    if (r.hole_flags[j] != 0) local += tables_digest_term(r.side, TablesDigestPart::hole, static_cast<std::uint64_t>(j), 1);
-  }
-  // The block's sum (warps by shuffle, then the warps' sums through shared memory), then one
-  // atomic add a block: one add per row on one address serialised in L2 and cost what the pool
-  // holds (0.5 ms a digest at 64 GiB of 2 MiB pages on the H200).
-  for (int d = 16; d > 0; d /= 2) local += __shfl_down_sync(0xffffffffu, local, d);
-  __shared__ std::uint64_t warp_sums[kThreads / 32];
-  if ((threadIdx.x & 31) == 0) warp_sums[threadIdx.x / 32] = local;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    std::uint64_t block = 0;
-    for (unsigned w = 0; w < blockDim.x / 32; ++w) block += warp_sums[w];
-    if (block != 0) atomicAdd(sum, static_cast<unsigned long long>(block));
-  }
-}
-
 __global__ void iota_kernel(std::int64_t* out, std::int64_t n, std::int64_t first) {
   KVTWIN_FOR_EACH(i, n) out[i] = first + i;
 }
@@ -241,8 +186,8 @@ __global__ void flag_unallocated_kernel(const std::int64_t* tokens, std::int64_t
 
 Result<std::int64_t> read_count(const SelectScratch& scratch, cudaStream_t stream) {
   std::int64_t count = 0;
-  KVTWIN_CUDA_TRY(cudaMemcpyAsync(&count, scratch.count.get(), sizeof count, cudaMemcpyDeviceToHost, stream));
-  KVTWIN_CUDA_SYNC(stream);
+  // Into pageable memory: the copy has landed when the call returns (device_io.h).
+  KVTWIN_CUDA_COPY_TO_PAGEABLE(&count, scratch.count.get(), sizeof count, stream);
   return count;
 }
 
@@ -474,7 +419,7 @@ Result<std::vector<std::int64_t>> DeviceSide::queue_contents(cudaStream_t stream
   return out;
 }
 
-Status DeviceSide::add_digest_terms(std::uint64_t side_index, unsigned long long* sum, cudaStream_t stream) const {
+DigestRanges DeviceSide::digest_ranges(std::uint64_t side_index) const {
   DigestRanges r{};
   r.v2p = v2p_.get();
   r.v2p_len = v2p_len();
@@ -486,11 +431,7 @@ Status DeviceSide::add_digest_terms(std::uint64_t side_index, unsigned long long
   r.queue_count = owner_ ? queue_count_ : 0;  // as queue_contents(): only the owner lists a queue
   r.hole_flags = holes_ != 0 ? hole_flags_.get() : nullptr;  // as hole_list(): no holes counted, none listed
   r.side = side_index;
-  const std::int64_t n = r.v2p_len + r.p2v_len + r.queue_count + (r.hole_flags != nullptr ? r.p2v_len : 0);
-  // A few blocks an SM: each thread sums many rows, and the adds to `sum` stay few.
-  digest_kernel<<<std::min<unsigned>(blocks_for(n), 256), kThreads, 0, stream>>>(r, sum);
-  KVTWIN_CUDA_LAUNCHED();
-  return ok_status();
+  return r;
 }
 
 std::uint64_t DeviceSide::digest_counter_terms(std::uint64_t side_index) const {

@@ -12,13 +12,16 @@
 // failed operation changes nothing: plan and check first, commit after.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include <cuda_runtime_api.h>
 
 #include "core/sizing.h"
 #include "gpu/device_buffer.h"
+#include "gpu/digest_kernels.h"
 #include "gpu/device_invariants.h"
 
 namespace kvtwin::gpu {
@@ -133,9 +136,9 @@ class DeviceSide {
   Result<std::vector<std::int64_t>> hole_list(SelectScratch& scratch, std::int64_t* out, cudaStream_t stream) const;
 
   // This side's part of digest_tables (core/tables_digest.h) as the host would compute it from
-  // tables(): the device rows' terms are added to *sum on the stream (no synchronization), the
-  // host counters' terms returned. `side_index` is the side's place in the chain.
-  Status add_digest_terms(std::uint64_t side_index, unsigned long long* sum, cudaStream_t stream) const;
+  // tables(): the device rows' (launch_tables_digest reads them) and the host counters' terms.
+  // `side_index` is the side's place in the chain.
+  DigestRanges digest_ranges(std::uint64_t side_index) const;
   std::uint64_t digest_counter_terms(std::uint64_t side_index) const;
 
   // The counters and the whole device tables, for the invariant check; `first_virtual` is the

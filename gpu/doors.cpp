@@ -220,17 +220,10 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
   if (!writes_rows) return ok_status();
 
   // ---- the scatter, left running: nothing the host returns depends on it.
-  KVTWIN_TRY_STATUS(row_segments_.reserve(segments.size()));
-  KVTWIN_CUDA_TRY(cudaMemcpyAsync(row_segments_.get(), segments.data(), segments.size() * sizeof(RowSegment),
-                                  cudaMemcpyHostToDevice, stream));
   if (rows_on_device) {
-    KVTWIN_TRY_STATUS(row_keys_.reserve(keys.size()));
-    KVTWIN_CUDA_TRY(cudaMemcpyAsync(row_keys_.get(), keys.data(), keys.size() * sizeof(std::uint64_t),
-                                    cudaMemcpyHostToDevice, stream));
     RowCopyParams p;
     p.pool = bytes.data();
     p.pool_bytes = bytes.size_bytes();
-    p.segments = row_segments_.get();
     p.num_segments = static_cast<std::uint32_t>(segments.size());
     for (const RowSegment& s : segments) p.max_row_bytes = std::max(p.max_row_bytes, s.row_bytes);
     p.locs[0] = final_loc;
@@ -238,10 +231,28 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
     // No staging: the patterns are device allocations (256-byte aligned), read at row offsets.
     p.vector16 = rows_vector16(p.pool, nullptr, 0, segments.data(), p.num_segments);
     p.int32_offsets = faults.int32_offsets;
+    if (rows_fit_inline(segments.size(), keys.size())) {
+      // A decode step's write: segments and keys travel in the launch (kernels.cuh InlineRows).
+      InlineRows carried;
+      std::copy(segments.begin(), segments.end(), carried.segments);
+      std::copy(keys.begin(), keys.end(), carried.keys);
+      KVTWIN_CUDA_TRY(launch_scatter_oracle_rows_inline(p, carried, stream));
+      return ok_status();
+    }
+    KVTWIN_TRY_STATUS(row_segments_.reserve(segments.size()));
+    KVTWIN_CUDA_TRY(cudaMemcpyAsync(row_segments_.get(), segments.data(), segments.size() * sizeof(RowSegment),
+                                    cudaMemcpyHostToDevice, stream));
+    KVTWIN_TRY_STATUS(row_keys_.reserve(keys.size()));
+    KVTWIN_CUDA_TRY(cudaMemcpyAsync(row_keys_.get(), keys.data(), keys.size() * sizeof(std::uint64_t),
+                                    cudaMemcpyHostToDevice, stream));
+    p.segments = row_segments_.get();
     p.keys = row_keys_.get();
     KVTWIN_CUDA_TRY(launch_scatter_oracle_rows(p, stream));
     return ok_status();
   }
+  KVTWIN_TRY_STATUS(row_segments_.reserve(segments.size()));
+  KVTWIN_CUDA_TRY(cudaMemcpyAsync(row_segments_.get(), segments.data(), segments.size() * sizeof(RowSegment),
+                                  cudaMemcpyHostToDevice, stream));
   KVTWIN_TRY_STATUS(rows_staging_.reserve(rows.size()));
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(rows_staging_.get(), rows.data(), rows.size(), cudaMemcpyHostToDevice, stream));
   RowCopyParams p;

@@ -96,6 +96,8 @@ OpResult GpuPool::apply(const Op& op) {
   if (!std::holds_alternative<BuildPool>(op) || !poisoned_.empty()) {
     if (Status s = require_pool(); !s.ok()) return s.error();
   }
+  // A tables digest asked for after the last op reads the tables as they were then.
+  if (Status s = poison_on_failure(launch_pending_tables_digest()); !s.ok()) return s.error();
   const std::uint64_t syncs_before = stream_syncs(stream_);
   OpResult result = dispatch(op);
   const bool failed_on_device = !result.ok() && result.error().kind == ErrorKind::environment;
@@ -836,14 +838,26 @@ Status GpuPool::poison_on_failure(Status status) {
   return status;
 }
 
+Status GpuPool::launch_pending_tables_digest() {
+  if (!pending_tables_digest_) return ok_status();
+  const TablesDigestRequest pending = std::move(*pending_tables_digest_);
+  pending_tables_digest_.reset();
+  return launch_tables_digest(pending.sides, pending.sum, stream_);
+}
+
 Status GpuPool::queue_tables_digest() {
   const HoldReleases hold(held_);
   KVTWIN_TRY_STATUS(require_pool());
   return poison_on_failure([&]() -> Status {
+    KVTWIN_TRY_STATUS(launch_pending_tables_digest());
     KVTWIN_TRY(unsigned long long* slot, deferred_digests_.next_slot(stream_));
-    KVTWIN_TRY(const std::uint64_t host_terms,
-               allocator_.add_tables_digest_terms(slot, stream_, state_.built() ? &state_ : nullptr));
-    deferred_digests_.add_host_terms(host_terms);
+    // Not launched yet: the op's bytes digest, which the runner asks for next when the op wrote
+    // any, takes it into its own launch (digest_kernels.h); anything else launches it first.
+    TablesDigestRequest request;
+    request.sum = slot;
+    deferred_digests_.add_host_terms(
+        allocator_.tables_digest_rows(request.sides, state_.built() ? &state_ : nullptr));
+    pending_tables_digest_ = std::move(request);
     return ok_status();
   }());
 }
@@ -852,14 +866,19 @@ Status GpuPool::queue_bytes_digest(std::span<const ByteRange> ranges) {
   const HoldReleases hold(held_);
   KVTWIN_TRY_STATUS(check_digest_ranges(ranges));
   return poison_on_failure([&]() -> Status {
+    // A full window lands its slots on the next one: the pending digest's slot must be summed first.
+    if (deferred_digests_.next_slot_lands()) KVTWIN_TRY_STATUS(launch_pending_tables_digest());
     KVTWIN_TRY(unsigned long long* slot, deferred_digests_.next_slot(stream_));
-    return bytes_.add_digest(ranges, slot, stream_);
+    const std::optional<TablesDigestRequest> tables = std::move(pending_tables_digest_);
+    pending_tables_digest_.reset();
+    return bytes_.add_digest(ranges, slot, stream_, tables ? &*tables : nullptr);
   }());
 }
 
 Result<std::vector<std::uint64_t>> GpuPool::collect_digests() {
   const HoldReleases hold(held_);
   KVTWIN_TRY_STATUS(require_pool());
+  if (Status s = poison_on_failure(launch_pending_tables_digest()); !s.ok()) return s.error();
   Result<std::vector<std::uint64_t>> out = deferred_digests_.collect(stream_);
   if (!out.ok()) (void)poison_on_failure(out.error());
   return out;

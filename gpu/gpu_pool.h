@@ -199,6 +199,10 @@ class GpuPool final : public Backend {
   HostTransfers transfers_;
   DeviceStatePool state_;  // built on a hybrid chain
   DeferredDigests deferred_digests_;  // queued digests, across builds until collected
+  // The tables digest queue_tables_digest asked for, launched with the op's bytes digest
+  // (queue_bytes_digest) or, when none comes, before the next op or collect.
+  std::optional<TablesDigestRequest> pending_tables_digest_;
+  Status launch_pending_tables_digest();
   // The storage tier (storage_bytes > 0): opened at its first operation, dropped at a build.
   std::string storage_parent_;
   std::unique_ptr<ScratchPageStore> store_;

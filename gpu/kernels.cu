@@ -240,10 +240,18 @@ cudaError_t launch_copy_rows(const RowCopyParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// Where the oracle scatter finds its segments and keys: device arrays, or InlineRows in the
+// launch's parameters (both index as source.segments[s], source.keys[k]).
+struct ArrayRows {
+  const RowSegment* segments = nullptr;
+  const std::uint64_t* keys = nullptr;
+};
+
 // The oracle scatter: as copy_rows_kernel's scatter, the unit made from the pattern and the
 // lane's key instead of read from staging (a uint4 is two words, a uint2 one).
-template <bool kVector>
-__global__ void __launch_bounds__(kThreads) oracle_rows_kernel(const RowCopyParams p, unsigned group) {
+template <bool kVector, class Rows>
+__global__ void __launch_bounds__(kThreads)
+    oracle_rows_kernel(const RowCopyParams p, const __grid_constant__ Rows source, unsigned group) {
   using Unit = std::conditional_t<kVector, uint4, uint2>;
   constexpr std::uint32_t kWords = sizeof(Unit) / 8;
   const unsigned rows_per_block = blockDim.x / group;
@@ -251,13 +259,13 @@ __global__ void __launch_bounds__(kThreads) oracle_rows_kernel(const RowCopyPara
   const std::int64_t lane = static_cast<std::int64_t>(blockIdx.x) * rows_per_block + threadIdx.x / group;
   if (lane >= p.lanes) return;
   for (std::uint32_t s = blockIdx.y; s < p.num_segments; s += gridDim.y) {
-    const RowSegment seg = p.segments[s];
+    const RowSegment seg = source.segments[s];
     const std::uint32_t units = seg.row_bytes / static_cast<std::uint32_t>(sizeof(Unit));
     const std::int64_t* locs = seg.loc_set != 0 && p.locs[1] != nullptr ? p.locs[1] : p.locs[0];
     const std::int64_t t = locs[lane];
     const std::int64_t off = t < seg.first_slot ? -1 : row_offset(t, seg, p.pool_bytes, p.int32_offsets);
     if (off < 0) continue;  // a sink lane: the write door discards it (SPEC 6)
-    const std::uint64_t key = p.keys[static_cast<std::uint64_t>(lane) * p.num_segments + s];
+    const std::uint64_t key = source.keys[static_cast<std::uint64_t>(lane) * p.num_segments + s];
     const Unit* pattern = reinterpret_cast<const Unit*>(seg.pattern);
     Unit* pool = reinterpret_cast<Unit*>(p.pool + off);
     for (std::uint32_t u = in_group; u < units; u += group) {
@@ -437,16 +445,27 @@ bool rows_vector16(const void* pool, const void* staging, std::uint64_t staging_
   return bits % 16 == 0;
 }
 
-cudaError_t launch_scatter_oracle_rows(const RowCopyParams& p, cudaStream_t stream) {
+template <class Rows>
+cudaError_t launch_oracle_rows(const RowCopyParams& p, const Rows& source, cudaStream_t stream) {
   if (p.lanes <= 0 || p.num_segments == 0 || p.max_row_bytes == 0) return cudaSuccess;
-  if (p.keys == nullptr) return cudaErrorInvalidValue;
   RowGrid g;
   if (const cudaError_t err = row_grid(p, p.vector16 ? 16 : 8, g); err != cudaSuccess) return err;
   if (p.vector16)
-    oracle_rows_kernel<true><<<g.grid, kThreads, 0, stream>>>(p, g.group);
+    oracle_rows_kernel<true, Rows><<<g.grid, kThreads, 0, stream>>>(p, source, g.group);
   else
-    oracle_rows_kernel<false><<<g.grid, kThreads, 0, stream>>>(p, g.group);
+    oracle_rows_kernel<false, Rows><<<g.grid, kThreads, 0, stream>>>(p, source, g.group);
   return cudaGetLastError();
+}
+
+cudaError_t launch_scatter_oracle_rows(const RowCopyParams& p, cudaStream_t stream) {
+  if (p.lanes > 0 && (p.keys == nullptr || p.segments == nullptr)) return cudaErrorInvalidValue;
+  return launch_oracle_rows(p, ArrayRows{p.segments, p.keys}, stream);
+}
+
+cudaError_t launch_scatter_oracle_rows_inline(const RowCopyParams& p, const InlineRows& rows, cudaStream_t stream) {
+  if (!rows_fit_inline(p.num_segments, static_cast<std::size_t>(std::max<std::int64_t>(p.lanes, 0)) * p.num_segments))
+    return cudaErrorInvalidValue;
+  return launch_oracle_rows(p, rows, stream);
 }
 
 cudaError_t launch_move_pages(const PageMoveParams& p, cudaStream_t stream) {
@@ -467,39 +486,6 @@ cudaError_t launch_decode_attention(const AttentionParams& p, cudaStream_t strea
   if (p.kv_heads == 0 || p.query_heads % p.kv_heads != 0) return cudaErrorInvalidValue;
   const dim3 grid(p.query_heads, static_cast<unsigned>(std::min<std::int64_t>(p.rows, kMaxGridY)));
   decode_attention_kernel<<<grid, kAttentionThreads, 0, stream>>>(p);
-  return cudaGetLastError();
-}
-
-// ---------------------------------------------------------------- bytes digest
-
-__global__ void __launch_bounds__(kThreads) bytes_digest_kernel(const BytesDigestParams p) {
-  std::uint64_t local = 0;
-  for (std::int64_t r = blockIdx.x; r < p.count; r += gridDim.x) {
-    const std::uint64_t off = p.ranges[2 * r], len = p.ranges[2 * r + 1];
-    if (len == 0) continue;
-    const std::uint64_t end = off + len;
-    for (std::uint64_t w = off / 8 + threadIdx.x; w <= (end - 1) / 8; w += blockDim.x) {
-      const std::uint64_t lo = w * 8;
-      std::uint64_t word = 0;
-      if (lo >= off && lo + 8 <= end) {
-        word = *reinterpret_cast<const std::uint64_t*>(p.pool + lo);  // the buffer is 256-byte aligned
-      } else {
-        // A word the range covers in part: its bytes outside the range read as zero.
-        for (std::uint64_t b = 0; b < 8; ++b)
-          if (lo + b >= off && lo + b < end) word |= std::uint64_t{p.pool[lo + b]} << (8 * b);
-      }
-      local += bytes_digest_term(w, word);
-    }
-  }
-  // A warp's sum, then one atomic add a warp (a sum mod 2^64 does not depend on the order).
-  for (int d = 16; d > 0; d /= 2) local += __shfl_down_sync(0xffffffffu, local, d);
-  if ((threadIdx.x & 31) == 0 && local != 0) atomicAdd(p.sum, static_cast<unsigned long long>(local));
-}
-
-cudaError_t launch_bytes_digest(const BytesDigestParams& p, cudaStream_t stream) {
-  if (p.count <= 0) return cudaSuccess;
-  const unsigned blocks = static_cast<unsigned>(std::min<std::int64_t>(p.count, 4096));
-  bytes_digest_kernel<<<blocks, kThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 

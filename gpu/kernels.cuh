@@ -18,6 +18,7 @@
 // decode step's graph (gpu/decode_step.cu).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include <cuda_runtime_api.h>
@@ -143,6 +144,26 @@ cudaError_t launch_gather_rows(const RowCopyParams& p, cudaStream_t stream);   /
 // of 8 (vector16: of 16, as for the copies); sink lanes write nothing.
 cudaError_t launch_scatter_oracle_rows(const RowCopyParams& p, cudaStream_t stream);
 
+// A small oracle write's segments and keys carried in the launch's own parameters instead of
+// device arrays: one launch instead of two uploads and a launch. Under many threads every CUDA
+// call waits on the driver's lock (measured: a 2 us upload took 18-21 us beside 15 busy threads),
+// and a decode step's write of one layer holds a few segments and a key a lane. 2.2 KiB, inside
+// the 4 KiB a launch's parameters may always take; read in place (__grid_constant__), never
+// copied to local memory.
+inline constexpr std::uint32_t kInlineRowSegments = 8;
+inline constexpr std::uint32_t kInlineRowKeys = 224;
+struct InlineRows {
+  RowSegment segments[kInlineRowSegments];
+  std::uint64_t keys[kInlineRowKeys];  // as RowCopyParams::keys
+};
+// Whether a write of these many segments and keys fits InlineRows.
+constexpr bool rows_fit_inline(std::size_t segments, std::size_t keys) {
+  return segments <= kInlineRowSegments && keys <= kInlineRowKeys;
+}
+// As launch_scatter_oracle_rows, the segments and keys taken from `rows` (p.segments and p.keys
+// are not read).
+cudaError_t launch_scatter_oracle_rows_inline(const RowCopyParams& p, const InlineRows& rows, cudaStream_t stream);
+
 // True when base addresses, offsets, strides and row sizes are all multiples of 16 bytes.
 bool rows_vector16(const void* pool, const void* staging, std::uint64_t staging_lane_stride_bytes,
                    const RowSegment* host_segments, std::uint32_t num_segments);
@@ -197,16 +218,6 @@ struct AttentionParams {
 };
 cudaError_t launch_decode_attention(const AttentionParams& p, cudaStream_t stream);
 
-// The digest of pool byte ranges (core/bytes_digest.h): `ranges` holds `count` (offset, length)
-// pairs on the device, each inside the pool; a chunk of a longer range must start and end on
-// 8-byte boundaries (a word's term depends on every byte of it in its range). Each range's words
-// are summed by one block at a time; `sum` (zeroed by the caller) gets the total, mod 2^64.
-struct BytesDigestParams {
-  const std::uint8_t* pool = nullptr;
-  const std::uint64_t* ranges = nullptr;
-  std::int64_t count = 0;
-  unsigned long long* sum = nullptr;
-};
-cudaError_t launch_bytes_digest(const BytesDigestParams& p, cudaStream_t stream);
+// The digests of the tables and of pool bytes: digest_kernels.h.
 
 }  // namespace kvtwin::gpu

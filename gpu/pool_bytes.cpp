@@ -53,8 +53,8 @@ Result<std::vector<std::uint8_t>> DevicePoolBytes::download(std::uint64_t offset
   return out;
 }
 
-Status DevicePoolBytes::add_digest(std::span<const ByteRange> ranges, unsigned long long* sum,
-                                   cudaStream_t stream) const {
+Status DevicePoolBytes::add_digest(std::span<const ByteRange> ranges, unsigned long long* sum, cudaStream_t stream,
+                                   const TablesDigestRequest* tables) const {
   // Chunks of at most 64 KiB, cut at 8-byte boundaries of the pool (a word is never split), so
   // that a long range (a page envelope a move wrote) spreads over many blocks.
   constexpr std::uint64_t kChunk = std::uint64_t{64} << 10;
@@ -69,7 +69,26 @@ Status DevicePoolBytes::add_digest(std::span<const ByteRange> ranges, unsigned l
       at = next;
     }
   }
+  BytesDigestParams p;
+  p.pool = buffer_.get();
+  p.count = static_cast<std::int64_t>(chunks.size() / 2);
+  p.sum = sum;
+  if (tables != nullptr && tables_and_bytes_fit_one_launch(*tables, p.count)) {
+    // An op's tables and its written rows in one launch, the chunks carried in it.
+    InlineDigestRanges carried;
+    std::copy(chunks.begin(), chunks.end(), carried.ranges);
+    KVTWIN_CUDA_TRY(launch_tables_and_bytes_digest(*tables, p, carried, stream));
+    return ok_status();
+  }
+  if (tables != nullptr) KVTWIN_TRY_STATUS(launch_tables_digest(tables->sides, tables->sum, stream));
   if (chunks.empty()) return ok_status();
+  if (p.count <= static_cast<std::int64_t>(kInlineDigestRanges)) {
+    // An op's written rows: the chunks travel in the launch (digest_kernels.h InlineDigestRanges).
+    InlineDigestRanges carried;
+    std::copy(chunks.begin(), chunks.end(), carried.ranges);
+    KVTWIN_CUDA_TRY(launch_bytes_digest_inline(p, carried, stream));
+    return ok_status();
+  }
   if (digest_ring_used_ + chunks.size() > digest_staging_.size()) {
     // The ring is full: once the stream has drained, nothing queued reads it any more.
     if (digest_ring_used_ > 0) KVTWIN_CUDA_SYNC(stream);
@@ -84,11 +103,7 @@ Status DevicePoolBytes::add_digest(std::span<const ByteRange> ranges, unsigned l
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(device_ranges, staged, chunks.size() * sizeof(std::uint64_t), cudaMemcpyHostToDevice,
                                   stream));
   digest_ring_used_ += chunks.size();
-  BytesDigestParams p;
-  p.pool = buffer_.get();
   p.ranges = device_ranges;
-  p.count = static_cast<std::int64_t>(chunks.size() / 2);
-  p.sum = sum;
   KVTWIN_CUDA_TRY(launch_bytes_digest(p, stream));
   return ok_status();
 }

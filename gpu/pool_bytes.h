@@ -19,6 +19,7 @@
 #include "core/backend.h"
 #include "core/pool_config.h"
 #include "gpu/device_buffer.h"
+#include "gpu/digest_kernels.h"
 #include "gpu/faults.h"
 #include "gpu/pinned_buffer.h"
 
@@ -46,7 +47,10 @@ class DevicePoolBytes {
   Result<std::uint64_t> digest(std::span<const ByteRange> ranges, cudaStream_t stream) const;
   // The same digest added into the device word `sum`, without a synchronization (a deferred
   // digest, deferred_digests.h). The ranges' staging is a ring: it synchronizes only when full.
-  Status add_digest(std::span<const ByteRange> ranges, unsigned long long* sum, cudaStream_t stream) const;
+  // With `tables` (a tables digest asked for and not launched: GpuPool::queue_tables_digest), it
+  // is launched here too, in the same kernel when both fit one launch (digest_kernels.h).
+  Status add_digest(std::span<const ByteRange> ranges, unsigned long long* sum, cudaStream_t stream,
+                    const TablesDigestRequest* tables = nullptr) const;
 
  private:
   DeviceBuffer<std::uint8_t> buffer_;

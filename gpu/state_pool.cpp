@@ -258,8 +258,9 @@ Status DeviceStatePool::add_tables(PoolTables& out, cudaStream_t stream) const {
   return ok_status();
 }
 
-Result<std::uint64_t> DeviceStatePool::add_digest_terms(unsigned long long* sum, cudaStream_t stream) const {
-  KVTWIN_TRY_STATUS(slots_.add_digest_terms(kStateDigestSide, sum, stream));
+DigestRanges DeviceStatePool::digest_ranges() const { return slots_.digest_ranges(kStateDigestSide); }
+
+std::uint64_t DeviceStatePool::digest_host_terms() const {
   std::uint64_t host = slots_.digest_counter_terms(kStateDigestSide);
   for (const auto& [request, slot] : requests_)
     host += tables_digest_term(kStateDigestSide + 1, TablesDigestPart::v2p, request, slot);

@@ -109,9 +109,10 @@ class DeviceStatePool {
 
   // What a checker compares: the slot tables, the request table, the quarantine.
   Status add_tables(PoolTables& out, cudaStream_t stream) const;
-  // This sub-pool's digest terms (core/tables_digest.h): device rows added to *sum on the stream,
-  // the host terms returned.
-  Result<std::uint64_t> add_digest_terms(unsigned long long* sum, cudaStream_t stream) const;
+  // This sub-pool's digest terms (core/tables_digest.h): what launch_tables_digest reads of its
+  // device rows, and the host terms (counters, the request table, the quarantine).
+  DigestRanges digest_ranges() const;
+  std::uint64_t digest_host_terms() const;
   // The device tables against the host counters and each other, the request table against v2p,
   // every quarantined slot held by a reader, the frontier below `owner_begin_byte`.
   Status verify(const Held& held, std::uint64_t owner_begin_byte, cudaStream_t stream) const;

@@ -236,6 +236,9 @@ TEST(GpuFaultInjection, CallsAreClassifiedByKind) {
   EXPECT_EQ(classify_cuda_call("launch_translate(p, stream_)"), CudaCallKind::launch);
   EXPECT_EQ(classify_cuda_call("cudaGetLastError()"), CudaCallKind::launch);
   EXPECT_EQ(classify_cuda_call("cudaStreamSynchronize(stream_)"), CudaCallKind::synchronization);
+  // A download into pageable memory is the stream's synchronization (KVTWIN_CUDA_COPY_TO_PAGEABLE).
+  EXPECT_EQ(classify_cuda_call("::kvtwin::gpu::synchronizing_copy_to_pageable(&count, d, sizeof count, stream)"),
+            CudaCallKind::synchronization);
   EXPECT_EQ(classify_cuda_call("cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking)"), CudaCallKind::other);
 }
 
