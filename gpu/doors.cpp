@@ -74,17 +74,26 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
   // (docs/gpu.md "Synchronization").
   const std::int64_t sink = allocator.sink_end(placement.sub_pool);
   const bool judged_on_host = !swa_layer && target.ids != nullptr;
+  // An SWA layer after another of the same batch loc, with nothing but writes between: its
+  // derived loc and verdict are the last one's (SwaLocMemo).
+  const std::int64_t loc_slots = allocator.slot_count(loc_side);
+  const bool memo_hit = swa_layer && lanes > 0 && target.version != 0 && swa_memo_ &&
+                        swa_memo_->version == target.version && swa_memo_->loc == loc && swa_memo_->lanes == lanes &&
+                        swa_memo_->sub_pool == placement.sub_pool && swa_memo_->slots == loc_slots &&
+                        swa_memo_->sink_end == sink;
   std::uint32_t* flags = check_flags_.get();
   const std::int64_t* final_loc = loc;
   // Up to kWriteCheckMaxLanes lanes (every decode step, most prefill chunks) the three words come
   // from one launch (check_write_loc); longer locs sort.
-  const bool one_launch = !judged_on_host && lanes > 0 && lanes <= kWriteCheckMaxLanes;
-  const bool device_checks = !judged_on_host && lanes > 0;
+  const bool device_checks = !judged_on_host && !memo_hit && lanes > 0;
+  const bool one_launch = device_checks && lanes <= kWriteCheckMaxLanes;
   if (device_checks && !one_launch) {
     KVTWIN_CUDA_TRY(cudaMemsetAsync(flags, 0, check_flags_.bytes(), stream));
     KVTWIN_TRY_STATUS(flag_outside(loc, lanes, 0, allocator.slot_count(loc_side), flags + 0, stream));
   }
-  if (swa_layer && lanes > 0) {
+  if (memo_hit) final_loc = swa_loc_.get();
+  if (swa_layer && lanes > 0 && !memo_hit) {
+    swa_memo_.reset();  // swa_loc_ is about to hold another loc's
     // Out-of-range ids of the full loc read the -1 sentinel here (the kernel bounds every lookup);
     // such a write is refused by word 0 before the SWA loc matters.
     KVTWIN_TRY_STATUS(swa_loc_.reserve(static_cast<std::size_t>(lanes)));
@@ -109,7 +118,7 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
   if (one_launch)
     KVTWIN_TRY_STATUS(check_write_loc(loc, final_loc, lanes, allocator.slot_count(loc_side), sink, flags, stream));
   // With fault 10 a tombstone yields a negative id; the door refuses it instead of writing outside.
-  if (swa_layer && lanes > 0 && faults.tombstone_live)
+  if (swa_layer && device_checks && faults.tombstone_live)
     KVTWIN_TRY_STATUS(flag_outside(final_loc, lanes, 0, allocator.slot_count(placement.sub_pool), flags + 1, stream));
   if (device_checks && lanes > 1 && !one_launch) {
     // Sorted, then neighbours compared.
@@ -178,9 +187,23 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
       const LocVerdict v = judge_loc(target, allocator.slot_count(loc_side), sink);
       verdict[0] = v.outside ? 1 : 0;
       verdict[2] = v.duplicate ? 1 : 0;
+    } else if (memo_hit) {
+      std::copy(swa_memo_->verdict, swa_memo_->verdict + 3, verdict);
     } else {
       KVTWIN_CUDA_SYNC(stream);
       std::copy(check_flags_host_.get(), check_flags_host_.get() + 3, verdict);
+      swa_memo_.reset();
+      if (swa_layer && target.version != 0) {
+        SwaLocMemo memo;
+        memo.version = target.version;
+        memo.loc = loc;
+        memo.lanes = lanes;
+        memo.sub_pool = placement.sub_pool;
+        memo.slots = loc_slots;
+        memo.sink_end = sink;
+        std::copy(verdict, verdict + 3, memo.verdict);
+        swa_memo_ = memo;
+      }
     }
     if (verdict[0] != 0)
       return out_of_range("write to layer " + std::to_string(op.layer) + ": a loc is negative or past sub-pool '" +

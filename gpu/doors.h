@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -50,6 +51,9 @@ class Doors {
   // `transfers`: a lane may not write a page a transfer in flight holds (SPEC 8).
   Status write(const Write& op, const Batches& batches, const DeviceAllocator& allocator,
                const DevicePoolBytes& bytes, const HostTransfers& transfers, const Faults& faults, cudaStream_t stream);
+  // Any operation but a write may change the tables an SWA layer's loc is derived from
+  // (GpuPool::apply calls this before every other op, and when the faults change).
+  void forget_swa_loc() { swa_memo_.reset(); }
   // The rows, lane after lane (synchronizes: the bytes are the host's answer). A page a load-back
   // in flight is filling is not read.
   Result<std::vector<std::uint8_t>> read(const Read& op, const DeviceAllocator& allocator,
@@ -75,6 +79,20 @@ class Doors {
   using PatternKey = std::tuple<std::uint32_t, std::uint32_t, std::uint32_t, DType, std::uint64_t>;
   std::map<PatternKey, DeviceBuffer<std::uint8_t>> patterns_;
   std::vector<LocVerdict> verdicts_;  // the last few batch locs judged, newest last
+  // The SWA loc derived last (in swa_loc_) and its checks' verdict. The next SWA layer's write of
+  // the same batch loc (LayerLoc::version), with only writes between (so the full p2v and the
+  // SWA v2p it was derived from are as they were), takes both instead of deriving and checking
+  // again: one translate, check and synchronization a batch, not one an SWA layer.
+  struct SwaLocMemo {
+    std::uint64_t version = 0;
+    const std::int64_t* loc = nullptr;
+    std::int64_t lanes = 0;
+    std::size_t sub_pool = 0;
+    std::int64_t slots = 0;
+    std::int64_t sink_end = 0;
+    std::uint32_t verdict[3] = {0, 0, 0};
+  };
+  std::optional<SwaLocMemo> swa_memo_;
   DeviceBuffer<std::uint32_t> check_flags_;       // write: [loc outside its sub-pool, negative SWA loc, duplicate lanes]
   PinnedBuffer<std::uint32_t> check_flags_host_;  // write: the same three words, read back asynchronously
   DeviceBuffer<std::uint8_t> sort_temp_;           // write: CUB's sort scratch of the duplicate check

@@ -96,6 +96,8 @@ OpResult GpuPool::apply(const Op& op) {
   if (!std::holds_alternative<BuildPool>(op) || !poisoned_.empty()) {
     if (Status s = require_pool(); !s.ok()) return s.error();
   }
+  // Only writes leave the tables an SWA layer's loc is derived from as they were (Doors).
+  if (!std::holds_alternative<Write>(op)) doors_.forget_swa_loc();
   // A tables digest asked for after the last op reads the tables as they were then.
   if (Status s = poison_on_failure(launch_pending_tables_digest()); !s.ok()) return s.error();
   const std::uint64_t syncs_before = stream_syncs(stream_);

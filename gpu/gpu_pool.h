@@ -93,7 +93,10 @@ class GpuPool final : public Backend {
   Status verify() const;
 
   const Faults& faults() const { return faults_; }
-  void set_faults(const Faults& faults) { faults_ = faults; }
+  void set_faults(const Faults& faults) {
+    faults_ = faults;
+    doors_.forget_swa_loc();  // a derived loc kept is the old faults' answer
+  }
 
   // How host transfers copy (transfers.h); KVTWIN_GPU_COPY=batch picks memcpy_batch at start.
   void set_copy_mechanism(CopyMechanism mechanism) { transfers_.set_mechanism(mechanism); }

@@ -548,6 +548,35 @@ TEST_F(GpuPoolTest, OperationsSynchronizeOnlyWhereTheirAnswerNeedsTheDevice) {
   EXPECT_TRUE(pool.verify().ok());
 }
 
+// Doors' SwaLocMemo: a batch's second SWA layer takes the first's derived loc and verdict (no
+// synchronization); any other op may change the tables, so the next SWA write derives again. Here
+// the op between moves the batch's SWA page (a free_swa's compaction): a write through the loc
+// kept would land on the page's old place, and the rows read back at its new one would be stale.
+TEST_F(GpuPoolTest, ABatchDerivesItsSwaLocOnceUntilTheTablesMayChange) {
+  pool.set_sync_each_op(false);
+  const std::int64_t ps = 2;
+  const PoolConfig c = tiny_config({LayerKind::swa, LayerKind::full, LayerKind::swa, LayerKind::full}, ps, 30);
+  ASSERT_TRUE(pool.apply(BuildPool{c}).ok());
+  const std::vector<std::int64_t> pages = as<Allocated>(pool.apply(Alloc{2 * ps})).pages;
+  const std::vector<std::int64_t> tokens = tokens_of(pages, ps);
+  ASSERT_TRUE(pool.apply(MakeBatch{1, tokens, {}}).ok());
+  const std::vector<std::int64_t> loc = as<Ids>(pool.apply(Rebind{1, 0})).values;
+  EXPECT_EQ(syncs_of(pool, Write{0, 4, 1u, {}, false, {}, false}), 1u) << "the SWA loc derived and checked";
+  EXPECT_EQ(syncs_of(pool, Write{2, 4, 1u, {}, false, {}, false}), 0u) << "the second SWA layer takes it";
+  EXPECT_EQ(syncs_of(pool, Write{1, 4, 1u, {}, false, {}, false}), 0u) << "a full layer judges on the host";
+  const std::vector<std::int64_t> before = as<Ids>(pool.apply(SwaTranslate{loc})).values;
+  // The second page leaves the window: the first's SWA page moves up into its place.
+  ASSERT_FALSE(as<Compaction>(pool.apply(FreeSwa{IdUnit::pages, {pages[1]}})).moves.empty());
+  EXPECT_EQ(syncs_of(pool, Write{2, 5, 1u, {}, false, {}, false}), 1u) << "derived again after the free_swa";
+  const std::vector<std::int64_t> swa_loc = as<Ids>(pool.apply(SwaTranslate{loc})).values;
+  ASSERT_NE(swa_loc[0], before[0]) << "the page moved";
+  std::vector<std::uint8_t> want = oracle_row(c.seed, tokens[0], 1, 1, 0, 5, 32);
+  const std::vector<std::uint8_t> second = oracle_row(c.seed, tokens[1], 1, 1, 0, 5, 32);
+  want.insert(want.end(), second.begin(), second.end());
+  EXPECT_EQ(as<Bytes>(pool.apply(Read{2, "k", {swa_loc[0], swa_loc[1]}})).bytes, want);
+  EXPECT_TRUE(pool.verify().ok());
+}
+
 // A failure of work left running surfaces at a later synchronization; the error names every
 // operation whose work had not been synchronized, and KVTWIN_GPU_SYNC_EACH_OP's mode names one.
 TEST_F(GpuPoolTest, AFailureThatSurfacesLaterNamesTheOperationsLeftRunning) {
