@@ -56,6 +56,7 @@ Error cuda_error(cudaError_t code, const char* call, const char* file, int line)
 
 namespace detail {
 std::atomic<bool> cuda_faults_armed{false};
+thread_local std::uint64_t t_checked_calls = 0;
 }  // namespace detail
 
 std::string_view cuda_call_kind_name(CudaCallKind kind) {

@@ -74,7 +74,16 @@ cudaError_t cuda_fault_point_slow(const char* call, const char* file, int line);
 }  // namespace detail
 
 // cudaSuccess, or the error to return instead of making `call` (the injector chose it).
+// Checked CUDA calls this thread has made (KVTWIN_CUDA_TRY, _CHECK, _WARN): between two readings
+// of an unchanged count, this thread queued no device work. GpuPool repeats a tables digest's
+// device part by it (gpu_pool.h).
+namespace detail {
+extern thread_local std::uint64_t t_checked_calls;
+}
+inline std::uint64_t checked_calls_on_this_thread() { return detail::t_checked_calls; }
+
 inline cudaError_t cuda_fault_point(const char* call, const char* file, int line) {
+  ++detail::t_checked_calls;
   if (!detail::cuda_faults_armed.load(std::memory_order_relaxed)) return cudaSuccess;
   return detail::cuda_fault_point_slow(call, file, line);
 }
@@ -164,6 +173,7 @@ std::string cuda_error_text(cudaError_t code, const char* call);
 
 #define KVTWIN_CUDA_CHECK(call)                                                                          \
   do {                                                                                                   \
+    ++::kvtwin::gpu::detail::t_checked_calls;                                                            \
     const cudaError_t kvtwin_cuda_code_ = (call);                                                        \
     if (kvtwin_cuda_code_ != cudaSuccess)                                                                \
       ::kvtwin::invariant_failed(#call, ::kvtwin::gpu::cuda_error_text(kvtwin_cuda_code_, #call), __FILE__, \
@@ -173,6 +183,7 @@ std::string cuda_error_text(cudaError_t code, const char* call);
 #define KVTWIN_CUDA_WARN(call)                                                           \
   do {                                                                                   \
     const ::kvtwin::gpu::detail::CudaCallTimer kvtwin_cuda_timer_(#call, __FILE__, __LINE__); \
+    ++::kvtwin::gpu::detail::t_checked_calls;                                            \
     const cudaError_t kvtwin_cuda_code_ = (call);                                        \
     if (kvtwin_cuda_code_ != cudaSuccess)                                                \
       ::kvtwin::gpu::cuda_warn(kvtwin_cuda_code_, #call, __FILE__, __LINE__);            \

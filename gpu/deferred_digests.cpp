@@ -6,7 +6,7 @@
 
 namespace kvtwin::gpu {
 
-Result<unsigned long long*> DeferredDigests::next_slot(cudaStream_t stream) {
+Result<unsigned long long*> DeferredDigests::next_slot(cudaStream_t stream, Handle* handle) {
   if (slots_.size() == 0) {
     KVTWIN_TRY_STATUS(slots_.allocate(kSlots));
     KVTWIN_TRY_STATUS(landed_.reserve(kSlots));
@@ -15,7 +15,29 @@ Result<unsigned long long*> DeferredDigests::next_slot(cudaStream_t stream) {
   // A window opens: every slot zeroed at once (the reductions add into theirs).
   if (host_terms_.empty()) KVTWIN_CUDA_TRY(cudaMemsetAsync(slots_.get(), 0, slots_.bytes(), stream));
   host_terms_.push_back(0);
+  device_part_of_.push_back(kOwnSlot);
+  if (handle != nullptr) *handle = Handle{window_, host_terms_.size() - 1};
   return slots_.get() + (host_terms_.size() - 1);
+}
+
+Result<bool> DeferredDigests::repeat(const Handle& earlier, cudaStream_t stream) {
+  if (earlier.window + 1 < window_ || earlier.window > window_) return false;
+  if (host_terms_.size() == kSlots) KVTWIN_TRY_STATUS(land(stream));
+  std::size_t source = 0;
+  if (earlier.window == window_) {
+    KVTWIN_CHECK(earlier.slot < device_part_of_.size(), "a repeat of a digest not queued");
+    // A repeat of a repeat names the slot that was summed.
+    source = device_part_of_[earlier.slot] == kOwnSlot ? earlier.slot : device_part_of_[earlier.slot];
+  } else {
+    // Landed with the last window (or this one's slots landed just now, above).
+    KVTWIN_CHECK(earlier.slot < last_device_parts_.size(), "a repeat of a digest not landed");
+    source = kFromLastWindow + earlier.slot;
+  }
+  // Its slot stays unused (zero); the device part comes from `source` when the window lands.
+  if (host_terms_.empty()) KVTWIN_CUDA_TRY(cudaMemsetAsync(slots_.get(), 0, slots_.bytes(), stream));
+  host_terms_.push_back(0);
+  device_part_of_.push_back(source);
+  return true;
 }
 
 void DeferredDigests::add_host_terms(std::uint64_t terms) {
@@ -28,9 +50,22 @@ Status DeferredDigests::land(cudaStream_t stream) {
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(landed_.get(), slots_.get(), host_terms_.size() * sizeof(unsigned long long),
                                   cudaMemcpyDeviceToHost, stream));
   KVTWIN_CUDA_SYNC(stream);
-  for (std::size_t i = 0; i < host_terms_.size(); ++i)
-    collected_.push_back(static_cast<std::uint64_t>(landed_.get()[i]) + host_terms_[i]);
+  std::vector<std::uint64_t> device_parts(host_terms_.size());
+  for (std::size_t i = 0; i < host_terms_.size(); ++i) {
+    const std::size_t from = device_part_of_[i];
+    if (from == kOwnSlot) {
+      device_parts[i] = static_cast<std::uint64_t>(landed_.get()[i]);
+    } else if (from >= kFromLastWindow) {
+      device_parts[i] = last_device_parts_[from - kFromLastWindow];
+    } else {
+      device_parts[i] = device_parts[from];  // an earlier slot of this window
+    }
+    collected_.push_back(device_parts[i] + host_terms_[i]);
+  }
+  last_device_parts_ = std::move(device_parts);
   host_terms_.clear();
+  device_part_of_.clear();
+  ++window_;
   return ok_status();
 }
 
@@ -39,7 +74,12 @@ Result<std::vector<std::uint64_t>> DeferredDigests::collect(cudaStream_t stream)
   std::vector<std::uint64_t> out;
   out.swap(collected_);
   host_terms_.clear();
-  if (!landed.ok()) return landed.error();
+  device_part_of_.clear();
+  if (!landed.ok()) {
+    window_ += 2;  // nothing queued before is repeated
+    last_device_parts_.clear();
+    return landed.error();
+  }
   return out;
 }
 

@@ -5,12 +5,15 @@
 // kernels, the bytes' kernel), with the part known on the host (the tables' counters) kept beside
 // it. collect() brings every slot back with one copy and one synchronization. Slots are zeroed in
 // one memset when a window opens; a full array is brought back into the host list first (one more
-// synchronization every kSlots digests).
+// synchronization every kSlots digests). A digest whose device part cannot have changed since an
+// earlier one's (repeat: nothing ran on the stream between) takes that part at landing, with no
+// launch of its own.
 //
 // What it does not cover: what a digest sums (core/tables_digest.h, core/bytes_digest.h) and
 // which ranges are valid (GpuPool checks them before queuing).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -24,8 +27,19 @@ namespace kvtwin::gpu {
 
 class DeferredDigests {
  public:
+  // Which queued digest (for repeat): its window (the slots between two landings) and slot.
+  struct Handle {
+    std::uint64_t window = 0;
+    std::size_t slot = 0;
+  };
   // The zeroed device slot of the next digest; its host part is added with add_host_terms.
-  Result<unsigned long long*> next_slot(cudaStream_t stream);
+  // `handle`, when given, names it for a later repeat.
+  Result<unsigned long long*> next_slot(cudaStream_t stream, Handle* handle = nullptr);
+  // Queues a digest whose device part is that of `earlier` (what it sums has not changed since:
+  // the caller knows nothing ran on the stream), without a slot or a launch; its host part is
+  // added with add_host_terms. False, queuing nothing, when `earlier` is older than the last
+  // landing's window (its device part is no longer kept).
+  Result<bool> repeat(const Handle& earlier, cudaStream_t stream);
   // Whether next_slot() first lands the slots in use (the array is full): a digest still to be
   // launched into one of them must be launched before.
   bool next_slot_lands() const { return host_terms_.size() == kSlots; }
@@ -42,6 +56,13 @@ class DeferredDigests {
   DeviceBuffer<unsigned long long> slots_;
   PinnedBuffer<unsigned long long> landed_;
   std::vector<std::uint64_t> host_terms_;  // one per slot in use
+  // Per slot in use: kOwnSlot, or the slot of this window whose device part it repeats, or
+  // kFromLastWindow + slot: a slot of the window landed last.
+  static constexpr std::size_t kOwnSlot = SIZE_MAX;
+  static constexpr std::size_t kFromLastWindow = std::size_t{1} << 32;
+  std::vector<std::size_t> device_part_of_;
+  std::uint64_t window_ = 0;                     // this window's number (one more a landing)
+  std::vector<std::uint64_t> last_device_parts_;  // the device parts of the window landed last
   std::vector<std::uint64_t> collected_;   // digests landed before the window's last slots
 };
 

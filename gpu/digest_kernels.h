@@ -31,6 +31,7 @@ struct DigestRanges {
   std::int64_t queue_capacity, queue_head, queue_count;
   const std::uint8_t* hole_flags;  // null: no holes
   std::uint64_t side;              // the side's place in the chain
+  bool operator==(const DigestRanges&) const = default;  // the same rows read
 };
 
 // Up to this many sides' device rows are summed by one launch (blockIdx.y picks the side).

@@ -96,6 +96,9 @@ OpResult GpuPool::apply(const Op& op) {
   if (!std::holds_alternative<BuildPool>(op) || !poisoned_.empty()) {
     if (Status s = require_pool(); !s.ok()) return s.error();
   }
+  // A repeat of the last tables digest counts this thread's CUDA calls since it was summed.
+  if (summed_tables_ && (std::holds_alternative<BuildPool>(op) || summed_tables_->thread != std::this_thread::get_id()))
+    summed_tables_.reset();
   // Only writes leave the tables an SWA layer's loc is derived from as they were (Doors).
   if (!std::holds_alternative<Write>(op)) doors_.forget_swa_loc();
   // A tables digest asked for after the last op reads the tables as they were then.
@@ -840,11 +843,18 @@ Status GpuPool::poison_on_failure(Status status) {
   return status;
 }
 
+void GpuPool::note_tables_summed(DeferredDigests::Handle handle, std::vector<DigestRanges> sides) {
+  summed_tables_ = SummedTables{handle, std::move(sides), std::this_thread::get_id(), checked_calls_on_this_thread()};
+}
+
 Status GpuPool::launch_pending_tables_digest() {
   if (!pending_tables_digest_) return ok_status();
-  const TablesDigestRequest pending = std::move(*pending_tables_digest_);
+  TablesDigestRequest pending = std::move(*pending_tables_digest_);
   pending_tables_digest_.reset();
-  return launch_tables_digest(pending.sides, pending.sum, stream_);
+  summed_tables_.reset();
+  KVTWIN_TRY_STATUS(launch_tables_digest(pending.sides, pending.sum, stream_));
+  note_tables_summed(pending_tables_handle_, std::move(pending.sides));
+  return ok_status();
 }
 
 Status GpuPool::queue_tables_digest() {
@@ -852,13 +862,23 @@ Status GpuPool::queue_tables_digest() {
   KVTWIN_TRY_STATUS(require_pool());
   return poison_on_failure([&]() -> Status {
     KVTWIN_TRY_STATUS(launch_pending_tables_digest());
-    KVTWIN_TRY(unsigned long long* slot, deferred_digests_.next_slot(stream_));
+    TablesDigestRequest request;
+    const std::uint64_t host_terms = allocator_.tables_digest_rows(request.sides, state_.built() ? &state_ : nullptr);
+    // Nothing reached the device since the last tables digest was summed, over the same rows: its
+    // device part is this one's (SummedTables).
+    if (summed_tables_ && summed_tables_->thread == std::this_thread::get_id() &&
+        summed_tables_->calls_after == checked_calls_on_this_thread() && summed_tables_->sides == request.sides) {
+      KVTWIN_TRY(const bool repeated, deferred_digests_.repeat(summed_tables_->handle, stream_));
+      if (repeated) {
+        deferred_digests_.add_host_terms(host_terms);
+        return ok_status();
+      }
+    }
+    KVTWIN_TRY(unsigned long long* slot, deferred_digests_.next_slot(stream_, &pending_tables_handle_));
     // Not launched yet: the op's bytes digest, which the runner asks for next when the op wrote
     // any, takes it into its own launch (digest_kernels.h); anything else launches it first.
-    TablesDigestRequest request;
     request.sum = slot;
-    deferred_digests_.add_host_terms(
-        allocator_.tables_digest_rows(request.sides, state_.built() ? &state_ : nullptr));
+    deferred_digests_.add_host_terms(host_terms);
     pending_tables_digest_ = std::move(request);
     return ok_status();
   }());
@@ -871,9 +891,12 @@ Status GpuPool::queue_bytes_digest(std::span<const ByteRange> ranges) {
     // A full window lands its slots on the next one: the pending digest's slot must be summed first.
     if (deferred_digests_.next_slot_lands()) KVTWIN_TRY_STATUS(launch_pending_tables_digest());
     KVTWIN_TRY(unsigned long long* slot, deferred_digests_.next_slot(stream_));
-    const std::optional<TablesDigestRequest> tables = std::move(pending_tables_digest_);
+    std::optional<TablesDigestRequest> tables = std::move(pending_tables_digest_);
     pending_tables_digest_.reset();
-    return bytes_.add_digest(ranges, slot, stream_, tables ? &*tables : nullptr);
+    if (tables) summed_tables_.reset();
+    KVTWIN_TRY_STATUS(bytes_.add_digest(ranges, slot, stream_, tables ? &*tables : nullptr));
+    if (tables) note_tables_summed(pending_tables_handle_, std::move(tables->sides));
+    return ok_status();
   }());
 }
 

@@ -39,6 +39,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -205,7 +206,22 @@ class GpuPool final : public Backend {
   // The tables digest queue_tables_digest asked for, launched with the op's bytes digest
   // (queue_bytes_digest) or, when none comes, before the next op or collect.
   std::optional<TablesDigestRequest> pending_tables_digest_;
+  DeferredDigests::Handle pending_tables_handle_;
   Status launch_pending_tables_digest();
+  // The tables digest summed last: what it read, the thread that launched it, and that thread's
+  // checked CUDA calls right after (cuda_check.h). A tables digest asked for with the same rows
+  // and no call since (an op that queued no device work: a write judged on the host, on a
+  // tables-only pool) repeats its device part (DeferredDigests::repeat) instead of summing the
+  // same bytes again; the host part (the counters) is its own. Forgotten at a build and at an op
+  // on another thread (whose calls this thread's count does not see).
+  struct SummedTables {
+    DeferredDigests::Handle handle;
+    std::vector<DigestRanges> sides;
+    std::thread::id thread;
+    std::uint64_t calls_after = 0;
+  };
+  std::optional<SummedTables> summed_tables_;
+  void note_tables_summed(DeferredDigests::Handle handle, std::vector<DigestRanges> sides);
   // The storage tier (storage_bytes > 0): opened at its first operation, dropped at a build.
   std::string storage_parent_;
   std::unique_ptr<ScratchPageStore> store_;

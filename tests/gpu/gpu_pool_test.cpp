@@ -241,6 +241,66 @@ TEST_F(GpuPoolTest, DeferredDigestsAnswerWhatTheDigestsWereWhenQueued) {
   EXPECT_EQ(pool.queue_bytes_digest(std::vector<ByteRange>{{c.total_bytes - 4, 5}}).error().kind, ErrorKind::out_of_range);
 }
 
+// GpuPool::SummedTables: a tables digest asked for when nothing reached the device since the last
+// one was summed (a write judged on the host, on a tables-only pool) repeats its device part with
+// no launch; each answer is still the digest of the tables as they were (a twin pool digests them
+// at once after every op), across ops that change them, a collect, and windows that land.
+TEST_F(GpuPoolTest, ATablesDigestOfUnchangedTablesRepeatsTheLastWithNoDeviceWork) {
+  pool.set_sync_each_op(false);
+  const std::int64_t ps = 2;
+  PoolConfig c = tiny_config({LayerKind::full, LayerKind::swa, LayerKind::full, LayerKind::swa}, ps, 300);
+  c.tables_only = true;
+  // The pool queues a tables digest after every op; the ops are kept, and a twin replays them
+  // afterwards, digesting its tables at once after each (the count of CUDA calls is this
+  // thread's: the twin's calls must not come between).
+  std::vector<Op> played;
+  const auto play = [&](const Op& op) {
+    const OpResult r = pool.apply(op);
+    EXPECT_TRUE(r.ok()) << to_string(op);
+    EXPECT_TRUE(pool.queue_tables_digest().ok());
+    played.push_back(op);
+    return r;
+  };
+  (void)play(BuildPool{c});
+  const std::vector<std::int64_t> pages = as<Allocated>(play(Alloc{8 * ps})).pages;
+  (void)play(MakeBatch{1, tokens_of(pages, ps), {}});
+  (void)play(Rebind{1, 0});
+  std::vector<std::uint64_t> answered;
+  std::uint64_t quiet = 0, writes = 0;
+  for (int round = 0; round < 400; ++round) {
+    for (std::uint32_t layer = 0; layer < 4; ++layer) {
+      const std::uint64_t calls_before = checked_calls_on_this_thread();
+      (void)play(Write{layer, static_cast<std::uint64_t>(round), 1u, {}, false, {}, false});
+      quiet += checked_calls_on_this_thread() == calls_before ? 1 : 0;
+      ++writes;
+    }
+    if (round % 9 == 0) {  // the tables change between repeats
+      const std::vector<std::int64_t> more = as<Allocated>(play(Alloc{static_cast<std::uint64_t>(ps)})).pages;
+      (void)play(FreeSwa{IdUnit::pages, more});
+      (void)play(Free{IdUnit::pages, more});
+    }
+    if (round == 100) {  // a collect between a digest and its repeats
+      const std::vector<std::uint64_t> part = pool.collect_digests().value();
+      answered.insert(answered.end(), part.begin(), part.end());
+    }
+  }
+  const std::vector<std::uint64_t> rest = pool.collect_digests().value();
+  answered.insert(answered.end(), rest.begin(), rest.end());
+  GpuPool twin;
+  twin.set_sync_each_op(false);
+  std::vector<std::uint64_t> expected;
+  for (const Op& op : played) {
+    ASSERT_TRUE(twin.apply(op).ok()) << to_string(op);
+    expected.push_back(twin.tables_digest().value());
+  }
+  ASSERT_GT(expected.size(), 1024u) << "windows landed between repeats";
+  EXPECT_EQ(answered, expected);
+  // All but the writes right after a change (the SWA loc derived again, the digest summed again:
+  // three after each of the 45 changes) and a window's opening (its memset).
+  EXPECT_GT(quiet, writes * 4 / 5) << quiet << " of " << writes << " writes with their digest made no CUDA call";
+  EXPECT_TRUE(pool.verify().ok());
+}
+
 TEST_F(GpuPoolTest, UnmarkedLocIsRefusedAndWritesNothing) {
   const PoolConfig c = tiny_config({LayerKind::full}, 2, 16);
   ASSERT_TRUE(pool.apply(BuildPool{c}).ok());
