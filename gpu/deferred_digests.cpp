@@ -6,7 +6,7 @@
 
 namespace kvtwin::gpu {
 
-Result<unsigned long long*> DeferredDigests::next_slot(cudaStream_t stream, Handle* handle) {
+Status DeferredDigests::make_room(cudaStream_t stream) {
   if (slots_.size() == 0) {
     KVTWIN_TRY_STATUS(slots_.allocate(kSlots));
     KVTWIN_TRY_STATUS(landed_.reserve(kSlots));
@@ -14,6 +14,11 @@ Result<unsigned long long*> DeferredDigests::next_slot(cudaStream_t stream, Hand
   if (host_terms_.size() == kSlots) KVTWIN_TRY_STATUS(land(stream));
   // A window opens: every slot zeroed at once (the reductions add into theirs).
   if (host_terms_.empty()) KVTWIN_CUDA_TRY(cudaMemsetAsync(slots_.get(), 0, slots_.bytes(), stream));
+  return ok_status();
+}
+
+Result<unsigned long long*> DeferredDigests::next_slot(cudaStream_t stream, Handle* handle) {
+  KVTWIN_TRY_STATUS(make_room(stream));
   host_terms_.push_back(0);
   device_part_of_.push_back(kOwnSlot);
   if (handle != nullptr) *handle = Handle{window_, host_terms_.size() - 1};
@@ -21,20 +26,19 @@ Result<unsigned long long*> DeferredDigests::next_slot(cudaStream_t stream, Hand
 }
 
 Result<bool> DeferredDigests::repeat(const Handle& earlier, cudaStream_t stream) {
+  // Room first: a full window lands here, and `earlier` ages by one with it.
+  KVTWIN_TRY_STATUS(make_room(stream));
   if (earlier.window + 1 < window_ || earlier.window > window_) return false;
-  if (host_terms_.size() == kSlots) KVTWIN_TRY_STATUS(land(stream));
   std::size_t source = 0;
   if (earlier.window == window_) {
     KVTWIN_CHECK(earlier.slot < device_part_of_.size(), "a repeat of a digest not queued");
     // A repeat of a repeat names the slot that was summed.
     source = device_part_of_[earlier.slot] == kOwnSlot ? earlier.slot : device_part_of_[earlier.slot];
   } else {
-    // Landed with the last window (or this one's slots landed just now, above).
     KVTWIN_CHECK(earlier.slot < last_device_parts_.size(), "a repeat of a digest not landed");
     source = kFromLastWindow + earlier.slot;
   }
   // Its slot stays unused (zero); the device part comes from `source` when the window lands.
-  if (host_terms_.empty()) KVTWIN_CUDA_TRY(cudaMemsetAsync(slots_.get(), 0, slots_.bytes(), stream));
   host_terms_.push_back(0);
   device_part_of_.push_back(source);
   return true;

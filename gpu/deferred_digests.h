@@ -51,6 +51,8 @@ class DeferredDigests {
  private:
   // Brings the slots in use back into collected_ (one copy, one synchronization).
   Status land(cudaStream_t stream);
+  // Before a digest is queued: the slots allocated, a full window landed, a new one zeroed.
+  Status make_room(cudaStream_t stream);
 
   static constexpr std::size_t kSlots = 1024;
   DeviceBuffer<unsigned long long> slots_;
