@@ -79,8 +79,7 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
   const std::int64_t loc_slots = allocator.slot_count(loc_side);
   const bool memo_hit = swa_layer && lanes > 0 && target.version != 0 && swa_memo_ &&
                         swa_memo_->version == target.version && swa_memo_->loc == loc && swa_memo_->lanes == lanes &&
-                        swa_memo_->sub_pool == placement.sub_pool && swa_memo_->slots == loc_slots &&
-                        swa_memo_->sink_end == sink;
+                        swa_memo_->sub_pool == placement.sub_pool;
   std::uint32_t* flags = check_flags_.get();
   const std::int64_t* final_loc = loc;
   // Up to kWriteCheckMaxLanes lanes (every decode step, most prefill chunks) the three words come
@@ -89,7 +88,7 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
   const bool one_launch = device_checks && lanes <= kWriteCheckMaxLanes;
   if (device_checks && !one_launch) {
     KVTWIN_CUDA_TRY(cudaMemsetAsync(flags, 0, check_flags_.bytes(), stream));
-    KVTWIN_TRY_STATUS(flag_outside(loc, lanes, 0, allocator.slot_count(loc_side), flags + 0, stream));
+    KVTWIN_TRY_STATUS(flag_outside(loc, lanes, 0, loc_slots, flags + 0, stream));
   }
   if (memo_hit) final_loc = swa_loc_.get();
   if (swa_layer && lanes > 0 && !memo_hit) {
@@ -116,7 +115,7 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
   // because the contract refuses duplicates always (the model does) and a run must not depend on
   // a caller remembering to ask.
   if (one_launch)
-    KVTWIN_TRY_STATUS(check_write_loc(loc, final_loc, lanes, allocator.slot_count(loc_side), sink, flags, stream));
+    KVTWIN_TRY_STATUS(check_write_loc(loc, final_loc, lanes, loc_slots, sink, flags, stream));
   // With fault 10 a tombstone yields a negative id; the door refuses it instead of writing outside.
   if (swa_layer && device_checks && faults.tombstone_live)
     KVTWIN_TRY_STATUS(flag_outside(final_loc, lanes, 0, allocator.slot_count(placement.sub_pool), flags + 1, stream));
@@ -184,7 +183,7 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
   if (lanes > 0) {
     std::uint32_t verdict[3] = {0, 0, 0};
     if (judged_on_host) {
-      const LocVerdict v = judge_loc(target, allocator.slot_count(loc_side), sink);
+      const LocVerdict v = judge_loc(target, loc_slots, sink);
       verdict[0] = v.outside ? 1 : 0;
       verdict[2] = v.duplicate ? 1 : 0;
     } else if (memo_hit) {
@@ -192,22 +191,13 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
     } else {
       KVTWIN_CUDA_SYNC(stream);
       std::copy(check_flags_host_.get(), check_flags_host_.get() + 3, verdict);
-      swa_memo_.reset();
       if (swa_layer && target.version != 0) {
-        SwaLocMemo memo;
-        memo.version = target.version;
-        memo.loc = loc;
-        memo.lanes = lanes;
-        memo.sub_pool = placement.sub_pool;
-        memo.slots = loc_slots;
-        memo.sink_end = sink;
-        std::copy(verdict, verdict + 3, memo.verdict);
-        swa_memo_ = memo;
+        swa_memo_ = SwaLocMemo{target.version, loc, lanes, placement.sub_pool, {verdict[0], verdict[1], verdict[2]}};
       }
     }
     if (verdict[0] != 0)
       return out_of_range("write to layer " + std::to_string(op.layer) + ": a loc is negative or past sub-pool '" +
-                          derived_->layouts[loc_side].sub_pool + "''s " + std::to_string(allocator.slot_count(loc_side)) +
+                          derived_->layouts[loc_side].sub_pool + "''s " + std::to_string(loc_slots) +
                           " slots; give physical token ids of the pool (0 is the sink)");
     if (verdict[1] != 0) return out_of_range("write: an SWA loc is negative (a tombstone taken as live)");
     if (verdict[2] != 0)
@@ -243,6 +233,12 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
   if (!writes_rows) return ok_status();
 
   // ---- the scatter, left running: nothing the host returns depends on it.
+  const auto upload_segments = [&]() -> Status {
+    KVTWIN_TRY_STATUS(row_segments_.reserve(segments.size()));
+    KVTWIN_CUDA_TRY(cudaMemcpyAsync(row_segments_.get(), segments.data(), segments.size() * sizeof(RowSegment),
+                                    cudaMemcpyHostToDevice, stream));
+    return ok_status();
+  };
   if (rows_on_device) {
     RowCopyParams p;
     p.pool = bytes.data();
@@ -262,9 +258,7 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
       KVTWIN_CUDA_TRY(launch_scatter_oracle_rows_inline(p, carried, stream));
       return ok_status();
     }
-    KVTWIN_TRY_STATUS(row_segments_.reserve(segments.size()));
-    KVTWIN_CUDA_TRY(cudaMemcpyAsync(row_segments_.get(), segments.data(), segments.size() * sizeof(RowSegment),
-                                    cudaMemcpyHostToDevice, stream));
+    KVTWIN_TRY_STATUS(upload_segments());
     KVTWIN_TRY_STATUS(row_keys_.reserve(keys.size()));
     KVTWIN_CUDA_TRY(cudaMemcpyAsync(row_keys_.get(), keys.data(), keys.size() * sizeof(std::uint64_t),
                                     cudaMemcpyHostToDevice, stream));
@@ -273,9 +267,7 @@ Status Doors::write(const Write& op, const Batches& batches, const DeviceAllocat
     KVTWIN_CUDA_TRY(launch_scatter_oracle_rows(p, stream));
     return ok_status();
   }
-  KVTWIN_TRY_STATUS(row_segments_.reserve(segments.size()));
-  KVTWIN_CUDA_TRY(cudaMemcpyAsync(row_segments_.get(), segments.data(), segments.size() * sizeof(RowSegment),
-                                  cudaMemcpyHostToDevice, stream));
+  KVTWIN_TRY_STATUS(upload_segments());
   KVTWIN_TRY_STATUS(rows_staging_.reserve(rows.size()));
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(rows_staging_.get(), rows.data(), rows.size(), cudaMemcpyHostToDevice, stream));
   RowCopyParams p;

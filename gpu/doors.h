@@ -87,9 +87,7 @@ class Doors {
     std::uint64_t version = 0;
     const std::int64_t* loc = nullptr;
     std::int64_t lanes = 0;
-    std::size_t sub_pool = 0;
-    std::int64_t slots = 0;
-    std::int64_t sink_end = 0;
+    std::size_t sub_pool = 0;  // (its slots and sink are the pool's: a build forgets the memo)
     std::uint32_t verdict[3] = {0, 0, 0};
   };
   std::optional<SwaLocMemo> swa_memo_;

@@ -73,20 +73,21 @@ Status DevicePoolBytes::add_digest(std::span<const ByteRange> ranges, unsigned l
   p.pool = buffer_.get();
   p.count = static_cast<std::int64_t>(chunks.size() / 2);
   p.sum = sum;
+  // An op's written rows: the chunks travel in the launch (digest_kernels.h InlineDigestRanges).
+  const auto carried = [&] {
+    InlineDigestRanges r;
+    std::copy(chunks.begin(), chunks.end(), r.ranges);
+    return r;
+  };
   if (tables != nullptr && tables_and_bytes_fit_one_launch(*tables, p.count)) {
-    // An op's tables and its written rows in one launch, the chunks carried in it.
-    InlineDigestRanges carried;
-    std::copy(chunks.begin(), chunks.end(), carried.ranges);
-    KVTWIN_CUDA_TRY(launch_tables_and_bytes_digest(*tables, p, carried, stream));
+    // An op's tables and its written rows in one launch.
+    KVTWIN_CUDA_TRY(launch_tables_and_bytes_digest(*tables, p, carried(), stream));
     return ok_status();
   }
   if (tables != nullptr) KVTWIN_TRY_STATUS(launch_tables_digest(tables->sides, tables->sum, stream));
   if (chunks.empty()) return ok_status();
   if (p.count <= static_cast<std::int64_t>(kInlineDigestRanges)) {
-    // An op's written rows: the chunks travel in the launch (digest_kernels.h InlineDigestRanges).
-    InlineDigestRanges carried;
-    std::copy(chunks.begin(), chunks.end(), carried.ranges);
-    KVTWIN_CUDA_TRY(launch_bytes_digest_inline(p, carried, stream));
+    KVTWIN_CUDA_TRY(launch_bytes_digest_inline(p, carried(), stream));
     return ok_status();
   }
   if (digest_ring_used_ + chunks.size() > digest_staging_.size()) {
