@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <new>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "core/bytes_digest.h"
 #include "core/check.h"
@@ -45,7 +47,36 @@ std::uint64_t PoolBytes::region_digest(std::uint64_t r) const {
   return region_digests_[r];
 }
 
+void PoolBytes::refresh_many_stale(std::span<const ByteRange> ranges) const {
+  // Past this many stale regions (16 MiB), up to kThreads threads: each region's digest is its
+  // own, and the digest sums them in any order (core/bytes_digest.h), so the answer is the same.
+  constexpr std::size_t kManyStale = 256;
+  constexpr std::size_t kThreads = 4;
+  std::vector<std::uint64_t> stale;
+  for (const ByteRange& r : ranges) {
+    const std::uint64_t first = (r.offset + kRegionBytes - 1) / kRegionBytes;
+    const std::uint64_t past = std::min<std::uint64_t>((r.offset + r.length) / kRegionBytes, region_digests_.size());
+    for (std::uint64_t g = first; g < past; ++g)
+      if (region_stale_[g] != 0) stale.push_back(g);
+  }
+  if (stale.size() < kManyStale) return;  // digest() computes them as it goes
+  const std::size_t threads = std::min<std::size_t>(kThreads, std::max(1u, std::thread::hardware_concurrency()));
+  const std::size_t share = (stale.size() + threads - 1) / threads;
+  // Each thread writes the digests of its own regions only.
+  const auto refresh = [&](std::size_t begin, std::size_t end) {
+    for (std::size_t i = begin; i < end; ++i)
+      region_digests_[stale[i]] = bytes_digest_of_range(stale[i] * kRegionBytes, range(stale[i] * kRegionBytes, kRegionBytes));
+  };
+  std::vector<std::thread> helpers;
+  for (std::size_t t = 1; t < threads; ++t)
+    helpers.emplace_back(refresh, std::min(stale.size(), t * share), std::min(stale.size(), (t + 1) * share));
+  refresh(0, std::min(stale.size(), share));
+  for (std::thread& h : helpers) h.join();
+  for (std::uint64_t g : stale) region_stale_[g] = 0;
+}
+
 std::uint64_t PoolBytes::digest(std::span<const ByteRange> ranges) const {
+  refresh_many_stale(ranges);
   std::uint64_t sum = 0;
   for (const ByteRange& r : ranges) {
     const std::uint64_t end = r.offset + r.length;

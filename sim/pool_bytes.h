@@ -64,6 +64,9 @@ class PoolBytes {
   void mark_written(std::uint64_t offset, std::uint64_t length);
   // The digest of whole region `r`, kept.
   std::uint64_t region_digest(std::uint64_t r) const;
+  // Recomputes the stale whole regions `ranges` cover on several threads, when there are many
+  // (a checkpoint's whole-pool digest after a replay wrote most of a large pool).
+  void refresh_many_stale(std::span<const ByteRange> ranges) const;
 
   static constexpr std::uint64_t kRegionBytes = std::uint64_t{64} << 10;
 
