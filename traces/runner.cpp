@@ -8,12 +8,14 @@
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string_view>
 
 #include "core/check.h"
 #include "core/oracle.h"
 #include "core/table_check.h"
+#include "traces/player_thread.h"
 #include "traces/pool_trace.h"
 
 namespace kvtwin::traces {
@@ -63,6 +65,7 @@ struct RunProfile {
     double cpu_seconds = 0;  // of the calling thread: wall less this is time spent waiting
   };
   std::map<std::string, Phase> phases;
+  std::mutex mutex;  // the second player's thread times its phases too
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
 
   ~RunProfile() {
@@ -103,6 +106,7 @@ class PhaseTimer {
   }
   ~PhaseTimer() {
     if (profile_ == nullptr) return;
+    const std::lock_guard<std::mutex> lock(profile_->mutex);
     RunProfile::Phase& p = profile_->phases[phase_];
     ++p.calls;
     p.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
@@ -119,6 +123,123 @@ class PhaseTimer {
 };
 
 }  // namespace
+
+// The second player ahead (CheckCadence::second_ahead): its thread, and one answer for every task
+// posted with an answer index, appended by the thread in posting order. The runner reads them only
+// after the thread has drained.
+struct Runner::Ahead {
+  struct Answer {
+    std::optional<OpResult> result;  // an apply's answer
+    Status status = ok_status();    // a queued digest's
+    std::optional<std::pair<std::string, std::string>> failure;  // the check and message of what it threw
+    bool skipped = false;  // not played: an earlier answer already fails the run
+  };
+  std::vector<Answer> answers;
+  std::size_t posted = 0;  // answers posted since the last settle (the next one's index)
+  bool broken = false;     // (the thread's) an answer that fails the run was given: play no more
+  std::uint64_t stopped_at = 0;  // (the thread's) the step of that answer
+  PlayerThread thread;     // last: it ends, running what is posted, before the answers go
+
+  // Runs `play` for one answer of step `step` on the thread, catching what a broken backend
+  // throws as the runner does in step; once an answer fails the run, the backend is not used again.
+  template <class F>
+  void answer(const Backend& backend, std::uint64_t step, F play) {
+    Answer a;
+    if (broken) {
+      a.skipped = true;
+    } else {
+      try {
+        broken = !play(a);
+      } catch (const InvariantFailure& e) {
+        a.failure.emplace("invariant", e.what());
+      } catch (const std::exception& e) {
+        // A logic error as in step; anything else (which in step would leave play()) ends the run
+        // the same way rather than the thread's process.
+        a.failure.emplace("exception", std::string(backend.name()) + " threw: " + e.what());
+      }
+      if (a.failure) broken = true;
+      if (broken) stopped_at = step;
+    }
+    answers.push_back(std::move(a));
+  }
+};
+
+template <class F>
+auto Runner::on_second(F&& f) const {
+  Backend& second = *players_[1].backend;
+  if (ahead_) return ahead_->thread.call([&] { return f(second); });
+  return f(second);
+}
+
+namespace {
+
+std::string results_differ(std::string_view na, const OpResult& a, std::string_view nb, const OpResult& b) {
+  return std::string(na) + " answered " + clip(to_string(a)) + "\n  " + std::string(nb) + " answered " +
+         clip(to_string(b));
+}
+
+std::string expectation_missed(const OpResult& expect, std::string_view name, const OpResult& got) {
+  return "expected " + clip(to_string(expect)) + " but " + std::string(name) + " answered " + clip(to_string(got));
+}
+
+bool is_environment_failure(const OpResult& r) { return !r.ok() && r.error().kind == ErrorKind::environment; }
+
+}  // namespace
+
+Runner::~Runner() {
+  ahead_.reset();  // first: what is still posted runs while the profile and the players are here
+}
+Runner::Runner(Runner&&) noexcept = default;
+Runner& Runner::operator=(Runner&&) noexcept = default;
+
+void Runner::decide_ahead(const Op& op) {
+  // After the build: a replay's observers join the runner once its pool is built.
+  if (ahead_decided_ || std::holds_alternative<BuildPool>(op)) return;
+  ahead_decided_ = true;
+  const char* off = std::getenv("KVTWIN_SECOND_AHEAD");
+  if (!cadence_.second_ahead || (off != nullptr && std::string_view(off) == "0")) return;
+  if (!defers() || !observers_.empty()) return;
+  // What the runner would call of the second on this thread, between checkpoints: nothing.
+  const Player& second = players_[1];
+  if (second.verify_changed || second.touched || second.touched_digest || second.state_digest || second.describe_byte ||
+      (second.verify && !second.verify_at_checkpoints_only))
+    return;
+  ahead_ = std::make_unique<Ahead>();
+  plays_ahead_ = true;
+}
+
+bool Runner::post_second_apply(const OpResult& first, const std::optional<OpResult>& expect) {
+  DeferredComparison d;
+  d.kind = DeferredComparison::Kind::result;
+  d.first = first;
+  d.expect = expect;
+  d.answer = ahead_->posted++;
+  Ahead* ahead = ahead_.get();
+  Backend* backend = players_[1].backend;
+  RunProfile* prof = profile_.get();
+  ahead->thread.post([ahead, backend, prof, op = deferred_op(), first, step = step_] {
+    ahead->answer(*backend, step, [&](Ahead::Answer& a) {
+      const PhaseTimer timer(prof, prof ? "apply " + std::string(backend->name()) + " " + std::string(op_name(*op))
+                                        : std::string());
+      a.result = backend->apply(*op);
+      // A different answer fails the run at this op: the second plays no further, as in step.
+      return same_result(first, *a.result) && !is_environment_failure(*a.result);
+    });
+  });
+  return defer(std::move(d));
+}
+
+std::size_t Runner::post_second_queue(std::function<Status(Backend&)> queue) {
+  Ahead* ahead = ahead_.get();
+  Backend* backend = players_[1].backend;
+  ahead->thread.post([ahead, backend, queue = std::move(queue), step = step_] {
+    ahead->answer(*backend, step, [&](Ahead::Answer& a) {
+      a.status = queue(*backend);
+      return a.status.ok();
+    });
+  });
+  return ahead->posted++;
+}
 
 std::string Failure::describe() const {
   std::string where;
@@ -203,6 +324,7 @@ Runner::Runner(std::vector<Player> players, CheckCadence cadence) : players_(std
 void Runner::add_observer(RunObserver* observer) {
   KVTWIN_CHECK(observer != nullptr, "a null observer");
   observers_.push_back(observer);
+  plays_ahead_ = false;  // it may read the second's answers: they come in step from now on
 }
 
 bool Runner::fail(std::string check, std::string message) {
@@ -219,8 +341,7 @@ bool Runner::fail(std::string check, std::string message) {
 bool Runner::check_expect(const std::vector<OpResult>& results, const OpResult& expect) {
   for (std::size_t i = 0; i < results.size(); ++i) {
     if (!meets_expectation(results[i], expect))
-      return fail("expect", "expected " + clip(to_string(expect)) + " but " + std::string(players_[i].backend->name()) +
-                                " answered " + clip(to_string(results[i])));
+      return fail("expect", expectation_missed(expect, players_[i].backend->name(), results[i]));
   }
   ++stats_.expects_checked;
   return true;
@@ -229,9 +350,8 @@ bool Runner::check_expect(const std::vector<OpResult>& results, const OpResult& 
 bool Runner::check_results(const std::vector<OpResult>& results) {
   if (results.size() < 2) return true;
   if (!same_result(results[0], results[1]))
-    return fail("results", std::string(players_[0].backend->name()) + " answered " + clip(to_string(results[0])) +
-                               "\n  " + std::string(players_[1].backend->name()) + " answered " +
-                               clip(to_string(results[1])));
+    return fail("results", results_differ(players_[0].backend->name(), results[0], players_[1].backend->name(),
+                                          results[1]));
   ++stats_.results_compared;
   return true;
 }
@@ -249,17 +369,23 @@ bool Runner::check_tables(bool whole) {
     // queued, both compared when the window closes; a difference then fails the run at this op.
     Result<std::uint64_t> dx = x.tables_digest();
     if (!dx.ok()) return fail("tables", "a backend cannot digest its tables: " + dx.error().message);
-    if (Status queued = players_[1].backend->queue_tables_digest(); !queued.ok())
+    DeferredComparison d;
+    d.kind = DeferredComparison::Kind::tables;
+    d.expected = *dx;
+    if (plays_ahead_) {
+      d.answer = post_second_queue([](Backend& b) { return b.queue_tables_digest(); });
+    } else if (Status queued = on_second([](Backend& b) { return b.queue_tables_digest(); }); !queued.ok()) {
       return fail("tables", std::string(y.name()) + " cannot queue a digest of its tables: " + queued.error().message);
+    }
     tables_matched_ = true;
-    return defer(DeferredComparison::Kind::tables, *dx, {});
+    return defer(std::move(d));
   }
   if (!whole) {
     // Between checkpoints: the two backends' table digests, each computed where its tables live
     // (core/tables_digest.h); the tables come back only when the digests differ, to name the
     // first difference.
     Result<std::uint64_t> dx = x.tables_digest();
-    Result<std::uint64_t> dy = y.tables_digest();
+    Result<std::uint64_t> dy = on_second([](const Backend& b) { return b.tables_digest(); });
     if (!dx.ok() || !dy.ok())
       return fail("tables", "a backend cannot digest its tables: " + (dx.ok() ? dy.error().message : dx.error().message));
     digest_x = *dx;
@@ -272,7 +398,7 @@ bool Runner::check_tables(bool whole) {
     }
   }
   Result<PoolTables> a = x.tables();
-  Result<PoolTables> b = y.tables();
+  Result<PoolTables> b = on_second([](const Backend& second) { return second.tables(); });
   if (!a.ok() || !b.ok())
     return fail("tables", "a backend cannot show its tables: " + (a.ok() ? b.error().message : a.error().message));
   if (auto d = diff_tables(*a, *b, x.name(), y.name())) return fail("tables", "allocator tables differ: " + *d);
@@ -291,7 +417,8 @@ bool Runner::check_tables(bool whole) {
 bool Runner::check_invariants(bool verify_runs, bool changed_runs) {
   if (!config_) return true;
   bool a_peer_was_checked = false;
-  for (const Player& p : players_) {
+  for (std::size_t i = 0; i < players_.size(); ++i) {
+    const Player& p = players_[i];
     // A player whose own verify (full or incremental) ran this step checked its tables already.
     if (p.verify_checks_tables && ((verify_runs && p.verify) || (changed_runs && p.verify_changed))) {
       a_peer_was_checked = true;
@@ -299,7 +426,7 @@ bool Runner::check_invariants(bool verify_runs, bool changed_runs) {
     }
     // Tables equal to a peer's whose invariants hold (checked above) hold them too.
     if (tables_matched_ && a_peer_was_checked) continue;
-    Result<PoolTables> t = p.backend->tables();
+    Result<PoolTables> t = i == 1 ? on_second([](const Backend& b) { return b.tables(); }) : p.backend->tables();
     if (!t.ok()) return fail("tables", std::string(p.backend->name()) + " cannot show its tables: " + t.error().message);
     Status s = check_table_invariants(*t, *derived_, config_->mode);
     if (!s.ok()) return fail("tables", std::string(p.backend->name()) + "'s tables break an invariant: " + s.error().message);
@@ -313,7 +440,7 @@ bool Runner::bytes_digests_agree(std::span<const ByteRange> ranges) const {
   // Each computed where its backend's bytes live (core/bytes_digest.h): eight bytes a backend.
   // A backend that cannot digest agrees with nothing (the caller compares the bytes).
   const Result<std::uint64_t> a = players_[0].backend->bytes_digest(ranges);
-  const Result<std::uint64_t> b = players_[1].backend->bytes_digest(ranges);
+  const Result<std::uint64_t> b = on_second([&](const Backend& second) { return second.bytes_digest(ranges); });
   return a.ok() && b.ok() && *a == *b;
 }
 
@@ -356,11 +483,26 @@ bool Runner::check_touched() {
       const PhaseTimer timer(profile_.get(), "check touched: digest of the first");
       return players_[0].backend->bytes_digest(merged);
     }();
+    DeferredComparison d;
+    d.kind = DeferredComparison::Kind::touched;
     const bool queued = [&] {
+      if (!a.ok()) return false;
+      if (plays_ahead_) {
+        RunProfile* prof = profile_.get();
+        d.answer = post_second_queue([merged, prof](Backend& b) {
+          const PhaseTimer timer(prof, "check touched: queue of the second (ahead)");
+          return b.queue_bytes_digest(merged);
+        });
+        return true;
+      }
       const PhaseTimer timer(profile_.get(), "check touched: queue of the second");
-      return a.ok() && players_[1].backend->queue_bytes_digest(merged).ok();
+      return on_second([&](Backend& b) { return b.queue_bytes_digest(merged).ok(); });
     }();
-    if (queued) return defer(DeferredComparison::Kind::touched, *a, std::move(merged));
+    if (queued) {
+      d.expected = *a;
+      d.ranges = std::move(merged);
+      return defer(std::move(d));
+    }
   }
   // Digests first; the bytes themselves only to name the first one that differs.
   if (bytes_digests_agree(merged)) {
@@ -377,10 +519,10 @@ bool Runner::check_touched() {
 
 Result<std::optional<std::string>> Runner::first_byte_difference(std::span<const ByteRange> ranges) const {
   const Backend& x = *players_[0].backend;
-  const Backend& y = *players_[1].backend;
+  const Backend& y = *players_[1].backend;  // its calls run where it plays (on_second)
   for (const ByteRange& r : ranges) {
     Result<std::vector<std::uint8_t>> a = x.raw_bytes(r.offset, r.length);
-    Result<std::vector<std::uint8_t>> b = y.raw_bytes(r.offset, r.length);
+    Result<std::vector<std::uint8_t>> b = on_second([&](const Backend& second) { return second.raw_bytes(r.offset, r.length); });
     if (!a.ok() || !b.ok())
       return make_error(ErrorKind::internal, "at " + std::to_string(r.offset) + ": " +
                                                  (a.ok() ? b.error().message : a.error().message));
@@ -395,11 +537,20 @@ Result<std::optional<std::string>> Runner::first_byte_difference(std::span<const
   return std::optional<std::string>();
 }
 
-bool Runner::defer(DeferredComparison::Kind kind, std::uint64_t expected, std::vector<ByteRange> ranges) {
+const std::shared_ptr<const Op>& Runner::deferred_op() {
   if (deferred_ops_.empty() || deferred_ops_.back().step != step_)
-    deferred_ops_.push_back(DeferredOp{step_, line_, *current_op_});
-  deferred_.push_back(DeferredComparison{kind, deferred_ops_.size() - 1, expected, std::move(ranges)});
-  return deferred_.size() < cadence_.compare_window || settle_deferred();
+    deferred_ops_.push_back(DeferredOp{step_, line_, std::make_shared<const Op>(*current_op_)});
+  return deferred_ops_.back().op;
+}
+
+bool Runner::defer(DeferredComparison d) {
+  deferred_op();
+  d.op = deferred_ops_.size() - 1;
+  if (d.kind != DeferredComparison::Kind::result) ++deferred_digests_;
+  deferred_.push_back(std::move(d));
+  // The window closes after compare_window digests (answers played ahead wait at most as long).
+  const bool full = deferred_digests_ >= cadence_.compare_window || deferred_.size() >= 4 * cadence_.compare_window;
+  return !full || settle_deferred();
 }
 
 bool Runner::defers() const {
@@ -412,33 +563,81 @@ bool Runner::settle_deferred() {
   std::vector<DeferredOp> ops;
   pending.swap(deferred_);
   ops.swap(deferred_ops_);
+  deferred_digests_ = 0;
+  // Played ahead: everything posted has run, and its answers are this window's.
+  std::vector<Ahead::Answer> second;
+  if (ahead_) {
+    ahead_->thread.drain();
+    second.swap(ahead_->answers);
+    ahead_->posted = 0;
+  }
   const std::uint64_t now = step_;
   const Backend& x = *players_[0].backend;
   const Backend& y = *players_[1].backend;
-  // The failure belongs to the op whose digest differed, not to the op being checked now.
-  const auto fail_at = [&](const DeferredComparison& d, std::string message) {
+  // The failure belongs to the op whose comparison failed, not to the op being checked now.
+  const auto fail_at = [&](const DeferredComparison& d, std::string check, std::string message) {
     const DeferredOp& at = ops[d.op];
     step_ = at.step;
     line_ = at.line;
-    fail(d.kind == DeferredComparison::Kind::tables ? "tables" : "touched", std::move(message));
-    failure_->op = op_to_line(at.op, std::nullopt);
+    fail(std::move(check), std::move(message));
+    failure_->op = op_to_line(*at.op, std::nullopt);
     return false;
   };
-  Result<std::vector<std::uint64_t>> answers = [&] {
-    const PhaseTimer timer(profile_.get(), "settle deferred: collect");
-    return players_[1].backend->collect_digests();
-  }();
-  if (!answers.ok())
-    return fail_at(pending.front(), std::string(y.name()) + " cannot answer its deferred digests: " + answers.error().message);
-  KVTWIN_CHECK(answers->size() == pending.size(), "a backend answered " + std::to_string(answers->size()) +
-                                                      " deferred digests for " + std::to_string(pending.size()) + " queued");
+  const auto kind_name = [](const DeferredComparison& d) {
+    return d.kind == DeferredComparison::Kind::tables ? "tables" : "touched";
+  };
+  // The second's digests, collected once the first comparison of one is reached (an answer
+  // played ahead that fails the run before it names that op, as in step).
+  std::optional<Result<std::vector<std::uint64_t>>> answers;
+  std::size_t next_answer = 0;
+  std::size_t digests_queued = 0;
+  for (const DeferredComparison& d : pending) {
+    // Those the second queued: not skipped after an answer of its own that fails the run.
+    const bool queued = d.answer == SIZE_MAX || (!second.at(d.answer).skipped && !second.at(d.answer).failure &&
+                                                 second.at(d.answer).status.ok());
+    if (d.kind != DeferredComparison::Kind::result && queued) ++digests_queued;
+  }
   const std::string window = "found when the window of deferred comparisons (compare window " +
                              std::to_string(cadence_.compare_window) + ") was compared, at step " + std::to_string(now);
   const std::string rerun = "; replay with --compare-window 1 to compare right after this operation and name the first "
                             "difference as it was then";
-  for (std::size_t i = 0; i < pending.size(); ++i) {
-    const DeferredComparison& d = pending[i];
-    const std::uint64_t got = (*answers)[i];
+  // Played ahead, the second may have stopped before now (an answer of its own fails the run later).
+  const std::string stopped = ahead_ && ahead_->broken && ahead_->stopped_at < now
+                                  ? " (" + std::string(y.name()) + " played no further than step " +
+                                        std::to_string(ahead_->stopped_at) + ", where its answer fails the run too)"
+                                  : std::string();
+  for (const DeferredComparison& d : pending) {
+    const Ahead::Answer* played = d.answer != SIZE_MAX ? &second.at(d.answer) : nullptr;
+    KVTWIN_CHECK(played == nullptr || !played->skipped, "a deferred answer skipped though no earlier one failed");
+    if (played != nullptr && played->failure) return fail_at(d, played->failure->first, played->failure->second);
+    if (d.kind == DeferredComparison::Kind::result) {
+      // As check_results and check_expect, for the second's answer played ahead.
+      KVTWIN_CHECK(played != nullptr && played->result && d.first, "a deferred result without its answers");
+      const OpResult& got = *played->result;
+      if (is_environment_failure(got)) return fail_at(d, "environment", std::string(y.name()) + " failed: " + got.error().message);
+      if (!same_result(*d.first, got)) return fail_at(d, "results", results_differ(x.name(), *d.first, y.name(), got));
+      // (A first that missed it failed the run at this op already, as it is checked first in step.)
+      if (d.expect && meets_expectation(*d.first, *d.expect) && !meets_expectation(got, *d.expect))
+        return fail_at(d, "expect", expectation_missed(*d.expect, y.name(), got));
+      ++stats_.results_compared;
+      continue;
+    }
+    if (played != nullptr && !played->status.ok())
+      return fail_at(d, kind_name(d),
+                     std::string(y.name()) + " cannot queue a digest of " +
+                         (d.kind == DeferredComparison::Kind::tables ? "its tables" : "the bytes this operation wrote") +
+                         ": " + played->status.error().message);
+    if (!answers) {
+      const PhaseTimer timer(profile_.get(), "settle deferred: collect");
+      answers = on_second([](Backend& b) { return b.collect_digests(); });
+      if (answers->ok())
+        KVTWIN_CHECK((*answers)->size() == digests_queued,
+                     "a backend answered " + std::to_string((*answers)->size()) + " deferred digests for " +
+                         std::to_string(digests_queued) + " queued");
+    }
+    if (!answers->ok())
+      return fail_at(d, kind_name(d), std::string(y.name()) + " cannot answer its deferred digests: " + answers->error().message);
+    const std::uint64_t got = (**answers)[next_answer++];
     if (got == d.expected) {
       if (d.kind == DeferredComparison::Kind::tables) {
         ++stats_.tables_compared;
@@ -455,20 +654,22 @@ bool Runner::settle_deferred() {
       // What the tables show now, as a lead: the op above is where they first differed.
       std::string later = "their tables could not be read at step " + std::to_string(now);
       Result<PoolTables> a = x.tables();
-      Result<PoolTables> b = y.tables();
+      Result<PoolTables> b = on_second([](const Backend& second_backend) { return second_backend.tables(); });
       if (a.ok() && b.ok()) {
         const std::optional<std::string> diff = diff_tables(*a, *b, x.name(), y.name());
         later = diff ? "at step " + std::to_string(now) + " they differ: " + *diff
                      : "at step " + std::to_string(now) + " the tables they show are equal";
+        later += stopped;
       }
-      return fail_at(d, "the allocator tables' digests differ after this operation (" + digests + "), " + window + "; " +
-                            later + rerun);
+      return fail_at(d, "tables", "the allocator tables' digests differ after this operation (" + digests + "), " +
+                                      window + "; " + later + rerun);
     }
     // What the bytes show now, as a lead (they may have been written again since).
     std::string later;
     if (Result<std::optional<std::string>> now_differ = first_byte_difference(d.ranges); now_differ.ok() && *now_differ)
-      later = "; at step " + std::to_string(now) + " they differ first at " + **now_differ;
-    return fail_at(d, "the digests of the bytes this operation wrote differ (" + digests + "), " + window + later + rerun);
+      later = "; at step " + std::to_string(now) + " they differ first at " + **now_differ + stopped;
+    return fail_at(d, "touched", "the digests of the bytes this operation wrote differ (" + digests + "), " + window +
+                                     later + rerun);
   }
   return true;
 }
@@ -479,7 +680,7 @@ bool Runner::check_verify(bool incremental, bool checkpoint) {
     const std::function<Status()>& verify = incremental ? p.verify_changed : p.verify;
     if (!verify) continue;
     if (p.verify_at_checkpoints_only && !checkpoint) continue;
-    Status s = verify();
+    Status s = &p == &players_[1] ? on_second([&](const Backend&) { return verify(); }) : verify();
     if (!s.ok()) return fail("verify", std::string(p.backend->name()) + " broke an invariant: " + s.error().message);
     ++(incremental ? stats_.changed_verifies : stats_.verifies);
   }
@@ -546,7 +747,8 @@ bool Runner::check_pools() {
   for (std::uint64_t offset = floor; offset < total;) {
     const std::uint64_t length = std::min(chunk - offset % chunk, total - offset);
     Result<std::vector<std::uint8_t>> a = players_[0].backend->raw_bytes(offset, length);
-    Result<std::vector<std::uint8_t>> b = players_[1].backend->raw_bytes(offset, length);
+    Result<std::vector<std::uint8_t>> b =
+        on_second([&](const Backend& second) { return second.raw_bytes(offset, length); });
     if (!a.ok() || !b.ok())
       return fail("pool", "a backend cannot show its bytes at " + std::to_string(offset) + ": " +
                               (a.ok() ? b.error().message : a.error().message));
@@ -593,6 +795,7 @@ std::optional<OpResult> Runner::play_and_check(const Op& op, const std::optional
     if (failure_->op.empty()) failure_->op = op_to_line(op, std::nullopt);  // a deferred one names its own op
     return true;
   };
+  decide_ahead(op);
   std::vector<OpResult> results;
   results.reserve(players_.size());
   {
@@ -600,11 +803,13 @@ std::optional<OpResult> Runner::play_and_check(const Op& op, const std::optional
     InvariantScope scope;
     try {
       for (RunObserver* o : observers_) o->before(*this, op);
-      for (Player& p : players_) {
+      for (std::size_t i = 0; i < players_.size(); ++i) {
+        if (i == 1 && plays_ahead_) break;  // posted below, with the first's answer to compare
+        Player& p = players_[i];
         const PhaseTimer timer(profile_.get(), profile_ ? "apply " + std::string(p.backend->name()) + " " +
                                                               std::string(op_name(op))
                                                         : std::string());
-        results.push_back(p.backend->apply(op));
+        results.push_back(i == 1 ? on_second([&](Backend& b) { return b.apply(op); }) : p.backend->apply(op));
       }
     } catch (const InvariantFailure& e) {
       failed(fail("invariant", e.what()));
@@ -634,6 +839,8 @@ std::optional<OpResult> Runner::play_and_check(const Op& op, const std::optional
     if (!results[i].ok() && results[i].error().kind == ErrorKind::environment &&
         failed(fail("environment", std::string(players_[i].backend->name()) + " failed: " + results[i].error().message)))
       return std::nullopt;
+  // Played ahead: the second's answer is compared with the first's when the window closes.
+  if (plays_ahead_ && failed(post_second_apply(first, expect))) return std::nullopt;
   if (failed(check_results(results))) return std::nullopt;
   if (expect && failed(check_expect(results, *expect))) return std::nullopt;
 
@@ -701,9 +908,11 @@ bool Runner::finish() {
     // first, as at a checkpoint (a device synchronizes its copy streams; the model lands them in
     // submission order); the transfers themselves stay in flight.
     if (players_.size() >= 2 && derived_ && !config_->tables_only && cadence_.compare_pools)
-      for (Player& p : players_)
-        if (const OpResult r = p.backend->apply(Checkpoint{}); !r.ok())
-          return fail("pool", std::string(p.backend->name()) + " cannot land its transfers at the end of the run: " +
+      for (std::size_t i = 0; i < players_.size(); ++i)
+        if (const OpResult r = i == 1 ? on_second([](Backend& b) { return b.apply(Checkpoint{}); })
+                                      : players_[i].backend->apply(Checkpoint{});
+            !r.ok())
+          return fail("pool", std::string(players_[i].backend->name()) + " cannot land its transfers at the end of the run: " +
                                   r.error().message);
     return settle_deferred() && check_verify(false, true) && check_tables(true) && check_invariants(true, false) && check_pools();
   } catch (const InvariantFailure& e) {

@@ -30,6 +30,10 @@
 // operations instead (CheckCadence) for real-scale replays; checkpoints and finish() always run
 // every check.
 //
+// With two backends whose second is far away (the GPU beside the model), the second plays ahead
+// on a thread of its own (CheckCadence::second_ahead): its answers and digests are compared with
+// the first's in op order when the deferred window closes, so the failure named is the same one.
+//
 // The runner only sees what core/backend.h exposes, plus what a Player adds; it never reaches
 // into a backend's internals.
 #pragma once
@@ -140,6 +144,13 @@ struct CheckCadence {
   // failure still names the first op whose digest differed. 1: compared right after every op.
   // Only a second backend whose digests are far away (Backend::digests_are_far: the GPU) defers.
   std::uint64_t compare_window = kDefaultCompareWindow;
+  // With a deferred second backend (above) and no observer: the second plays on a thread of its
+  // own (traces/player_thread.h), its work overlapping the first's and the checks, instead of in
+  // step. Its answers (results, expect, environment, a broken invariant) are then compared when
+  // the window closes, in op order, as its digests are: the first failure named, its step and its
+  // message are the same. A run with an observer (which may read the second's answers) plays in
+  // step. KVTWIN_SECOND_AHEAD=0 in the environment turns it off, to measure what it saves.
+  bool second_ahead = true;
 };
 
 // The verify cadence auto means for a pool of this configuration.
@@ -183,6 +194,9 @@ struct Failure {
 class Runner {
  public:
   Runner(std::vector<Player> players, CheckCadence cadence = {});
+  ~Runner();  // the second player's thread (when it plays ahead) runs what is posted, then ends
+  Runner(Runner&&) noexcept;
+  Runner& operator=(Runner&&) noexcept;
 
   // Adds an observer (not owned; it must outlive the runner's use).
   void add_observer(RunObserver* observer);
@@ -241,21 +255,43 @@ class Runner {
   // (or, deferred, will have: a difference found later fails the run at this step)
   // A digest comparison of the window not compared yet: which op, and the first player's digest.
   struct DeferredComparison {
-    enum class Kind { tables, touched } kind = Kind::tables;
+    // result: the second's answer to the op (played ahead) against the first's and the expectation.
+    enum class Kind { tables, touched, result } kind = Kind::tables;
     std::size_t op = 0;  // into deferred_ops_
     std::uint64_t expected = 0;
     std::vector<ByteRange> ranges;  // touched: what the op wrote (merged)
+    std::optional<OpResult> first;   // result: the first's answer
+    std::optional<OpResult> expect;  // result: the trace line's expectation
+    std::size_t answer = SIZE_MAX;   // played ahead: what the second answered, into Ahead::answers
   };
   // The ops of the window's comparisons, each once (an op's tables and bytes share it).
   struct DeferredOp {
     std::uint64_t step = 0;
     std::uint64_t line = 0;
-    Op op;
+    std::shared_ptr<const Op> op;  // shared with the second player's thread, which plays it
   };
   std::vector<DeferredComparison> deferred_;
   std::vector<DeferredOp> deferred_ops_;
+  std::size_t deferred_digests_ = 0;  // of deferred_, the tables and touched ones
   // Queues a comparison of the op being checked; false when the window it closes differs.
-  bool defer(DeferredComparison::Kind kind, std::uint64_t expected, std::vector<ByteRange> ranges);
+  bool defer(DeferredComparison d);
+  // The op being checked, shared (the deferred comparisons' and the second player's thread's).
+  const std::shared_ptr<const Op>& deferred_op();
+
+  // The second player ahead (CheckCadence::second_ahead): its thread and what it answered.
+  struct Ahead;
+  std::unique_ptr<Ahead> ahead_;  // while it lives, every call of the second runs on its thread
+  bool ahead_decided_ = false;    // at the first op after a build
+  bool plays_ahead_ = false;      // ops are posted, not played in step (off once an observer joins)
+  void decide_ahead(const Op& op);
+  // Posts the op's apply on the second player's thread and defers the comparison of its answer
+  // with the first's (false when the window that closes differs).
+  bool post_second_apply(const OpResult& first, const std::optional<OpResult>& expect);
+  // Posts one of the second's digest queueings; returns the index of its answer.
+  std::size_t post_second_queue(std::function<Status(Backend&)> queue);
+  // Runs f(the second backend) where the second plays: on its thread, after everything posted.
+  template <class F>
+  auto on_second(F&& f) const;
   // The first byte of `ranges` at which the two players' pools differ ("byte B: x has .., y has
   // .." and where it lies), nullopt when they agree; an Error when a backend cannot show them.
   Result<std::optional<std::string>> first_byte_difference(std::span<const ByteRange> ranges) const;

@@ -3,9 +3,12 @@
 // pool report names the page, slot, layer, part and byte the test computes itself.
 #include "traces/runner.h"
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -288,7 +291,6 @@ class FarAway final : public Backend {
  public:
   explicit FarAway(Backend& inner) : inner_(inner) {}
   std::string_view name() const override { return inner_.name(); }
-  OpResult apply(const Op& op) override { return inner_.apply(op); }
   Result<PoolTables> tables() const override { return inner_.tables(); }
   Result<std::uint64_t> tables_digest() const override { return inner_.tables_digest(); }
   Result<std::vector<std::uint8_t>> raw_bytes(std::uint64_t offset, std::uint64_t length) const override {
@@ -298,6 +300,11 @@ class FarAway final : public Backend {
     return inner_.bytes_digest(ranges);
   }
   bool digests_are_far() const override { return true; }
+  OpResult apply(const Op& op) override {
+    if (std::this_thread::get_id() != made_on_) ++applied_elsewhere;
+    return inner_.apply(op);
+  }
+  std::uint64_t applied_elsewhere = 0;  // ops applied on a thread other than the one that made it
   std::uint64_t queued = 0;  // digests queued (the default queue computes them at once)
   Status queue_tables_digest() override {
     ++queued;
@@ -310,6 +317,7 @@ class FarAway final : public Backend {
 
  private:
   Backend& inner_;
+  std::thread::id made_on_ = std::this_thread::get_id();
 };
 
 // The plain model beside a far-away copy with `fault` planted ("" for none).
@@ -396,6 +404,113 @@ TEST(Runner, ADeferredBytesDifferenceIsFoundByTheNextCheckpoint) {
   // The bytes are still there at the checkpoint: the first that differs is named, as it is now.
   EXPECT_THAT(r.failure->message, HasSubstr("at step 6 they differ first at byte "));
   EXPECT_THAT(r.failure->message, HasSubstr("layer 5 (sub-pool layer 5) part 'k'"));
+}
+
+// As the GPU is played beside the model: the far copy is a bare backend whose own verify runs at
+// checkpoints only, so the runner plays it ahead on a thread of its own (second_ahead) unless told
+// not to. `elsewhere`: how many of its ops ran on another thread.
+ReplayReport replay_gpu_like_pair(const PoolTrace& t, const std::string& fault, CheckCadence cadence,
+                                  std::uint64_t* elsewhere = nullptr) {
+  BackendSet b;
+  auto plain = std::make_unique<sim::Model>();
+  std::unique_ptr<sim::Model> other = std::make_unique<sim::Model>();
+  if (!fault.empty()) {
+    Result<std::unique_ptr<sim::Model>> planted = make_planted_model(fault);
+    KVTWIN_CHECK(planted.ok(), "a model fault");
+    other = std::move(*planted);
+  }
+  auto far = std::make_unique<FarAway>(*other);
+  Player second;
+  second.backend = far.get();
+  second.verify = [m = other.get()] { return m->verify(); };
+  second.verify_at_checkpoints_only = true;
+  b.players = {model_player(*plain), second};
+  FarAway* far_raw = far.get();
+  b.owned.push_back(std::move(plain));
+  b.owned.push_back(std::move(other));
+  b.owned.push_back(std::move(far));
+  ReplayReport r = replay_on(t, b, cadence);
+  if (elsewhere != nullptr) *elsewhere = far_raw->applied_elsewhere;
+  return r;
+}
+
+// What a failure report says, less the lead a deferred comparison adds about the state when the
+// window was compared (played ahead, the first player has gone on further by then).
+std::string failure_without_lead(const ReplayReport& r) {
+  if (r.passed()) return "passed";
+  const Failure& f = *r.failure;
+  const std::string message = f.message.substr(0, f.message.find(", found when the window"));
+  return "line " + std::to_string(f.line) + " step " + std::to_string(f.step) + " " + f.check + " " + f.op + ": " +
+         message;
+}
+
+TEST(Runner, ASecondPlayerAheadFailsWhereAndAsOneInStepDoes) {
+  // Every regression trace with every planted model fault in the second player, at several
+  // windows and table cadences: ahead and in step, the same verdict, the same first failure (its
+  // line, step, check, op and message) and, on a pass, the same checks counted.
+  std::vector<std::pair<std::string, PoolTrace>> traces = {{"docs example", parse(docs_example())}};
+  for (const auto& entry : std::filesystem::directory_iterator(testing::source_dir() + "/traces/regress")) {
+    if (entry.path().extension() != ".jsonl") continue;
+    Result<PoolTrace> t = read_pool_trace_file(entry.path().string());
+    ASSERT_TRUE(t.ok()) << t.error().message;
+    traces.emplace_back(entry.path().filename().string(), *t);
+  }
+  std::sort(traces.begin(), traces.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::string> faults = {""};
+  for (const FaultInfo& f : fault_catalogue())
+    if (f.site == FaultSite::model) faults.push_back(f.name);
+  std::uint64_t runs_ahead = 0, failures = 0;
+  for (const auto& [name, trace] : traces) {
+    for (const std::string& fault : faults) {
+      for (const std::uint64_t window : {2u, 7u, 256u}) {
+        for (const std::uint64_t tables_every : {1u, 0u}) {
+          CheckCadence cadence;
+          cadence.compare_window = window;
+          cadence.tables_every = tables_every;
+          std::uint64_t elsewhere = 0;
+          const ReplayReport ahead = replay_gpu_like_pair(trace, fault, cadence, &elsewhere);
+          cadence.second_ahead = false;
+          std::uint64_t in_step_elsewhere = 0;
+          const ReplayReport in_step = replay_gpu_like_pair(trace, fault, cadence, &in_step_elsewhere);
+          const std::string what = name + " with " + (fault.empty() ? "no fault" : fault) + ", window " +
+                                   std::to_string(window) + ", tables every " + std::to_string(tables_every);
+          EXPECT_EQ(in_step_elsewhere, 0u) << what;
+          if (elsewhere > 0) ++runs_ahead;
+          ASSERT_EQ(failure_without_lead(ahead), failure_without_lead(in_step)) << what;
+          if (in_step.passed()) {
+            EXPECT_EQ(ahead.stats.checks_passed(), in_step.stats.checks_passed()) << what;
+            EXPECT_EQ(ahead.stats.results_compared, in_step.stats.results_compared) << what;
+            EXPECT_EQ(ahead.stats.ops, in_step.stats.ops) << what;
+          } else {
+            ++failures;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(runs_ahead, traces.size()) << "the second player ran ahead on its own thread";
+  EXPECT_GT(failures, 20u) << "planted faults fail runs ahead as in step";
+}
+
+TEST(Runner, ASecondPlayerAheadIsComparedInOpOrderAtTheWindow) {
+  // The planted copy keeps the first request of the refused alloc_many (line 3) and answers the
+  // alloc at line 4 differently; played ahead, with no tables compared, that answer is seen when
+  // the window closes (at the end here), and the failure names line 4 as in step.
+  const PoolTrace t = parse(header(tp8_config()) + R"({"op":"alloc","tokens":4})" + "\n" +
+                            R"({"op":"alloc_many","tokens":[48,48]})" + "\n" + R"({"op":"alloc","tokens":4})" + "\n" +
+                            R"({"op":"alloc","tokens":4})" + "\n");
+  CheckCadence cadence;
+  cadence.compare_window = 64;
+  cadence.tables_every = 0;  // only the answers tell
+  std::uint64_t elsewhere = 0;
+  const ReplayReport r = replay_gpu_like_pair(t, "model_alloc_many_partial", cadence, &elsewhere);
+  EXPECT_GT(elsewhere, 0u);
+  ASSERT_FALSE(r.passed());
+  EXPECT_EQ(r.failure->check, "results");
+  EXPECT_EQ(r.failure->line, 4u);
+  EXPECT_THAT(r.failure->op, HasSubstr(R"("op":"alloc")"));
+  EXPECT_THAT(r.failure->message, HasSubstr("model answered"));
+  EXPECT_THAT(r.failure->message, HasSubstr("model_alloc_many_partial answered"));
 }
 
 TEST(Runner, DiffTablesNamesTheFirstDifference) {

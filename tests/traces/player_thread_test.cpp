@@ -1,0 +1,63 @@
+// The second player's thread: tasks run in the order posted and on one thread other than the
+// poster's; call() answers after everything posted before it and rethrows what its task threw; a
+// broken invariant there is an InvariantFailure, not an abort; the thread ends after running what
+// is still posted.
+#include "traces/player_thread.h"
+
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/check.h"
+
+namespace kvtwin::traces {
+namespace {
+
+TEST(PlayerThread, RunsTasksInOrderOnOneThreadOfItsOwn) {
+  std::vector<int> seen;
+  std::thread::id ran_on;
+  {
+    PlayerThread thread;
+    for (int i = 0; i < 1000; ++i)
+      thread.post([&seen, &ran_on, i] {
+        seen.push_back(i);
+        ran_on = std::this_thread::get_id();
+      });
+    // call() comes after every post before it.
+    EXPECT_EQ(thread.call([&seen] { return seen.size(); }), 1000u);
+    EXPECT_NE(ran_on, std::this_thread::get_id());
+    for (int i = 1000; i < 1003; ++i) thread.post([&seen, i] { seen.push_back(i); });
+    thread.drain();
+    EXPECT_EQ(seen.size(), 1003u);
+    for (int i = 1003; i < 1005; ++i) thread.post([&seen, i] { seen.push_back(i); });
+  }  // fewer than a wake batch still posted: the end runs them
+  ASSERT_EQ(seen.size(), 1005u);
+  for (int i = 0; i < 1005; ++i) EXPECT_EQ(seen[static_cast<std::size_t>(i)], i);
+}
+
+TEST(PlayerThread, CallRethrowsWhatItsTaskThrew) {
+  PlayerThread thread;
+  EXPECT_THROW(thread.call([]() -> int { throw std::out_of_range("no such key"); }), std::out_of_range);
+  // A broken invariant on the thread is thrown as an InvariantFailure (the task's scope), whose
+  // text names the condition, and the thread goes on.
+  try {
+    thread.call([] { KVTWIN_CHECK(1 + 1 == 3, "arithmetic"); });
+    ADD_FAILURE() << "no throw";
+  } catch (const InvariantFailure& e) {
+    EXPECT_NE(std::string(e.what()).find("arithmetic"), std::string::npos);
+  }
+  EXPECT_EQ(thread.call([] { return 7; }), 7);
+}
+
+TEST(PlayerThread, CarriesItsCreatorsFailureContext) {
+  set_failure_context("seed 42; reproduce with: kvtwin fuzz --seed 42");
+  PlayerThread thread;
+  EXPECT_EQ(thread.call([] { return failure_context(); }), "seed 42; reproduce with: kvtwin fuzz --seed 42");
+  set_failure_context("");
+}
+
+}  // namespace
+}  // namespace kvtwin::traces

@@ -1,0 +1,77 @@
+// A backend's calls on a thread of its own (player_thread.h).
+#include "traces/player_thread.h"
+
+#include <string>
+
+#include "core/check.h"
+#include "core/planted_sizing.h"
+
+namespace kvtwin::traces {
+
+PlayerThread::PlayerThread() {
+  std::string context = failure_context();
+  const PlantedSizingBug bug = planted_sizing_bug();
+  thread_ = std::thread([this, context = std::move(context), bug] {
+    set_failure_context(context);
+    std::optional<PlantedSizingHold> hold;
+    if (bug != PlantedSizingBug::none) hold.emplace(bug);
+    loop();
+  });
+}
+
+PlayerThread::~PlayerThread() {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  work_.notify_one();
+  thread_.join();
+}
+
+void PlayerThread::post(std::function<void()> task) {
+  bool wake = false;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(task));
+    wake = idle_ && queue_.size() >= kWakeBatch;
+  }
+  if (wake) work_.notify_one();
+}
+
+void PlayerThread::drain() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (queue_.empty() && !busy_) return;
+  urgent_ = true;
+  work_.notify_one();
+  done_.wait(lock, [this] { return queue_.empty() && !busy_; });
+  urgent_ = false;
+}
+
+void PlayerThread::run_and_wait(std::function<void()> task) {
+  post(std::move(task));
+  drain();
+}
+
+void PlayerThread::loop() {
+  InvariantScope scope;  // a broken invariant is the task's failure, not the process's end
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    idle_ = true;
+    work_.wait(lock, [this] { return stop_ || (!queue_.empty() && (urgent_ || queue_.size() >= kWakeBatch)); });
+    idle_ = false;
+    // Everything queued, then sleep again (a stop runs what is still posted first).
+    while (!queue_.empty()) {
+      std::function<void()> task = std::move(queue_.front());
+      queue_.pop_front();
+      busy_ = true;
+      lock.unlock();
+      task();
+      lock.lock();
+      busy_ = false;
+    }
+    done_.notify_all();
+    if (stop_) return;
+  }
+}
+
+}  // namespace kvtwin::traces
