@@ -3,6 +3,10 @@
 
 #include <string>
 
+#if defined(__linux__)
+#include <sched.h>
+#endif
+
 #include "core/check.h"
 #include "core/planted_sizing.h"
 
@@ -13,6 +17,14 @@ PlayerThread::PlayerThread() {
   const PlantedSizingBug bug = planted_sizing_bug();
   thread_ = std::thread([this, context = std::move(context), bug] {
     set_failure_context(context);
+#if defined(__linux__)
+    // SCHED_BATCH: a wake-up of this thread never preempts the thread that posted (on a machine
+    // whose cores are all busy, as the gate's are, the poster would otherwise lose its core to
+    // every batch it wakes); it still runs at once on an idle core. Nothing it answers depends on
+    // when it runs. A refusal leaves the default policy.
+    sched_param param{};
+    (void)sched_setscheduler(0, SCHED_BATCH, &param);
+#endif
     std::optional<PlantedSizingHold> hold;
     if (bug != PlantedSizingBug::none) hold.emplace(bug);
     loop();
