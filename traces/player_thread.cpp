@@ -51,12 +51,17 @@ void PlayerThread::post(std::function<void()> task) {
 }
 
 void PlayerThread::drain() {
+  // The caller runs what the thread has not started, in order, rather than wait for the thread
+  // to be scheduled (a core may be a while coming on a busy machine); one task runs at a time.
+  InvariantScope scope;  // as on the thread: a broken invariant is the task's failure
   std::unique_lock<std::mutex> lock(mutex_);
-  if (queue_.empty() && !busy_) return;
-  urgent_ = true;
-  work_.notify_one();
-  done_.wait(lock, [this] { return queue_.empty() && !busy_; });
-  urgent_ = false;
+  while (!queue_.empty() || busy_) {
+    if (busy_) {
+      done_.wait(lock, [this] { return !busy_; });
+      continue;
+    }
+    run_next(lock);
+  }
 }
 
 void PlayerThread::run_and_wait(std::function<void()> task) {
@@ -64,25 +69,36 @@ void PlayerThread::run_and_wait(std::function<void()> task) {
   drain();
 }
 
+void PlayerThread::run_next(std::unique_lock<std::mutex>& lock) {
+  std::function<void()> task = std::move(queue_.front());
+  queue_.pop_front();
+  busy_ = true;
+  lock.unlock();
+  task();
+  lock.lock();
+  busy_ = false;
+  done_.notify_all();
+}
+
 void PlayerThread::loop() {
   InvariantScope scope;  // a broken invariant is the task's failure, not the process's end
   std::unique_lock<std::mutex> lock(mutex_);
+  bool awake = false;  // woken for a batch: runs until the queue is empty
   while (true) {
-    idle_ = true;
-    work_.wait(lock, [this] { return stop_ || (!queue_.empty() && (urgent_ || queue_.size() >= kWakeBatch)); });
-    idle_ = false;
-    // Everything queued, then sleep again (a stop runs what is still posted first).
-    while (!queue_.empty()) {
-      std::function<void()> task = std::move(queue_.front());
-      queue_.pop_front();
-      busy_ = true;
-      lock.unlock();
-      task();
-      lock.lock();
-      busy_ = false;
+    if (busy_) {  // a caller of drain() runs one
+      done_.wait(lock, [this] { return !busy_; });
+      continue;
     }
-    done_.notify_all();
-    if (stop_) return;
+    if (!queue_.empty() && (awake || stop_ || queue_.size() >= kWakeBatch)) {
+      awake = true;
+      run_next(lock);
+      continue;
+    }
+    awake = false;
+    if (stop_) return;  // everything posted has run
+    idle_ = true;
+    work_.wait(lock, [this] { return stop_ || queue_.size() >= kWakeBatch; });
+    idle_ = false;
   }
 }
 

@@ -3,9 +3,12 @@
 // CheckCadence::second_ahead), so the device's work overlaps the model's instead of following it.
 //
 // post() queues a call and returns at once; call() runs one after everything posted before it and
-// waits for its answer; drain() waits until everything posted has run. Every task runs inside an
-// InvariantScope (core/check.h): a broken invariant is an InvariantFailure that a posted task's
-// own handler sees, or that call() rethrows on the caller's thread. The thread carries its
+// waits for its answer; drain() returns once everything posted has run. A caller that waits
+// (drain, call) runs what the thread has not started itself, in order, one task at a time, rather
+// than wait for the thread to be given a core: a task runs on the thread or on the poster's (post
+// and wait from the thread that made it). Every task runs inside an InvariantScope (core/check.h):
+// a broken invariant is an InvariantFailure that a posted task's own handler sees, or that call()
+// rethrows on the caller's thread. The thread carries its
 // creator's failure context and planted sizing bug (core/planted_sizing.h), so an abort names
 // the same case and a self-test's sizing bug reaches the backend as it would on the creator's
 // thread. Nothing a run reports depends on when the thread runs: the runner compares what it
@@ -69,19 +72,20 @@ class PlayerThread {
 
  private:
   void run_and_wait(std::function<void()> task);
+  // Runs the queue's front task with the lock released (busy_ while it runs).
+  void run_next(std::unique_lock<std::mutex>& lock);
   void loop();
 
-  // Posted tasks wake an idle thread a batch at a time (a wake-up is a system call), or at once
-  // when the poster waits.
+  // Posted tasks wake an idle thread a batch at a time (a wake-up is a system call); a poster that
+  // waits runs the rest itself.
   static constexpr std::size_t kWakeBatch = 8;
 
   std::mutex mutex_;
   std::condition_variable work_;  // the thread waits here for tasks
-  std::condition_variable done_;  // posters wait here for the queue to empty
+  std::condition_variable done_;  // a task ended (busy_ went false)
   std::deque<std::function<void()>> queue_;
-  bool busy_ = false;  // a task is running
+  bool busy_ = false;  // a task is running (on the thread or a drain()'s caller)
   bool idle_ = false;  // the thread waits for work
-  bool urgent_ = false;  // a poster waits: wake now
   bool stop_ = false;
   std::thread thread_;
 };

@@ -1,9 +1,10 @@
-// The second player's thread: tasks run in the order posted and on one thread other than the
-// poster's; call() answers after everything posted before it and rethrows what its task threw; a
+// The second player's thread: tasks run in the order posted, on its thread (or on a caller that
+// waits for them); call() answers after everything posted before it and rethrows what its task threw; a
 // broken invariant there is an InvariantFailure, not an abort; the thread ends after running what
 // is still posted.
 #include "traces/player_thread.h"
 
+#include <atomic>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -16,26 +17,31 @@
 namespace kvtwin::traces {
 namespace {
 
-TEST(PlayerThread, RunsTasksInOrderOnOneThreadOfItsOwn) {
+TEST(PlayerThread, RunsTasksInOrderOnItsThreadOrTheWaitingCaller) {
   std::vector<int> seen;
+  std::atomic<int> ran{0};
   std::thread::id ran_on;
   {
     PlayerThread thread;
     for (int i = 0; i < 1000; ++i)
-      thread.post([&seen, &ran_on, i] {
+      thread.post([&seen, &ran, &ran_on, i] {
         seen.push_back(i);
         ran_on = std::this_thread::get_id();
+        ++ran;
       });
-    // call() comes after every post before it.
-    EXPECT_EQ(thread.call([&seen] { return seen.size(); }), 1000u);
+    // Nobody waits: the thread, woken by the batch, runs every one.
+    while (ran.load() < 1000) std::this_thread::yield();
     EXPECT_NE(ran_on, std::this_thread::get_id());
+    // call() comes after every post before it (here the caller runs it: the thread is idle).
     for (int i = 1000; i < 1003; ++i) thread.post([&seen, i] { seen.push_back(i); });
+    EXPECT_EQ(thread.call([&seen] { return seen.size(); }), 1003u);
+    for (int i = 1003; i < 1020; ++i) thread.post([&seen, i] { seen.push_back(i); });
     thread.drain();
-    EXPECT_EQ(seen.size(), 1003u);
-    for (int i = 1003; i < 1005; ++i) thread.post([&seen, i] { seen.push_back(i); });
+    EXPECT_EQ(seen.size(), 1020u);
+    for (int i = 1020; i < 1022; ++i) thread.post([&seen, i] { seen.push_back(i); });
   }  // fewer than a wake batch still posted: the end runs them
-  ASSERT_EQ(seen.size(), 1005u);
-  for (int i = 0; i < 1005; ++i) EXPECT_EQ(seen[static_cast<std::size_t>(i)], i);
+  ASSERT_EQ(seen.size(), 1022u);
+  for (int i = 0; i < 1022; ++i) EXPECT_EQ(seen[static_cast<std::size_t>(i)], i);
 }
 
 TEST(PlayerThread, CallRethrowsWhatItsTaskThrew) {

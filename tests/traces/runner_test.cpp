@@ -4,11 +4,11 @@
 #include "traces/runner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
-#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -301,10 +301,15 @@ class FarAway final : public Backend {
   }
   bool digests_are_far() const override { return true; }
   OpResult apply(const Op& op) override {
-    if (std::this_thread::get_id() != made_on_) ++applied_elsewhere;
+    ++applied;
+    if (first_applied != nullptr && first_applied->load() > applied) ++applied_late;
     return inner_.apply(op);
   }
-  std::uint64_t applied_elsewhere = 0;  // ops applied on a thread other than the one that made it
+  // With first_applied (the first player's count of ops applied): the ops this one applied after
+  // the first had applied a later one, as a second player ahead of the checks does.
+  const std::atomic<std::uint64_t>* first_applied = nullptr;
+  std::uint64_t applied = 0;
+  std::uint64_t applied_late = 0;
   std::uint64_t queued = 0;  // digests queued (the default queue computes them at once)
   Status queue_tables_digest() override {
     ++queued;
@@ -317,7 +322,29 @@ class FarAway final : public Backend {
 
  private:
   Backend& inner_;
-  std::thread::id made_on_ = std::this_thread::get_id();
+};
+
+// The first player's backend, counting the ops it applied (for FarAway::applied_late).
+class CountingApplies final : public Backend {
+ public:
+  explicit CountingApplies(Backend& inner) : inner_(inner) {}
+  std::string_view name() const override { return inner_.name(); }
+  OpResult apply(const Op& op) override {
+    ++applied;
+    return inner_.apply(op);
+  }
+  Result<PoolTables> tables() const override { return inner_.tables(); }
+  Result<std::uint64_t> tables_digest() const override { return inner_.tables_digest(); }
+  Result<std::vector<std::uint8_t>> raw_bytes(std::uint64_t offset, std::uint64_t length) const override {
+    return inner_.raw_bytes(offset, length);
+  }
+  Result<std::uint64_t> bytes_digest(std::span<const ByteRange> ranges) const override {
+    return inner_.bytes_digest(ranges);
+  }
+  std::atomic<std::uint64_t> applied{0};
+
+ private:
+  Backend& inner_;
 };
 
 // The plain model beside a far-away copy with `fault` planted ("" for none).
@@ -407,10 +434,10 @@ TEST(Runner, ADeferredBytesDifferenceIsFoundByTheNextCheckpoint) {
 }
 
 // As the GPU is played beside the model: the far copy is a bare backend whose own verify runs at
-// checkpoints only, so the runner plays it ahead on a thread of its own (second_ahead) unless told
-// not to. `elsewhere`: how many of its ops ran on another thread.
+// checkpoints only, so the runner plays it ahead of the checks (second_ahead) unless told not to.
+// `late`: how many of its ops it applied after the model had applied a later one.
 ReplayReport replay_gpu_like_pair(const PoolTrace& t, const std::string& fault, CheckCadence cadence,
-                                  std::uint64_t* elsewhere = nullptr) {
+                                  std::uint64_t* late = nullptr) {
   BackendSet b;
   auto plain = std::make_unique<sim::Model>();
   std::unique_ptr<sim::Model> other = std::make_unique<sim::Model>();
@@ -419,18 +446,23 @@ ReplayReport replay_gpu_like_pair(const PoolTrace& t, const std::string& fault, 
     KVTWIN_CHECK(planted.ok(), "a model fault");
     other = std::move(*planted);
   }
+  auto counting = std::make_unique<CountingApplies>(*plain);
   auto far = std::make_unique<FarAway>(*other);
+  far->first_applied = &counting->applied;
+  Player first = model_player(*plain);
+  first.backend = counting.get();
   Player second;
   second.backend = far.get();
   second.verify = [m = other.get()] { return m->verify(); };
   second.verify_at_checkpoints_only = true;
-  b.players = {model_player(*plain), second};
+  b.players = {first, second};
   FarAway* far_raw = far.get();
   b.owned.push_back(std::move(plain));
   b.owned.push_back(std::move(other));
+  b.owned.push_back(std::move(counting));
   b.owned.push_back(std::move(far));
   ReplayReport r = replay_on(t, b, cadence);
-  if (elsewhere != nullptr) *elsewhere = far_raw->applied_elsewhere;
+  if (late != nullptr) *late = far_raw->applied_late;
   return r;
 }
 
@@ -467,15 +499,15 @@ TEST(Runner, ASecondPlayerAheadFailsWhereAndAsOneInStepDoes) {
           CheckCadence cadence;
           cadence.compare_window = window;
           cadence.tables_every = tables_every;
-          std::uint64_t elsewhere = 0;
-          const ReplayReport ahead = replay_gpu_like_pair(trace, fault, cadence, &elsewhere);
+          std::uint64_t late = 0;
+          const ReplayReport ahead = replay_gpu_like_pair(trace, fault, cadence, &late);
           cadence.second_ahead = false;
-          std::uint64_t in_step_elsewhere = 0;
-          const ReplayReport in_step = replay_gpu_like_pair(trace, fault, cadence, &in_step_elsewhere);
+          std::uint64_t in_step_late = 0;
+          const ReplayReport in_step = replay_gpu_like_pair(trace, fault, cadence, &in_step_late);
           const std::string what = name + " with " + (fault.empty() ? "no fault" : fault) + ", window " +
                                    std::to_string(window) + ", tables every " + std::to_string(tables_every);
-          EXPECT_EQ(in_step_elsewhere, 0u) << what;
-          if (elsewhere > 0) ++runs_ahead;
+          EXPECT_EQ(in_step_late, 0u) << what;
+          if (late > 0) ++runs_ahead;
           ASSERT_EQ(failure_without_lead(ahead), failure_without_lead(in_step)) << what;
           if (in_step.passed()) {
             EXPECT_EQ(ahead.stats.checks_passed(), in_step.stats.checks_passed()) << what;
@@ -488,7 +520,7 @@ TEST(Runner, ASecondPlayerAheadFailsWhereAndAsOneInStepDoes) {
       }
     }
   }
-  EXPECT_GT(runs_ahead, traces.size()) << "the second player ran ahead on its own thread";
+  EXPECT_GT(runs_ahead, traces.size()) << "the second player played behind the first, ahead of the checks";
   EXPECT_GT(failures, 20u) << "planted faults fail runs ahead as in step";
 }
 
@@ -502,9 +534,9 @@ TEST(Runner, ASecondPlayerAheadIsComparedInOpOrderAtTheWindow) {
   CheckCadence cadence;
   cadence.compare_window = 64;
   cadence.tables_every = 0;  // only the answers tell
-  std::uint64_t elsewhere = 0;
-  const ReplayReport r = replay_gpu_like_pair(t, "model_alloc_many_partial", cadence, &elsewhere);
-  EXPECT_GT(elsewhere, 0u);
+  std::uint64_t late = 0;
+  const ReplayReport r = replay_gpu_like_pair(t, "model_alloc_many_partial", cadence, &late);
+  EXPECT_GT(late, 0u);
   ASSERT_FALSE(r.passed());
   EXPECT_EQ(r.failure->check, "results");
   EXPECT_EQ(r.failure->line, 4u);
