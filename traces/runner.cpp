@@ -904,6 +904,9 @@ bool Runner::finish() {
   op_text_.clear();
   InvariantScope scope;
   try {
+    // The window first: a difference it holds is the run's first failure, before anything the
+    // end's own checks find (played ahead, the second may have stopped at it).
+    if (!settle_deferred()) return false;
     // Compared side by side, the pools must show the same bytes: every copy still in flight lands
     // first, as at a checkpoint (a device synchronizes its copy streams; the model lands them in
     // submission order); the transfers themselves stay in flight.

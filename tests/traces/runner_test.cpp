@@ -303,8 +303,11 @@ class FarAway final : public Backend {
   OpResult apply(const Op& op) override {
     ++applied;
     if (first_applied != nullptr && first_applied->load() > applied) ++applied_late;
+    if (fail_checkpoints && std::holds_alternative<Checkpoint>(op))
+      return make_error(ErrorKind::environment, "the machine failed (a test's far backend)");
     return inner_.apply(op);
   }
+  bool fail_checkpoints = false;  // every checkpoint answers as a machine failure
   // With first_applied (the first player's count of ops applied): the ops this one applied after
   // the first had applied a later one, as a second player ahead of the checks does.
   const std::atomic<std::uint64_t>* first_applied = nullptr;
@@ -437,7 +440,7 @@ TEST(Runner, ADeferredBytesDifferenceIsFoundByTheNextCheckpoint) {
 // checkpoints only, so the runner plays it ahead of the checks (second_ahead) unless told not to.
 // `late`: how many of its ops it applied after the model had applied a later one.
 ReplayReport replay_gpu_like_pair(const PoolTrace& t, const std::string& fault, CheckCadence cadence,
-                                  std::uint64_t* late = nullptr) {
+                                  std::uint64_t* late = nullptr, bool fail_checkpoints = false) {
   BackendSet b;
   auto plain = std::make_unique<sim::Model>();
   std::unique_ptr<sim::Model> other = std::make_unique<sim::Model>();
@@ -449,6 +452,7 @@ ReplayReport replay_gpu_like_pair(const PoolTrace& t, const std::string& fault, 
   auto counting = std::make_unique<CountingApplies>(*plain);
   auto far = std::make_unique<FarAway>(*other);
   far->first_applied = &counting->applied;
+  far->fail_checkpoints = fail_checkpoints;
   Player first = model_player(*plain);
   first.backend = counting.get();
   Player second;
@@ -543,6 +547,23 @@ TEST(Runner, ASecondPlayerAheadIsComparedInOpOrderAtTheWindow) {
   EXPECT_THAT(r.failure->op, HasSubstr(R"("op":"alloc")"));
   EXPECT_THAT(r.failure->message, HasSubstr("model answered"));
   EXPECT_THAT(r.failure->message, HasSubstr("model_alloc_many_partial answered"));
+}
+
+TEST(Runner, AnAnswerPlayedAheadFailsTheRunBeforeTheEndsOwnChecks) {
+  // The planted copy answers line 4 differently, and its machine fails when the end lands its
+  // transfers: the run's first failure is line 4's answer, ahead and in step alike.
+  const PoolTrace t = parse(header(tp8_config()) + R"({"op":"alloc","tokens":4})" + "\n" +
+                            R"({"op":"alloc_many","tokens":[48,48]})" + "\n" + R"({"op":"alloc","tokens":4})" + "\n");
+  for (const bool ahead : {true, false}) {
+    CheckCadence cadence;
+    cadence.compare_window = 64;
+    cadence.tables_every = 0;
+    cadence.second_ahead = ahead;
+    const ReplayReport r = replay_gpu_like_pair(t, "model_alloc_many_partial", cadence, nullptr, true);
+    ASSERT_FALSE(r.passed());
+    EXPECT_EQ(r.failure->check, "results") << (ahead ? "ahead" : "in step");
+    EXPECT_EQ(r.failure->line, 4u) << (ahead ? "ahead" : "in step");
+  }
 }
 
 TEST(Runner, DiffTablesNamesTheFirstDifference) {
