@@ -285,12 +285,12 @@ TEST(Runner, PoolBytesThatDifferNameTheirPageSlotLayerPartAndByte) {
   EXPECT_THAT(r.failure->message, HasSubstr("model says:")) << "the model names what the oracle expects there";
 }
 
-// A backend that says its digests are far away (as the GPU's are), so that the runner defers them
-// (CheckCadence::compare_window); everything else is the model's it wraps, planted or not.
-class FarAway final : public Backend {
+// Another backend's answers, passed through (what the test backends below do not change).
+class Forwarding : public Backend {
  public:
-  explicit FarAway(Backend& inner) : inner_(inner) {}
+  explicit Forwarding(Backend& inner) : inner_(inner) {}
   std::string_view name() const override { return inner_.name(); }
+  OpResult apply(const Op& op) override { return inner_.apply(op); }
   Result<PoolTables> tables() const override { return inner_.tables(); }
   Result<std::uint64_t> tables_digest() const override { return inner_.tables_digest(); }
   Result<std::vector<std::uint8_t>> raw_bytes(std::uint64_t offset, std::uint64_t length) const override {
@@ -299,13 +299,23 @@ class FarAway final : public Backend {
   Result<std::uint64_t> bytes_digest(std::span<const ByteRange> ranges) const override {
     return inner_.bytes_digest(ranges);
   }
+
+ private:
+  Backend& inner_;
+};
+
+// A backend that says its digests are far away (as the GPU's are), so that the runner defers them
+// (CheckCadence::compare_window); everything else is the model's it wraps, planted or not.
+class FarAway final : public Forwarding {
+ public:
+  using Forwarding::Forwarding;
   bool digests_are_far() const override { return true; }
   OpResult apply(const Op& op) override {
     ++applied;
     if (first_applied != nullptr && first_applied->load() > applied) ++applied_late;
     if (fail_checkpoints && std::holds_alternative<Checkpoint>(op))
       return make_error(ErrorKind::environment, "the machine failed (a test's far backend)");
-    return inner_.apply(op);
+    return Forwarding::apply(op);
   }
   bool fail_checkpoints = false;  // every checkpoint answers as a machine failure
   // With first_applied (the first player's count of ops applied): the ops this one applied after
@@ -322,45 +332,33 @@ class FarAway final : public Backend {
     ++queued;
     return Backend::queue_bytes_digest(ranges);
   }
-
- private:
-  Backend& inner_;
 };
 
 // The first player's backend, counting the ops it applied (for FarAway::applied_late).
-class CountingApplies final : public Backend {
+class CountingApplies final : public Forwarding {
  public:
-  explicit CountingApplies(Backend& inner) : inner_(inner) {}
-  std::string_view name() const override { return inner_.name(); }
+  using Forwarding::Forwarding;
   OpResult apply(const Op& op) override {
     ++applied;
-    return inner_.apply(op);
-  }
-  Result<PoolTables> tables() const override { return inner_.tables(); }
-  Result<std::uint64_t> tables_digest() const override { return inner_.tables_digest(); }
-  Result<std::vector<std::uint8_t>> raw_bytes(std::uint64_t offset, std::uint64_t length) const override {
-    return inner_.raw_bytes(offset, length);
-  }
-  Result<std::uint64_t> bytes_digest(std::span<const ByteRange> ranges) const override {
-    return inner_.bytes_digest(ranges);
+    return Forwarding::apply(op);
   }
   std::atomic<std::uint64_t> applied{0};
-
- private:
-  Backend& inner_;
 };
+
+// A model with `fault` planted ("" for none).
+std::unique_ptr<sim::Model> model_with(const std::string& fault) {
+  if (fault.empty()) return std::make_unique<sim::Model>();
+  Result<std::unique_ptr<sim::Model>> planted = make_planted_model(fault);
+  KVTWIN_CHECK(planted.ok(), "a model fault");
+  return std::move(*planted);
+}
 
 // The plain model beside a far-away copy with `fault` planted ("" for none).
 ReplayReport replay_far_pair(const PoolTrace& t, const std::string& fault, CheckCadence cadence,
                              std::uint64_t* queued = nullptr) {
   BackendSet b;
   auto plain = std::make_unique<sim::Model>();
-  std::unique_ptr<sim::Model> other = std::make_unique<sim::Model>();
-  if (!fault.empty()) {
-    Result<std::unique_ptr<sim::Model>> planted = make_planted_model(fault);
-    KVTWIN_CHECK(planted.ok(), "a model fault");
-    other = std::move(*planted);
-  }
+  std::unique_ptr<sim::Model> other = model_with(fault);
   auto far = std::make_unique<FarAway>(*other);
   Player second = model_player(*other);
   second.backend = far.get();
@@ -443,12 +441,7 @@ ReplayReport replay_gpu_like_pair(const PoolTrace& t, const std::string& fault, 
                                   std::uint64_t* late = nullptr, bool fail_checkpoints = false) {
   BackendSet b;
   auto plain = std::make_unique<sim::Model>();
-  std::unique_ptr<sim::Model> other = std::make_unique<sim::Model>();
-  if (!fault.empty()) {
-    Result<std::unique_ptr<sim::Model>> planted = make_planted_model(fault);
-    KVTWIN_CHECK(planted.ok(), "a model fault");
-    other = std::move(*planted);
-  }
+  std::unique_ptr<sim::Model> other = model_with(fault);
   auto counting = std::make_unique<CountingApplies>(*plain);
   auto far = std::make_unique<FarAway>(*other);
   far->first_applied = &counting->applied;
