@@ -2,6 +2,8 @@
 #include "sim/write_locs.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <new>
 
 #include "core/check.h"
 #include "sim/allocation_faults.h"
@@ -95,6 +97,8 @@ Status check_mark(const WriteLoc& loc, std::uint32_t model_layer) {
                         "elsewhere, give the explicit loc with physical: true");
 }
 
+void LocStamps::Free::operator()(LocStamp* p) const { std::free(p); }
+
 Status check_duplicates(std::span<const std::int64_t> locs, std::int64_t sink_end, std::uint32_t model_layer,
                         const std::string& sub_pool,
                         LocStamps* stamps, std::int64_t slots) {
@@ -110,23 +114,22 @@ Status check_duplicates(std::span<const std::int64_t> locs, std::int64_t sink_en
   if (stamps != nullptr && slots > 0 && static_cast<std::uint64_t>(slots) <= kMaxLocStampSlots) {
     // A lane-order scan: the first lane whose loc an earlier lane took is the duplicate reported,
     // with that earlier lane (the same pair as the sort below names).
-    if (stamps->epoch.size() != static_cast<std::size_t>(slots)) {
-      stamps->epoch.assign(static_cast<std::size_t>(slots), 0);
-      stamps->lane.assign(static_cast<std::size_t>(slots), 0);
-      stamps->current = 0;
-    }
-    if (++stamps->current == 0) {
-      std::fill(stamps->epoch.begin(), stamps->epoch.end(), 0);
+    if (stamps->slots != static_cast<std::size_t>(slots) || ++stamps->current == 0) {
+      // A new size, or every epoch used (after 2^32 writes): zeroed stamps, from the system.
+      stamps->at.reset(static_cast<LocStamp*>(std::calloc(static_cast<std::size_t>(slots), sizeof(LocStamp))));
+      if (!stamps->at) throw std::bad_alloc();
+      stamps->slots = static_cast<std::size_t>(slots);
       stamps->current = 1;
     }
+    LocStamp* const at = stamps->at.get();
     for (std::size_t i = 0; i < locs.size(); ++i) {
       const std::int64_t l = locs[i];
       if (l < sink_end) continue;
       KVTWIN_CHECK(l < slots, "a loc checked for duplicates lies inside the sub-pool");
-      const auto at = static_cast<std::size_t>(l);
-      if (stamps->epoch[at] == stamps->current) return refuse(stamps->lane[at], i, l);
-      stamps->epoch[at] = stamps->current;
-      stamps->lane[at] = static_cast<std::uint32_t>(i);
+      LocStamp& stamp = at[static_cast<std::size_t>(l)];
+      if (stamp.epoch == stamps->current) return refuse(stamp.lane, i, l);
+      stamp.epoch = stamps->current;
+      stamp.lane = static_cast<std::uint32_t>(i);
     }
     return ok_status();
   }

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <span>
@@ -101,10 +102,21 @@ Result<WriteLoc> for_layer(const Batch& batch, LayerKind kind, std::uint32_t mod
 Status check_mark(const WriteLoc& loc, std::uint32_t model_layer);
 
 // Where a lane last wrote each slot, by epoch, so that the duplicate check of a write costs its
-// lanes rather than a sort (one per model; slots up to kMaxLocStampSlots, a sort beyond).
+// lanes rather than a sort (one per model; slots up to kMaxLocStampSlots, a sort beyond). The
+// stamps come zeroed from calloc, which a large allocation gets from the system as pages mapped
+// on first touch: a pool of millions of slots pays for the slots its writes reach, not for all of
+// them (a 1 TiB pool's 8 Mi slots, filled with zeros up front, took longer than replaying a
+// whole public trace).
+struct LocStamp {
+  std::uint32_t epoch = 0;  // the check that last saw the slot (0: none)
+  std::uint32_t lane = 0;   // the lane that saw it then
+};
 struct LocStamps {
-  std::vector<std::uint32_t> epoch;  // per slot: the check that last saw it
-  std::vector<std::uint32_t> lane;   // per slot: the lane that saw it then
+  struct Free {
+    void operator()(LocStamp* p) const;
+  };
+  std::unique_ptr<LocStamp[], Free> at;
+  std::size_t slots = 0;
   std::uint32_t current = 0;
 };
 inline constexpr std::uint64_t kMaxLocStampSlots = std::uint64_t{1} << 23;
