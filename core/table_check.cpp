@@ -2,8 +2,10 @@
 #include "core/table_check.h"
 
 #include <algorithm>
+#include <array>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace kvtwin {
@@ -19,9 +21,23 @@ struct Band {
   bool contains(std::int64_t p) const { return p >= begin && p < end; }
 };
 
+// "sub-pool 'NAME': ", the start of every message about a side, made only when a check fails:
+// the incremental checks run after every operation, and formatting the name each time cost more
+// than the checks themselves.
+struct SidePrefix {
+  std::string_view name;
+};
+std::string operator+(const SidePrefix& side, std::string_view rest) {
+  std::string out = "sub-pool '";
+  out += side.name;
+  out += "': ";
+  out += rest;
+  return out;
+}
+
 // What every check of a side starts with (full or incremental): table sizes, the sink row, the
 // -1 sentinels and the watermark's range; sets the band.
-Status check_side_frame(const std::string& side, std::span<const std::int64_t> v2p, std::span<const std::int64_t> p2v,
+Status check_side_frame(const SidePrefix& side, std::span<const std::int64_t> v2p, std::span<const std::int64_t> p2v,
                         std::int64_t watermark, std::int64_t span_low, const SubPoolGeometry& g,
                         std::int64_t num_virtual, Band& band) {
   const auto num_pages = static_cast<std::int64_t>(g.num_pages);
@@ -50,7 +66,7 @@ Status check_side_frame(const std::string& side, std::span<const std::int64_t> v
 
 Status check_side(const SideTables& s, const SubPoolGeometry& g, std::int64_t num_virtual, std::int64_t owner_min,
                   CompactionMode mode, Band& band) {
-  const std::string side = "sub-pool '" + s.name + "': ";
+  const SidePrefix side{s.name};
   const auto num_pages = static_cast<std::int64_t>(g.num_pages);
   const auto min_page = static_cast<std::int64_t>(g.min_page_index);
   KVTWIN_TRY_STATUS(check_side_frame(side, s.v2p, s.p2v, s.watermark, s.span_low, g, num_virtual, band));
@@ -106,7 +122,7 @@ Status check_side(const SideTables& s, const SubPoolGeometry& g, std::int64_t nu
 
 // SPEC 11: a hybrid chain's bands in byte order: the state frontier, then the float's span (when
 // it holds a live page; an empty float is transparent), then the owner's band.
-Status check_hybrid_order(std::uint64_t state_end, const std::vector<Band>& bands, const std::vector<std::uint64_t>& allocated,
+Status check_hybrid_order(std::uint64_t state_end, std::span<const Band> bands, std::span<const std::uint64_t> allocated,
                           const PoolDerived& derived) {
   const std::vector<SubPoolGeometry>& g = derived.geometry.sub_pools;
   std::uint64_t low = state_end;
@@ -191,7 +207,7 @@ Status check_state_table_invariants_changed(const StateTablesView& t, const Pool
   if (!derived.geometry.state) return broken("a hybrid chain's geometry has no state sub-pool");
   const SubPoolGeometry& g = *derived.geometry.state;
   const SideTablesView& s = t.slots;
-  const std::string side = "sub-pool '" + std::string(s.name) + "': ";
+  const SidePrefix side{s.name};
   const auto num_slots = static_cast<std::int64_t>(g.num_pages);
   const auto min_slot = static_cast<std::int64_t>(g.min_page_index);
   Band band;
@@ -306,11 +322,17 @@ Status check_table_invariants_changed(const PoolTablesView& tables, const PoolDe
                   std::to_string(geometry.size()) + " sub-pools");
   const auto num_virtual = static_cast<std::int64_t>(geometry[0].num_pages);
   const auto owner_min = static_cast<std::int64_t>(geometry[0].min_page_index);
-  std::vector<Band> bands(geometry.size());
+  // A chain has at most two token sides (core/sizing.h): their bands live here, not on the heap.
+  std::array<Band, 2> band_array{};
+  std::array<std::uint64_t, 2> allocated_array{};
+  if (geometry.size() > band_array.size())
+    return broken("the pool has " + std::to_string(geometry.size()) + " token sub-pools; a chain has at most " +
+                  std::to_string(band_array.size()));
+  const std::span<Band> bands(band_array.data(), geometry.size());
   for (std::size_t i = 0; i < geometry.size(); ++i) {
     const SideTablesView& s = tables.sides[i];
     const SubPoolGeometry& g = geometry[i];
-    const std::string side = "sub-pool '" + std::string(s.name) + "': ";
+    const SidePrefix side{s.name};
     const auto num_pages = static_cast<std::int64_t>(g.num_pages);
     const auto min_page = static_cast<std::int64_t>(g.min_page_index);
     KVTWIN_TRY_STATUS(check_side_frame(side, s.v2p, s.p2v, s.watermark, s.span_low, g, num_virtual, bands[i]));
@@ -372,9 +394,9 @@ Status check_table_invariants_changed(const PoolTablesView& tables, const PoolDe
                   std::to_string(tables.sides[0].allocated_pages) + " are bound, but there are " +
                   std::to_string(usable_ids) + " usable ids");
   if (derived.has_state()) {
-    std::vector<std::uint64_t> allocated;
-    for (const SideTablesView& t : tables.sides) allocated.push_back(t.allocated_pages);
-    return check_hybrid_order(tables.state_frontier_bytes, bands, allocated, derived);
+    for (std::size_t i = 0; i < geometry.size(); ++i) allocated_array[i] = tables.sides[i].allocated_pages;
+    return check_hybrid_order(tables.state_frontier_bytes, bands,
+                              std::span<const std::uint64_t>(allocated_array.data(), geometry.size()), derived);
   }
   if (geometry.size() == 2) {
     const std::uint64_t up_end = static_cast<std::uint64_t>(bands[0].end) * geometry[0].page_bytes;

@@ -62,8 +62,8 @@ struct PoolTablesView {
 // What one operation changed, per side: the virtual pages whose v2p row changed, and the physical
 // pages whose p2v row or hole status changed (repeats allowed).
 struct TableChanges {
-  std::vector<std::vector<std::int64_t>> virtual_pages;
-  std::vector<std::vector<std::int64_t>> physical_pages;
+  std::vector<std::span<const std::int64_t>> virtual_pages;
+  std::vector<std::span<const std::int64_t>> physical_pages;
 };
 
 // SPEC 11: the state sub-pool's tables alone (its side, request table and quarantine); `state_end`

@@ -1192,9 +1192,8 @@ Status Model::verify_side(std::size_t i) const {
   return ok_status();
 }
 
-Status Model::verify_tables() const {
+Status Model::verify_tables(const PoolTables& tables) const {
   // The table invariants every backend is held to (core/table_check.h), on this model's tables.
-  KVTWIN_TRY(const PoolTables tables, this->tables());
   KVTWIN_TRY_STATUS(check_table_invariants(tables, pool_->derived, pool_->config.mode));
   for (std::size_t i = 0; i < pool_->allocator.side_count(); ++i) KVTWIN_TRY_STATUS(verify_side(i));
   if (pool_->state) KVTWIN_TRY_STATUS(verify_state());
@@ -1255,9 +1254,13 @@ Status Model::verify_changed() const {
   if (!pool_) return ok_status();
   if (built_this_op_) return verify();
   const PageAllocator& a = pool_->allocator;
-  PoolTablesView view;
+  PoolTablesView& view = changed_view_;
+  TableChanges& changes = changed_tables_;
+  view.sides.clear();
   view.free_queue_size = a.free_queue().size();
-  TableChanges changes;
+  view.state_frontier_bytes = 0;
+  changes.virtual_pages.clear();
+  changes.physical_pages.clear();
   for (std::size_t i = 0; i < a.side_count(); ++i) {
     const AllocatorSide& s = a.side(i);
     view.sides.push_back(SideTablesView{s.name(), s.v2p(), s.p2v(), s.watermark(), s.allocated_pages(), s.holes().size(),
@@ -1301,7 +1304,7 @@ Status Model::verify_changed() const {
   // the first and last remembered rows of every page it bound, unbound or moved (a page copied
   // from the wrong place, or cut short, shows there; every row of it at the next full verify).
   Status status = ok_status();
-  std::vector<std::uint8_t> expected;
+  std::vector<std::uint8_t>& expected = expected_row_;
   const auto check = [&](std::size_t i) {
     return [&, i](std::int64_t page, const RowSlot& at, const WrittenRow& row) {
       if (status.ok()) status = verify_row(i, page, at, row, expected);
@@ -1312,7 +1315,8 @@ Status Model::verify_changed() const {
       if (const WrittenRow* row = pool_->ledger.find(i, c.vpage, c.at);
           row != nullptr && status.ok() && !device_rows_pending(i, c.vpage))
         status = verify_row(i, c.vpage, c.at, *row, expected);
-    std::vector<std::int64_t> pages = a.side(i).changed_virtual();
+    std::vector<std::int64_t>& pages = changed_pages_;
+    pages.assign(a.side(i).changed_virtual().begin(), a.side(i).changed_virtual().end());
     std::sort(pages.begin(), pages.end());
     pages.erase(std::unique(pages.begin(), pages.end()), pages.end());
     for (std::int64_t v : pages)
@@ -1331,12 +1335,10 @@ Status Model::verify_changed() const {
 
 // The digest kept as operations changed the tables is the digest of the tables (an operation
 // that changed a row without recording it would leave it behind).
-Status Model::verify_tables_digest() const {
+Status Model::verify_tables_digest(const PoolTables& tables) const {
   if (digest_stale_) return ok_status();  // summed whole at the next digest
-  Result<PoolTables> t = tables();
-  if (!t.ok()) return t.error();
   KVTWIN_TRY(const std::uint64_t kept, Model::tables_digest());  // the model's own, not an override's
-  const std::uint64_t whole = digest_tables(*t);
+  const std::uint64_t whole = digest_tables(tables);
   if (kept != whole)
     return broken("the tables digest kept as operations changed the tables (" + num(kept) +
                   ") is not the digest of the tables (" + num(whole) +
@@ -1347,9 +1349,11 @@ Status Model::verify_tables_digest() const {
 
 Status Model::verify() const {
   if (!pool_) return ok_status();  // nothing built, nothing to break
-  KVTWIN_TRY_STATUS(verify_tables());
+  // One copy of the tables for both of their checks (a 1 TiB pool's are megabytes).
+  KVTWIN_TRY(const PoolTables tables, this->tables());
+  KVTWIN_TRY_STATUS(verify_tables(tables));
   KVTWIN_TRY_STATUS(verify_rows());
-  KVTWIN_TRY_STATUS(verify_tables_digest());
+  KVTWIN_TRY_STATUS(verify_tables_digest(tables));
   if (!pool_->host) return ok_status();
   KVTWIN_TRY_STATUS(verify_host(true));
   if (!pool_->host->with_bytes()) return ok_status();

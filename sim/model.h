@@ -40,6 +40,7 @@
 #include "core/oracle.h"
 #include "core/page_store.h"
 #include "core/pool_config.h"
+#include "core/table_check.h"
 #include "sim/content_ledger.h"
 #include "sim/host_arena.h"
 #include "sim/page_allocator.h"
@@ -249,7 +250,7 @@ class Model : public Backend {
   void absorb_table_changes();
   // The state sub-pool's tables (SPEC 11) into `out` (tables() and the digest share it).
   void add_state_tables(PoolTables& out) const;
-  Status verify_tables_digest() const;
+  Status verify_tables_digest(const PoolTables& tables) const;
 
   // Handlers, one per operation.
   OpResult on(const BuildPool& op);
@@ -354,7 +355,7 @@ class Model : public Backend {
   void digest_host(StateDigest& d, bool with_bytes) const;
 
   OpResult out_of_memory(const Op& op);
-  Status verify_tables() const;
+  Status verify_tables(const PoolTables& tables) const;
   Status verify_side(std::size_t i) const;
   Status verify_rows() const;
   Status verify_row(std::size_t side, std::int64_t v, const RowSlot& at, const WrittenRow& row,
@@ -393,6 +394,12 @@ class Model : public Backend {
   // check_duplicates' scratch (sim/write_locs.h), one per token side: the sides' slot counts
   // differ, and one shared scratch was resized (O(slots)) at every write that changed sides.
   mutable std::array<LocStamps, 2> loc_stamps_;
+  // verify_changed's scratch, kept between operations: the check runs after every one and
+  // allocated its views and lists anew each time (a third of its cost on a tables-only replay).
+  mutable PoolTablesView changed_view_;
+  mutable TableChanges changed_tables_;
+  mutable std::vector<std::int64_t> changed_pages_;
+  mutable std::vector<std::uint8_t> expected_row_;
   std::string poisoned_;  // why every operation is refused (an allocation failed); empty: healthy
 };
 
