@@ -20,6 +20,10 @@
 //                               device alone (storage_over_plain).
 //   BM_ReadPoolTrace            reading a recorded pool trace (parsing and checking every line).
 //                               bytes/s = file bytes.
+// BM_CheckCostByPoolSize reports two rates: items_per_second over the whole replay (the pool's
+// build and the end's full verify included, each O(pool) once), and steady_ops_per_s over the
+// operations between the first simulated step and the last (what one operation and its check
+// cost, which must not grow with the pool).
 // The Mooncake trace is read from ../shared/traces-external/ next to the source tree (or
 // $KVTWIN_TRACES_DIR); the benchmark is skipped when it is absent. Run from a Release build:
 //   build/default/tools/bench/kvtwin_traces_bench --benchmark_filter=Mooncake
@@ -31,6 +35,8 @@
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <utility>
+#include <variant>
 
 #include "core/check.h"
 #include "props/fuzz.h"
@@ -45,6 +51,35 @@ namespace {
 using namespace kvtwin;
 using namespace kvtwin::traces;
 using namespace kvtwin::props;
+
+// Times a replay's operations between the pool's build and the end's checks: it counts every op
+// played after the build (after_apply), and the replay's progress callback, called once a
+// simulated step, takes the time and the count at each step's end; the span from the first
+// step's end to the last's leaves out the one-time work (building the tables, the first step's
+// admissions, the drain and the final verify).
+class SteadyOps : public RunObserver {
+ public:
+  void after_apply(const Runner&, const OpEvent& event) override {
+    if (!std::holds_alternative<BuildPool>(event.op)) ++ops_;
+  }
+  Progress progress() {
+    return [this](std::uint64_t, std::uint64_t) {
+      const auto now = std::chrono::steady_clock::now();
+      if (!first_) first_.emplace(now, ops_);
+      last_.emplace(now, ops_);
+    };
+  }
+  // Operations a second between the first step's end and the last's (0 before two steps).
+  double ops_per_second() const {
+    if (!first_ || !last_ || last_->second <= first_->second) return 0;
+    const double seconds = std::chrono::duration<double>(last_->first - first_->first).count();
+    return seconds > 0 ? static_cast<double>(last_->second - first_->second) / seconds : 0;
+  }
+
+ private:
+  std::uint64_t ops_ = 0;
+  std::optional<std::pair<std::chrono::steady_clock::time_point, std::uint64_t>> first_, last_;
+};
 
 std::string traces_dir() {
   const char* env = std::getenv("KVTWIN_TRACES_DIR");
@@ -207,15 +242,21 @@ void BM_CheckCostByPoolSize(benchmark::State& state) {
   cadence.verify_changed = state.range(1) == 1;
   if (state.range(1) == 0) cadence.tables_every = 0;  // no table check between either
   std::uint64_t ops = 0;
+  double steady_rates = 0;
   for (auto _ : state) {
     Result<BackendSet> backends = make_backend_set(BackendChoice::model);
-    Result<ReplayReport> r = simulate_request_trace(*trace, p, *backends, cadence);
+    SteadyOps steady;
+    ReplayWatchers watchers;
+    watchers.run = &steady;
+    Result<ReplayReport> r = simulate_request_trace(*trace, p, *backends, cadence, nullptr, steady.progress(), watchers);
     KVTWIN_CHECK(r.ok() && r->passed(), "the whole trace replays clean");
     ops += r->stats.ops;
+    steady_rates += steady.ops_per_second();
     state.counters["verifies"] = static_cast<double>(r->stats.verifies);
     state.counters["incremental"] = static_cast<double>(r->stats.changed_verifies);
   }
   state.SetItemsProcessed(static_cast<std::int64_t>(ops));
+  state.counters["steady_ops_per_s"] = steady_rates / static_cast<double>(state.iterations());
 }
 BENCHMARK(BM_CheckCostByPoolSize)
     ->ArgNames({"GiB", "checks"})
