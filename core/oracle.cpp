@@ -1,6 +1,7 @@
 // Content oracle rows and the byte digest.
 #include "core/oracle.h"
 
+#include <algorithm>
 #include <compare>
 #include <cstring>
 #include <map>
@@ -127,22 +128,67 @@ const std::vector<std::uint8_t>& oracle_pattern(std::uint64_t seed, const RowIde
   return pattern(PatternKey{seed, id.sub_pool, id.layer, id.part, dtype, bytes});
 }
 
-void fill_oracle_row(std::uint64_t seed, const RowIdentity& id, DType dtype, std::span<std::uint8_t> out) {
-  const std::vector<std::uint8_t>& pat = oracle_pattern(seed, id, dtype, out.size());
-  const std::uint64_t key = oracle_row_key(seed, id);
-  const std::uint64_t mask = key_mask(dtype);
+namespace {
+
+// Word i of a row is pattern[i] ^ ((key + i * kOracleKeyStep) & mask), the key stepped by one add
+// a word; a row that is not a whole number of words ends in a byte tail, little-endian.
+void fill_row(const std::uint8_t* pattern, std::uint64_t key, std::uint64_t mask, std::span<std::uint8_t> out) {
   const std::size_t words = out.size() / 8;
-  for (std::size_t i = 0; i < words; ++i) {
+  std::uint64_t k = key;
+  for (std::size_t i = 0; i < words; ++i, k += kOracleKeyStep) {
     std::uint64_t w = 0;
-    std::memcpy(&w, pat.data() + i * 8, 8);
-    w ^= (key + i * kOracleKeyStep) & mask;
+    std::memcpy(&w, pattern + i * 8, 8);
+    w ^= k & mask;
     std::memcpy(out.data() + i * 8, &w, 8);
   }
   // A row shorter than a word's multiple (rows are multiples of 16 bytes in a pool; other callers
   // may ask for any whole number of elements): the tail, byte by byte, little-endian.
-  const std::uint64_t tail_key = (key + words * kOracleKeyStep) & mask;
+  const std::uint64_t tail_key = k & mask;
   for (std::size_t b = words * 8; b < out.size(); ++b)
-    out[b] = static_cast<std::uint8_t>(pat[b] ^ (tail_key >> (8 * (b - words * 8))));
+    out[b] = static_cast<std::uint8_t>(pattern[b] ^ (tail_key >> (8 * (b - words * 8))));
+}
+
+}  // namespace
+
+void fill_oracle_row(std::uint64_t seed, const RowIdentity& id, DType dtype, std::span<std::uint8_t> out) {
+  fill_row(oracle_pattern(seed, id, dtype, out.size()).data(), oracle_row_key(seed, id), key_mask(dtype), out);
+}
+
+OracleRowFamily::OracleRowFamily(std::uint64_t seed, const RowIdentity& of, DType dtype, std::size_t row_bytes)
+    : seed_(seed), of_(of), mask_(key_mask(dtype)), pattern_(oracle_pattern(seed, of, dtype, row_bytes)) {}
+
+std::uint64_t OracleRowFamily::key(std::int64_t source_token, std::uint64_t write_number) const {
+  RowIdentity id = of_;
+  id.source_token = source_token;
+  id.write_number = write_number;
+  return oracle_row_key(seed_, id);
+}
+
+void OracleRowFamily::fill(std::uint64_t key, std::span<std::uint8_t> out) const {
+  KVTWIN_CHECK(out.size() == pattern_.size(), "an oracle row is filled whole");
+  fill_row(pattern_.data(), key, mask_, out);
+}
+
+std::size_t OracleRowFamily::first_difference(std::uint64_t key, std::span<const std::uint8_t> row) const {
+  KVTWIN_CHECK(row.size() == pattern_.size(), "an oracle row is compared whole");
+  const std::size_t words = row.size() / 8;
+  const std::uint8_t* pattern = pattern_.data();
+  std::uint64_t k = key;
+  std::uint64_t differ = 0;
+  for (std::size_t i = 0; i < words; ++i, k += kOracleKeyStep) {
+    std::uint64_t have = 0, want = 0;
+    std::memcpy(&have, row.data() + i * 8, 8);
+    std::memcpy(&want, pattern + i * 8, 8);
+    differ |= have ^ want ^ (k & mask_);
+  }
+  const std::uint64_t tail_key = k & mask_;
+  for (std::size_t b = words * 8; b < row.size(); ++b)
+    differ |= row[b] ^ static_cast<std::uint8_t>(pattern[b] ^ (tail_key >> (8 * (b - words * 8))));
+  if (differ == 0) return row.size();
+  // Rare: name the byte (the row made whole, then compared).
+  std::vector<std::uint8_t> expected(row.size());
+  fill(key, expected);
+  return static_cast<std::size_t>(std::mismatch(row.begin(), row.end(), expected.begin()).first - row.begin());
 }
 
 float oracle_query_value(std::uint64_t query_seed, std::uint32_t request, std::uint32_t head, std::uint32_t index) {

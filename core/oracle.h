@@ -40,6 +40,31 @@ std::uint64_t oracle_key_mask(DType dtype);
 const std::vector<std::uint8_t>& oracle_pattern(std::uint64_t seed, const RowIdentity& id, DType dtype,
                                                 std::size_t bytes);
 
+// The oracle rows of one family: one (seed, sub-pool, layer, part, dtype, row length), every
+// source token and write number. It takes the pattern once and then makes or checks each row
+// from its key alone, as cheaply as copying the row: a writer or checker of many rows holds one
+// (fill_oracle_row looks the pattern up for every row). The same rows as fill_oracle_row.
+class OracleRowFamily {
+ public:
+  // `of`'s source token and write number do not matter.
+  OracleRowFamily(std::uint64_t seed, const RowIdentity& of, DType dtype, std::size_t row_bytes);
+
+  std::size_t row_bytes() const { return pattern_.size(); }
+  // oracle_row_key of this family's row of (source token, write number).
+  std::uint64_t key(std::int64_t source_token, std::uint64_t write_number) const;
+  // The row of `key` into `out` (row_bytes() long).
+  void fill(std::uint64_t key, std::span<std::uint8_t> out) const;
+  // The first byte of `row` (row_bytes() long) that is not the row of `key`'s, or row_bytes()
+  // when every byte is; made and compared a word at a time, no row materialized.
+  std::size_t first_difference(std::uint64_t key, std::span<const std::uint8_t> row) const;
+
+ private:
+  std::uint64_t seed_ = 0;
+  RowIdentity of_;
+  std::uint64_t mask_ = 0;
+  std::vector<std::uint8_t> pattern_;
+};
+
 // Query vectors for the reference attention: element `index` of request `request`, head `head`.
 // Returns float values exactly representable in bf16, finite and non-zero.
 float oracle_query_value(std::uint64_t query_seed, std::uint32_t request, std::uint32_t head, std::uint32_t index);

@@ -59,14 +59,6 @@ void ContentLedger::forget_page(std::size_t side, std::int64_t vpage) {
   std::vector<WrittenRow>().swap(s.pages[static_cast<std::size_t>(vpage)]);
 }
 
-std::vector<ContentLedger::ChangedRow> ContentLedger::changed_rows(std::size_t side) const {
-  const SideRows& s = sides_.at(side);
-  std::vector<ChangedRow> out;
-  out.reserve(s.changed.size());
-  for (const auto& [vpage, i] : s.changed) out.push_back(ChangedRow{vpage, position(s, i)});
-  return out;
-}
-
 const WrittenRow* ContentLedger::find(std::size_t side, std::int64_t vpage, const RowSlot& at) const {
   const SideRows& s = sides_.at(side);
   if (vpage < 0 || static_cast<std::size_t>(vpage) >= s.pages.size()) return nullptr;

@@ -77,13 +77,17 @@ class ContentLedger {
       if (rows[i].written) fn(vpage, position(s, i), rows[i]);
   }
 
-  // The rows of a side recorded since clear_changes() (repeats allowed): the incremental verify
-  // re-reads only these (and a moved page's first and last rows).
-  struct ChangedRow {
-    std::int64_t vpage = 0;
-    RowSlot at;
-  };
-  std::vector<ChangedRow> changed_rows(std::size_t side) const;
+  // Calls fn(vpage, RowSlot, WrittenRow) for the rows of a side recorded since clear_changes()
+  // that are still remembered (repeats allowed): the incremental verify re-reads only these (and
+  // a moved page's first and last rows).
+  template <class Fn>
+  void for_each_changed_row(std::size_t side, Fn&& fn) const {
+    const SideRows& s = sides_.at(side);
+    for (const auto& [vpage, i] : s.changed) {
+      const std::vector<WrittenRow>& rows = s.pages[static_cast<std::size_t>(vpage)];
+      if (i < rows.size() && rows[i].written) fn(vpage, position(s, i), rows[i]);
+    }
+  }
   // Calls fn(vpage, RowSlot, WrittenRow) for the first and the last remembered row of a page.
   template <class Fn>
   void for_first_and_last_row_of_page(std::size_t side, std::int64_t vpage, Fn&& fn) const {
@@ -109,7 +113,7 @@ class ContentLedger {
     std::uint32_t layers = 0;
     std::size_t parts = 0;
     std::vector<std::vector<WrittenRow>> pages;  // by virtual page; empty when nothing is written
-    std::vector<std::pair<std::int64_t, std::size_t>> changed;  // (vpage, row index): see changed_rows()
+    std::vector<std::pair<std::int64_t, std::size_t>> changed;  // (vpage, row index): see for_each_changed_row()
   };
   std::size_t index(const SideRows& s, const RowSlot& at) const;
   static RowSlot position(const SideRows& s, std::size_t index);

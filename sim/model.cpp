@@ -125,8 +125,8 @@ void Model::note_touched(std::uint64_t offset, std::uint64_t length) {
 
 void Model::note_written_row(std::uint64_t offset, std::uint64_t length) {
   const PoolBytes& bytes = *pool_->bytes;
-  // This row is the one write since the last row digested, and whole words: its digest adds
-  // (a merge with an adjacent row then splits no word).
+  // This row is the one write since the last row noted, and whole words: the ranges noted so far
+  // are exactly the bytes written (a merge with an adjacent row then splits no word).
   const bool only_this_row = bytes.writes() == touched_sum_writes_ + 1 && bytes.last_written() == ByteRange{offset, length};
   const bool words = offset % 8 == 0 && length % 8 == 0;
   const bool new_range = add_touched(offset, length);
@@ -134,19 +134,21 @@ void Model::note_written_row(std::uint64_t offset, std::uint64_t length) {
     touched_sum_holds_ = false;
     return;
   }
-  touched_sum_ += bytes_digest_of_range(offset, bytes.range(offset, length));
   touched_sum_writes_ = bytes.writes();
 }
 
 std::optional<std::uint64_t> Model::touched_digest() const {
   if (!touched_sum_holds_ || built_this_op_ || !pool_ || !pool_->bytes || pool_->bytes->writes() != touched_sum_writes_)
     return std::nullopt;
-  return touched_sum_;
+  // Summed when asked (only a runner beside another backend asks), over the rows just written,
+  // still in cache: a replay on the model alone never pays for it.
+  std::uint64_t sum = 0;
+  for (const ByteRange& r : touched_) sum += bytes_digest_of_range(r.offset, pool_->bytes->range(r.offset, r.length));
+  return sum;
 }
 
 OpResult Model::apply(const Op& op) {
   touched_.clear();
-  touched_sum_ = 0;
   touched_sum_holds_ = true;
   touched_sum_writes_ = pool_ && pool_->bytes ? pool_->bytes->writes() : 0;
   built_this_op_ = std::holds_alternative<BuildPool>(op);
@@ -700,13 +702,13 @@ void Model::forget_overlapped_rows(std::size_t written_side, std::uint64_t begin
 void Model::write_row(std::size_t side, std::int64_t pt, std::uint32_t layer, std::size_t part, std::int64_t token,
                       std::uint64_t write_number) {
   const DenseEntryLayout& layout = pool_->derived.layouts[side];
-  const RowIdentity id{token, static_cast<std::uint32_t>(side), layer, static_cast<std::uint32_t>(part), write_number};
+  const OracleRowFamily& family = oracle_family(side, layer, part);
   std::span<std::uint8_t> row = pool_->bytes->row(layout, pt, part, layer);
   // The row itself, not its whole entry: a write of one layer changes 1/L of each entry, and the
   // side-by-side digest of what an op wrote costs what it wrote (a stray byte elsewhere in the
   // entry is found by the checkpoint's whole-pool comparison).
   const std::uint64_t begin = static_cast<std::uint64_t>(row.data() - std::as_const(*pool_->bytes).all().data());
-  fill_oracle_row(pool_->config.seed, id, layout.parts[part].dtype, row);
+  family.fill(family.key(token, write_number), row);
   note_written_row(begin, row.size());
   // The ledger remembers the row when its page is bound; a row of an unbound page is not data.
   const AllocatorSide& s = pool_->allocator.side(side);
@@ -1213,8 +1215,27 @@ Status Model::verify_batches_and_graphs() const {
   return ok_status();
 }
 
-Status Model::verify_row(std::size_t i, std::int64_t v, const RowSlot& at, const WrittenRow& row,
-                         std::vector<std::uint8_t>& expected) const {
+const OracleRowFamily& Model::oracle_family(std::size_t side, std::uint32_t layer, std::size_t part) const {
+  const DenseEntryLayout& layout = pool_->derived.layouts.at(side);
+  KVTWIN_CHECK(part < layout.parts.size() && layer < layout.parts[part].layer_num, "an oracle family of the layout");
+  // Indexed side, then part, then layer, over every token side's parts.
+  std::size_t index = 0;
+  for (std::size_t s = 0; s < side; ++s)
+    for (const DensePart& p : pool_->derived.layouts[s].parts) index += p.layer_num;
+  for (std::size_t p = 0; p < part; ++p) index += layout.parts[p].layer_num;
+  index += layer;
+  std::vector<std::unique_ptr<OracleRowFamily>>& families = pool_->oracle_families;
+  if (families.size() <= index) families.resize(index + 1);
+  if (!families[index]) {
+    const DensePart& p = layout.parts[part];
+    families[index] = std::make_unique<OracleRowFamily>(
+        pool_->config.seed, RowIdentity{0, static_cast<std::uint32_t>(side), layer, static_cast<std::uint32_t>(part), 0},
+        p.dtype, p.row_bytes());
+  }
+  return *families[index];
+}
+
+Status Model::verify_row(std::size_t i, std::int64_t v, const RowSlot& at, const WrittenRow& row) const {
   const AllocatorSide& s = pool_->allocator.side(i);
   const DenseEntryLayout& layout = pool_->derived.layouts[i];
   // Read through translation: the physical token of (v, slot) is v2p[v] * ps + slot.
@@ -1222,18 +1243,15 @@ Status Model::verify_row(std::size_t i, std::int64_t v, const RowSlot& at, const
   if (p < s.min_page())
     return broken("sub-pool '" + s.name() + "': a row of virtual page " + num(v) + " is remembered, but the page is not bound");
   const std::int64_t pt = p * pool_->page_size + at.slot;
-  const DensePart& part = layout.parts[at.part];
-  const RowIdentity id{row.source_token, static_cast<std::uint32_t>(i), at.layer, static_cast<std::uint32_t>(at.part),
-                       row.write_number};
-  expected.resize(part.row_bytes());
-  fill_oracle_row(pool_->config.seed, id, part.dtype, expected);
+  const OracleRowFamily& family = oracle_family(i, at.layer, at.part);
   auto actual = std::as_const(*pool_->bytes).row(layout, pt, at.part, at.layer);
-  if (!std::equal(actual.begin(), actual.end(), expected.begin())) {
-    const auto diff = std::mismatch(actual.begin(), actual.end(), expected.begin());
+  const std::size_t differs_at = family.first_difference(family.key(row.source_token, row.write_number), actual);
+  if (differs_at != actual.size()) {
+    const DensePart& part = layout.parts[at.part];
     return broken("sub-pool '" + s.name() + "': virtual token " + num(v * pool_->page_size + at.slot) + " (physical " +
                   num(pt) + ") part '" + part.name + "' layer " + num(at.layer) + " does not hold the oracle row of token " +
                   num(row.source_token) + " at write " + num(row.write_number) + "; first difference at byte " +
-                  num(std::uint64_t(diff.first - actual.begin())) + " of the row");
+                  num(std::uint64_t{differs_at}) + " of the row");
   }
   return ok_status();
 }
@@ -1241,11 +1259,10 @@ Status Model::verify_row(std::size_t i, std::int64_t v, const RowSlot& at, const
 Status Model::verify_rows() const {
   if (!pool_->bytes) return ok_status();
   Status status = ok_status();
-  std::vector<std::uint8_t> expected;
   for (std::size_t i = 0; i < pool_->allocator.side_count() && status.ok(); ++i)
     pool_->ledger.for_each_row(i, [&](std::int64_t v, const RowSlot& at, const WrittenRow& row) {
       // A load-back's page holds its rows once its copy has landed (docs/host_arena.md).
-      if (status.ok() && !device_rows_pending(i, v)) status = verify_row(i, v, at, row, expected);
+      if (status.ok() && !device_rows_pending(i, v)) status = verify_row(i, v, at, row);
     });
   return status;
 }
@@ -1304,17 +1321,15 @@ Status Model::verify_changed() const {
   // the first and last remembered rows of every page it bound, unbound or moved (a page copied
   // from the wrong place, or cut short, shows there; every row of it at the next full verify).
   Status status = ok_status();
-  std::vector<std::uint8_t>& expected = expected_row_;
   const auto check = [&](std::size_t i) {
     return [&, i](std::int64_t page, const RowSlot& at, const WrittenRow& row) {
-      if (status.ok()) status = verify_row(i, page, at, row, expected);
+      if (status.ok()) status = verify_row(i, page, at, row);
     };
   };
   for (std::size_t i = 0; i < a.side_count() && status.ok(); ++i) {
-    for (const ContentLedger::ChangedRow& c : pool_->ledger.changed_rows(i))
-      if (const WrittenRow* row = pool_->ledger.find(i, c.vpage, c.at);
-          row != nullptr && status.ok() && !device_rows_pending(i, c.vpage))
-        status = verify_row(i, c.vpage, c.at, *row, expected);
+    pool_->ledger.for_each_changed_row(i, [&](std::int64_t vpage, const RowSlot& at, const WrittenRow& row) {
+      if (status.ok() && !device_rows_pending(i, vpage)) status = verify_row(i, vpage, at, row);
+    });
     std::vector<std::int64_t>& pages = changed_pages_;
     pages.assign(a.side(i).changed_virtual().begin(), a.side(i).changed_virtual().end());
     std::sort(pages.begin(), pages.end());
@@ -1329,7 +1344,7 @@ Status Model::verify_changed() const {
   if (host_tables_changed_) KVTWIN_TRY_STATUS(verify_host(true));
   if (pool_->host->with_bytes())
     for (const auto& [side, logical] : host_pages_changed_)
-      if (!host_rows_pending(side, logical)) KVTWIN_TRY_STATUS(verify_host_page(side, logical, expected));
+      if (!host_rows_pending(side, logical)) KVTWIN_TRY_STATUS(verify_host_page(side, logical));
   return ok_status();
 }
 
@@ -1357,10 +1372,9 @@ Status Model::verify() const {
   if (!pool_->host) return ok_status();
   KVTWIN_TRY_STATUS(verify_host(true));
   if (!pool_->host->with_bytes()) return ok_status();
-  std::vector<std::uint8_t> expected;
   for (std::size_t side = 0; side < pool_->host_rows.size(); ++side)
     for (const auto& [logical, rows] : pool_->host_rows[side])
-      if (!host_rows_pending(side, logical)) KVTWIN_TRY_STATUS(verify_host_page(side, logical, expected));
+      if (!host_rows_pending(side, logical)) KVTWIN_TRY_STATUS(verify_host_page(side, logical));
   return ok_status();
 }
 

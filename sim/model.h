@@ -104,12 +104,12 @@ class Model : public Backend {
   // of moves), in the order written, adjacent repeats merged; empty for tables-only pools. The
   // runner compares exactly these bytes between two backends after every operation.
   const std::vector<ByteRange>& touched_bytes() const;
-  // bytes_digest(touched_bytes()) made as the last apply() wrote its rows (each row digested
-  // while it is in cache), when that is exactly the digest of those ranges now: every range
-  // noted was a row written once, whole 8-byte words at 8-byte offsets, and nothing else was
-  // written since (PoolBytes::writes). nullopt otherwise (a page moved, a state slot written, a
-  // row written twice): the caller digests the ranges. Ranges that overlap or lie below the
-  // reserved floor are the caller's to rule out (it sorts them anyway).
+  // bytes_digest(touched_bytes()) of the rows the last apply() wrote, summed over them when asked
+  // (still in cache), when that is exactly the digest of those ranges now: every range noted was
+  // a row written once, whole 8-byte words at 8-byte offsets, and nothing else was written since
+  // (PoolBytes::writes). nullopt otherwise (a page moved, a state slot written, a row written
+  // twice): the caller digests the ranges. Ranges that overlap or lie below the reserved floor
+  // are the caller's to rule out (it sorts them anyway).
   std::optional<std::uint64_t> touched_digest() const;
   // The whole raw pool buffer, read-only and without a copy (the Python binding hands it out as a
   // numpy view). The same errors as raw_bytes before `build` and in tables-only mode. The span
@@ -351,21 +351,22 @@ class Model : public Backend {
   bool device_rows_pending(std::size_t side, std::int64_t vpage) const;
   bool host_rows_pending(std::size_t side, std::int64_t logical) const;
   Status verify_host(bool tables_too) const;
-  Status verify_host_page(std::size_t side, std::int64_t logical, std::vector<std::uint8_t>& expected) const;
+  Status verify_host_page(std::size_t side, std::int64_t logical) const;
   void digest_host(StateDigest& d, bool with_bytes) const;
 
   OpResult out_of_memory(const Op& op);
   Status verify_tables(const PoolTables& tables) const;
   Status verify_side(std::size_t i) const;
   Status verify_rows() const;
-  Status verify_row(std::size_t side, std::int64_t v, const RowSlot& at, const WrittenRow& row,
-                    std::vector<std::uint8_t>& expected) const;
+  Status verify_row(std::size_t side, std::int64_t v, const RowSlot& at, const WrittenRow& row) const;
+  // The oracle's rows of (token side, layer, part) of this pool (made on first use, kept with it).
+  const OracleRowFamily& oracle_family(std::size_t side, std::uint32_t layer, std::size_t part) const;
   Status verify_batches_and_graphs() const;
 
   // Records bytes the current operation wrote (touched_bytes()); such an op has no
   // touched_digest().
   void note_touched(std::uint64_t offset, std::uint64_t length);
-  // The same for a row just written through PoolBytes::row, digested now (touched_digest()).
+  // The same for a row just written through PoolBytes::row (touched_digest() vouches for it).
   void note_written_row(std::uint64_t offset, std::uint64_t length);
   // Adds a range to touched_; false when it lay inside the last one (written again).
   bool add_touched(std::uint64_t offset, std::uint64_t length);
@@ -373,9 +374,8 @@ class Model : public Backend {
   std::unique_ptr<Pool> pool_;
   std::string storage_parent_;  // set_storage_parent
   std::vector<ByteRange> touched_;
-  // touched_digest(): the sum so far, whether it still holds, and PoolBytes::writes() at its
-  // last row.
-  std::uint64_t touched_sum_ = 0;
+  // touched_digest(): whether the ranges noted are exactly what was written, and
+  // PoolBytes::writes() at the last row noted.
   bool touched_sum_holds_ = false;
   std::uint64_t touched_sum_writes_ = 0;
   bool built_this_op_ = false;    // the last operation built a pool: verify_changed() checks it all
@@ -399,7 +399,6 @@ class Model : public Backend {
   mutable PoolTablesView changed_view_;
   mutable TableChanges changed_tables_;
   mutable std::vector<std::int64_t> changed_pages_;
-  mutable std::vector<std::uint8_t> expected_row_;
   std::string poisoned_;  // why every operation is refused (an allocation failed); empty: healthy
 };
 

@@ -516,7 +516,7 @@ Status Model::verify_host(bool tables_too) const {
   return ok_status();
 }
 
-Status Model::verify_host_page(std::size_t side, std::int64_t logical, std::vector<std::uint8_t>& expected) const {
+Status Model::verify_host_page(std::size_t side, std::int64_t logical) const {
   const HostArena& host = *pool_->host;
   const auto found = pool_->host_rows[side].find(logical);
   if (found == pool_->host_rows[side].end()) return ok_status();
@@ -529,13 +529,11 @@ Status Model::verify_host_page(std::size_t side, std::int64_t logical, std::vect
     if (!rows[i].written) continue;
     const RowSlot at = pool_->ledger.row_position(side, i);
     const DensePart& part = layout.parts[at.part];
-    const RowIdentity id{rows[i].source_token, static_cast<std::uint32_t>(side), at.layer,
-                         static_cast<std::uint32_t>(at.part), rows[i].write_number};
-    expected.resize(part.row_bytes());
-    fill_oracle_row(pool_->config.seed, id, part.dtype, expected);
+    const OracleRowFamily& family = oracle_family(side, at.layer, at.part);
     const std::uint64_t offset = static_cast<std::uint64_t>(at.slot) * layout.entry_bytes + part.offset_bytes +
                                  std::uint64_t{at.layer} * part.layer_stride_bytes;
-    if (std::memcmp(page.data() + offset, expected.data(), expected.size()) != 0)
+    const std::span<const std::uint8_t> row(reinterpret_cast<const std::uint8_t*>(page.data()) + offset, part.row_bytes());
+    if (family.first_difference(family.key(rows[i].source_token, rows[i].write_number), row) != row.size())
       return broken("host page " + num(logical) + " of side '" + host.side(side).name + "' (physical " + num(p) +
                     ") slot " + num(at.slot) + " part '" + part.name + "' layer " + num(at.layer) +
                     " does not hold the oracle row of token " + num(rows[i].source_token) + " at write " +

@@ -118,6 +118,10 @@ struct Model::Pool {
   // stores, its bytes, so that the store's decisions, an unchanged page touched rather than
   // rewritten, follow the bytes alone, as on the GPU, which keeps no identities).
   std::map<StoredPageKey, std::vector<WrittenRow>> stored_rows;
+
+  // The oracle's row families of the token sides (Model::oracle_family), made on first use: per
+  // side, part and layer, its pattern taken once for every row written or checked there.
+  std::vector<std::unique_ptr<OracleRowFamily>> oracle_families;
 };
 
 }  // namespace kvtwin::sim

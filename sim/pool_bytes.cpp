@@ -101,27 +101,29 @@ std::span<const std::uint8_t> PoolBytes::range(std::uint64_t offset, std::uint64
 }
 
 std::uint64_t PoolBytes::row_offset(const DenseEntryLayout& layout, std::int64_t pt, std::size_t part,
-                                    std::uint32_t layer) const {
+                                    std::uint32_t layer, std::uint64_t row_bytes) const {
   KVTWIN_CHECK(part < layout.parts.size(), "a part of the layout");
-  const DensePart& p = layout.parts[part];
-  Result<std::uint64_t> offset = row_byte_address(layout, PhysicalTokenId{pt}, p, layer);
-  KVTWIN_CHECK(offset.ok(), offset.ok() ? std::string() : offset.error().message);
-  KVTWIN_CHECK(*offset + p.row_bytes() <= bytes_.size(),
+  Result<std::uint64_t> offset = row_byte_address(layout, PhysicalTokenId{pt}, layout.parts[part], layer);
+  KVTWIN_CHECK(offset.ok(), offset.error().message);
+  KVTWIN_CHECK(*offset + row_bytes <= bytes_.size(),
                "row of token " + std::to_string(pt) + " of sub-pool '" + layout.sub_pool + "' inside the pool");
   return *offset;
 }
 
 std::span<std::uint8_t> PoolBytes::row(const DenseEntryLayout& layout, std::int64_t pt, std::size_t part,
                                        std::uint32_t layer) {
-  const std::uint64_t offset = row_offset(layout, pt, part, layer);
-  mark_written(offset, layout.parts[part].row_bytes());
-  return std::span<std::uint8_t>(bytes_).subspan(offset, layout.parts[part].row_bytes());
+  KVTWIN_CHECK(part < layout.parts.size(), "a part of the layout");
+  const std::uint64_t row_bytes = layout.parts[part].row_bytes();
+  const std::uint64_t offset = row_offset(layout, pt, part, layer, row_bytes);
+  mark_written(offset, row_bytes);
+  return bytes_.subspan(offset, row_bytes);
 }
 
 std::span<const std::uint8_t> PoolBytes::row(const DenseEntryLayout& layout, std::int64_t pt, std::size_t part,
                                              std::uint32_t layer) const {
-  const std::uint64_t offset = row_offset(layout, pt, part, layer);
-  return std::span<const std::uint8_t>(bytes_).subspan(offset, layout.parts[part].row_bytes());
+  KVTWIN_CHECK(part < layout.parts.size(), "a part of the layout");
+  const std::uint64_t row_bytes = layout.parts[part].row_bytes();
+  return std::span<const std::uint8_t>(bytes_).subspan(row_offset(layout, pt, part, layer, row_bytes), row_bytes);
 }
 
 void PoolBytes::copy_page(const SubPoolGeometry& geometry, std::int64_t src, std::int64_t dst) {

@@ -59,7 +59,8 @@ class PoolBytes {
   void copy_page(const SubPoolGeometry& geometry, std::int64_t src, std::int64_t dst);
 
  private:
-  std::uint64_t row_offset(const DenseEntryLayout& layout, std::int64_t pt, std::size_t part, std::uint32_t layer) const;
+  std::uint64_t row_offset(const DenseEntryLayout& layout, std::int64_t pt, std::size_t part, std::uint32_t layer,
+                           std::uint64_t row_bytes) const;
   // The kept digests of the regions [offset, offset + length) overlaps go stale.
   void mark_written(std::uint64_t offset, std::uint64_t length);
   // The digest of whole region `r`, kept.

@@ -4,6 +4,7 @@
 //
 // Finiteness and non-zero-ness are judged from the bit fields of each format, written out here
 // (IEEE binary16/bfloat16/binary32 and OCP e4m3), not through the project's converters.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <set>
@@ -88,6 +89,58 @@ TEST(Oracle, RowsAreAFunctionOfSeedAndIdentity) {
   std::set<std::vector<std::uint8_t>> seen;
   for (std::int64_t t = 0; t < 200; ++t) seen.insert(row(7, RowIdentity{t, 0, 0, 0, 0}, DType::bf16, 16));
   EXPECT_EQ(seen.size(), 200u);
+}
+
+// A family's rows, written out from the documented law (word i is pattern[i] ^ ((key + i *
+// kOracleKeyStep) & mask), the tail byte by byte), not through the oracle's own loop.
+std::vector<std::uint8_t> row_by_the_law(std::uint64_t seed, const RowIdentity& id, DType d, std::size_t bytes) {
+  const std::vector<std::uint8_t>& pattern = oracle_pattern(seed, id, d, bytes);
+  const std::uint64_t key = oracle_row_key(seed, id);
+  const std::uint64_t mask = oracle_key_mask(d);
+  std::vector<std::uint8_t> out(bytes);
+  for (std::size_t b = 0; b < bytes; ++b) {
+    const std::uint64_t word_key = (key + (b / 8) * kOracleKeyStep) & mask;
+    out[b] = static_cast<std::uint8_t>(pattern[b] ^ (word_key >> (8 * (b % 8))));
+  }
+  return out;
+}
+
+TEST(OracleRowFamily, MakesTheRowsOfTheLawForEveryTokenAndWrite) {
+  for (DType d : kAllDtypes)
+    for (std::size_t elements : {1, 3, 8, 64, 129}) {
+      const std::size_t bytes = elements * dtype_size_bytes(d);
+      const OracleRowFamily family(9, RowIdentity{0, 1, 5, 1, 0}, d, bytes);
+      ASSERT_EQ(family.row_bytes(), bytes);
+      for (std::int64_t token : {0, 17, 40000})
+        for (std::uint64_t write : {0, 1, 99}) {
+          const RowIdentity id{token, 1, 5, 1, write};
+          std::vector<std::uint8_t> made(bytes);
+          family.fill(family.key(token, write), made);
+          EXPECT_EQ(made, row_by_the_law(9, id, d, bytes)) << dtype_name(d) << " " << elements << " elements";
+          EXPECT_EQ(made, row(9, id, d, elements)) << "fill_oracle_row makes the same row";
+        }
+    }
+}
+
+TEST(OracleRowFamily, FirstDifferenceNamesTheFirstByteThatIsNotTheOracles) {
+  for (DType d : kAllDtypes) {
+    const std::size_t bytes = 37 * dtype_size_bytes(d);  // fp8: a row with a byte tail past its last word
+    const OracleRowFamily family(3, RowIdentity{0, 0, 2, 0, 0}, d, bytes);
+    const std::uint64_t key = family.key(1234, 7);
+    const std::vector<std::uint8_t> good = row_by_the_law(3, RowIdentity{1234, 0, 2, 0, 7}, d, bytes);
+    EXPECT_EQ(family.first_difference(key, good), bytes) << dtype_name(d);
+    for (std::size_t at = 0; at < bytes; ++at) {
+      std::vector<std::uint8_t> bad = good;
+      bad[at] ^= 0x10;
+      EXPECT_EQ(family.first_difference(key, bad), at) << dtype_name(d) << " byte " << at;
+    }
+    // Another token's row differs at its first byte whose key bits differ, and is never the same row.
+    const std::vector<std::uint8_t> other = row_by_the_law(3, RowIdentity{1235, 0, 2, 0, 7}, d, bytes);
+    const std::size_t expected =
+        static_cast<std::size_t>(std::mismatch(other.begin(), other.end(), good.begin()).first - other.begin());
+    ASSERT_LT(expected, bytes);
+    EXPECT_EQ(family.first_difference(key, other), expected) << dtype_name(d);
+  }
 }
 
 TEST(Oracle, QueryValuesAreFiniteNonZeroBf16) {
