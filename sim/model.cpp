@@ -135,13 +135,17 @@ void Model::note_written_row(std::uint64_t offset, std::uint64_t length) {
     return;
   }
   touched_sum_writes_ = bytes.writes();
+  if (touched_digest_asked_) touched_sum_ += bytes_digest_of_range(offset, bytes.range(offset, length));
 }
 
 std::optional<std::uint64_t> Model::touched_digest() const {
   if (!touched_sum_holds_ || built_this_op_ || !pool_ || !pool_->bytes || pool_->bytes->writes() != touched_sum_writes_)
     return std::nullopt;
-  // Summed when asked (only a runner beside another backend asks), over the rows just written,
-  // still in cache: a replay on the model alone never pays for it.
+  // Only a runner beside another backend asks, and it asks after every operation: from its first
+  // question on, each row is digested as it is written (in cache); until then, a replay on the
+  // model alone never pays for it, and the first answer is summed over the rows noted.
+  if (touched_digest_asked_) return touched_sum_;
+  touched_digest_asked_ = true;
   std::uint64_t sum = 0;
   for (const ByteRange& r : touched_) sum += bytes_digest_of_range(r.offset, pool_->bytes->range(r.offset, r.length));
   return sum;
@@ -149,6 +153,7 @@ std::optional<std::uint64_t> Model::touched_digest() const {
 
 OpResult Model::apply(const Op& op) {
   touched_.clear();
+  touched_sum_ = 0;
   touched_sum_holds_ = true;
   touched_sum_writes_ = pool_ && pool_->bytes ? pool_->bytes->writes() : 0;
   built_this_op_ = std::holds_alternative<BuildPool>(op);

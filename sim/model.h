@@ -374,9 +374,11 @@ class Model : public Backend {
   std::unique_ptr<Pool> pool_;
   std::string storage_parent_;  // set_storage_parent
   std::vector<ByteRange> touched_;
-  // touched_digest(): whether the ranges noted are exactly what was written, and
-  // PoolBytes::writes() at the last row noted.
+  // touched_digest(): whether the ranges noted are exactly what was written, PoolBytes::writes()
+  // at the last row noted, and, once someone asked for the digest, the sum of the rows noted.
   bool touched_sum_holds_ = false;
+  mutable bool touched_digest_asked_ = false;
+  std::uint64_t touched_sum_ = 0;
   std::uint64_t touched_sum_writes_ = 0;
   bool built_this_op_ = false;    // the last operation built a pool: verify_changed() checks it all
   bool readers_changed_ = false;  // the last operation opened or closed a reader

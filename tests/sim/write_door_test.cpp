@@ -98,8 +98,8 @@ TEST(Batches, ForLayerHandsACrossLayerTheUnmarkedEncoderLoc) {
   EXPECT_EQ(for_layer(b, LayerKind::cross, 1).error().kind, ErrorKind::invalid_argument);
 }
 
-// The digest of what a write wrote, made as it wrote (Model::touched_digest), is the digest of
-// its touched ranges read back; an op that moved a page instead, or a write through one loc
+// The digest of what a write wrote (Model::touched_digest: summed over the rows when first asked,
+// made as each row is written from then on) is the digest of its touched ranges read back; an op that moved a page instead, or a write through one loc
 // twice the same row, leaves it to the caller.
 TEST(WriteDoor, TheDigestMadeWhileWritingIsTheDigestOfTheRowsWritten) {
   Model m;
@@ -118,6 +118,13 @@ TEST(WriteDoor, TheDigestMadeWhileWritingIsTheDigestOfTheRowsWritten) {
   EXPECT_FALSE(m.touched_digest().has_value()) << "a page copy is no row the model digested";
   must(m, Alloc{4});
   EXPECT_TRUE(m.touched_bytes().empty());
+  // Once asked, the model digests each row as it writes it: the same digest.
+  must(m, Rebind{0, 0});
+  must(m, Write{0, 3, std::uint32_t{0}, {}, false, {}, false});
+  const std::optional<std::uint64_t> as_written = m.touched_digest();
+  ASSERT_TRUE(as_written.has_value());
+  EXPECT_EQ(*as_written, m.bytes_digest(m.touched_bytes()).value());
+  EXPECT_NE(*as_written, *made);
 }
 
 TEST(WriteDoor, ScattersOracleRowsToTheByteLawAddress) {
