@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -79,6 +80,9 @@ struct Item {
   std::string skip;     // non-empty: skipped, and why
   std::function<ItemResult()> run;
   ItemResult result;
+  // Among the items of its part, a heavier one starts earlier (longest_first): an estimate of its
+  // cost, never of its result.
+  double weight = 0;
 };
 
 // Where the repository is: the working folder when it holds traces/regress, else the source
@@ -318,8 +322,18 @@ std::vector<Item> gate_items(const CheckOptions& o, const GateSetup& g) {
   const std::uint64_t property_items = configs.size();
   const auto cases_of = [&o](const std::string& config) { return config == "random" ? o.random_cases : o.cases; };
   // Cases [first, first + cases) of one configuration, named by their range unless they are all of it.
+  // A property item's weight: the bytes its cases' pools hold (tables-only pools none), times its
+  // cases; the random configuration's pools vary, weighed as the catalogue's mean.
+  const auto pool_bytes_of = [](const std::string& config) -> double {
+    const Result<PoolConfig> c = props::named_config(config, 1);
+    return c.ok() && !c->tables_only ? static_cast<double>(c->total_bytes) : 0.0;
+  };
+  double mean_pool = 0;
+  for (const std::string& config : configs)
+    if (config != "random") mean_pool += pool_bytes_of(config) / static_cast<double>(configs.size() - 1);
   const auto add_cases = [&](const std::string& config, std::uint64_t first, std::uint64_t cases) {
     Item item;
+    item.weight = static_cast<double>(cases) * (config == "random" ? mean_pool : pool_bytes_of(config));
     item.part = "properties";
     item.name = cases == cases_of(config)
                     ? config
@@ -517,6 +531,9 @@ void run_items(std::vector<Item>& items, const std::vector<std::size_t>& mine, s
   std::atomic<std::size_t> first_failed{SIZE_MAX};
   std::mutex progress_mutex;
   ProgressBar bar(quiet ? "" : "check");
+  // KVTWIN_PROFILE=1: each item's start and length, to stderr (which item ends the run).
+  const bool profile = std::getenv("KVTWIN_PROFILE") != nullptr;
+  const auto run_start = std::chrono::steady_clock::now();
   const auto worker = [&] {
     for (std::size_t k = next++; k < mine.size(); k = next++) {
       if (stop_at_first_failure && k > first_failed.load()) continue;
@@ -532,6 +549,10 @@ void run_items(std::vector<Item>& items, const std::vector<std::size_t>& mine, s
       }
       item.result.ran = true;
       item.result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (profile)
+        std::fprintf(stderr, "kvtwin profile: item started at %.3f s, took %.3f s: %s: %s\n",
+                     std::chrono::duration<double>(t0 - run_start).count(), item.result.seconds, item.part.c_str(),
+                     item.name.c_str());
       if (item.result.state == ItemResult::State::failed) {
         std::size_t seen = first_failed.load();
         while (k < seen && !first_failed.compare_exchange_weak(seen, k)) {
@@ -552,20 +573,43 @@ void run_items(std::vector<Item>& items, const std::vector<std::size_t>& mine, s
 }
 
 // The order the gate starts its items in: the request slices first (the longest items), then the
-// properties, then the short regression traces, so the last item to finish is rarely a long one
-// started late. No item's result depends on when it runs, and the report keeps the fixed item
-// order; the self-test, which stops at its earliest failed item, runs in item order.
+// properties, the heaviest first (Item::weight: side by side, the deepseek-v3 items started last
+// were the last to end, a second after everything else), then the short regression traces, so
+// the last item to finish is rarely a long one started late. No item's result depends on when it
+// runs, and the report keeps the fixed item order; the self-test, which stops at its earliest
+// failed item, runs in item order.
 std::vector<std::size_t> longest_first(const std::vector<Item>& items, std::vector<std::size_t> order) {
   const auto rank = [&](std::size_t i) {
     if (items[i].part == "requests") return 0;
     if (items[i].part == "properties") return 1;
     return 2;
   };
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return rank(a) < rank(b); });
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    if (rank(a) != rank(b)) return rank(a) < rank(b);
+    return items[a].weight > items[b].weight;
+  });
   return order;
 }
 
+// With KVTWIN_PROFILE=1: when the gate's stages end, in seconds since run_check began, to stderr
+// (what the items' own times leave out: the device's set-up, the report, and with the process's
+// wall time, its exit).
+class GateTimeline {
+ public:
+  GateTimeline() : on_(std::getenv("KVTWIN_PROFILE") != nullptr) {}
+  void mark(const char* stage) {
+    if (!on_) return;
+    std::fprintf(stderr, "kvtwin profile: gate %s at %.3f s\n", stage,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+  }
+
+ private:
+  bool on_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
 int run_check(const CheckOptions& o, const std::string& command) {
+  GateTimeline timeline;
   std::printf("kvtwin check: seed %llu\n", static_cast<unsigned long long>(o.seed));
   std::fflush(stdout);
   Result<Shard> shard = resolve_shard(o.shard);
@@ -590,7 +634,9 @@ int run_check(const CheckOptions& o, const std::string& command) {
               static_cast<unsigned long long>(shard->index), static_cast<unsigned long long>(shard->count),
               backend_names.c_str(), jobs);
   std::fflush(stdout);
+  timeline.mark("set-up done, items start");
   run_items(items, longest_first(items, mine), jobs, false, o.quiet, "kvtwin check --seed " + std::to_string(o.seed));
+  timeline.mark("items done");
 
   CheckReport report;
   report.seed = o.seed;
@@ -602,6 +648,7 @@ int run_check(const CheckOptions& o, const std::string& command) {
   report.items_total = items.size();
   for (std::size_t i : mine) report.items.push_back({i, items[i].part, items[i].name, items[i].backend, items[i].result});
   const int exit_code = finish_check_report(report, o.json_file, o.junit_file);
+  timeline.mark("report done");
   if (!o.html_file.empty() && exit_code != kExitBadInput) {
     GateReport gate;
     gate.seed = report.seed;
