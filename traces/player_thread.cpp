@@ -4,6 +4,7 @@
 #include <string>
 
 #if defined(__linux__)
+#include <pthread.h>
 #include <sched.h>
 #endif
 
@@ -11,6 +12,29 @@
 #include "core/planted_sizing.h"
 
 namespace kvtwin::traces {
+namespace {
+
+// The thread's scheduling policy set to `policy` (a refusal leaves it as it is).
+void set_policy([[maybe_unused]] std::thread& thread, [[maybe_unused]] int policy) {
+#if defined(__linux__)
+  sched_param param{};
+  (void)pthread_setschedparam(thread.native_handle(), policy, &param);
+#endif
+}
+
+}  // namespace
+
+PlayerThread::PriorityBoost::PriorityBoost(std::thread& thread) : thread_(thread) {
+#if defined(__linux__)
+  set_policy(thread_, SCHED_OTHER);
+#endif
+}
+
+PlayerThread::PriorityBoost::~PriorityBoost() {
+#if defined(__linux__)
+  set_policy(thread_, SCHED_BATCH);
+#endif
+}
 
 PlayerThread::PlayerThread() {
   std::string context = failure_context();
@@ -57,6 +81,10 @@ void PlayerThread::drain() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!queue_.empty() || busy_) {
     if (busy_) {
+      // The thread runs a task this caller now waits for: while it does, the thread runs at the
+      // caller's priority (a SCHED_BATCH thread preempted mid-task on a busy machine kept its
+      // poster waiting for milliseconds at every window's end).
+      const PriorityBoost boost(thread_);
       done_.wait(lock, [this] { return !busy_; });
       continue;
     }

@@ -72,6 +72,17 @@ class PlayerThread {
 
  private:
   void run_and_wait(std::function<void()> task);
+  // While it lives, the thread runs at the default policy instead of SCHED_BATCH.
+  class PriorityBoost {
+   public:
+    explicit PriorityBoost(std::thread& thread);
+    ~PriorityBoost();
+    PriorityBoost(const PriorityBoost&) = delete;
+    PriorityBoost& operator=(const PriorityBoost&) = delete;
+
+   private:
+    std::thread& thread_;
+  };
   // Runs the queue's front task with the lock released (busy_ while it runs).
   void run_next(std::unique_lock<std::mutex>& lock);
   void loop();
