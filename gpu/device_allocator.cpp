@@ -42,19 +42,15 @@ Status DeviceAllocator::init(const PoolConfig& config, const PoolDerived& derive
   max_pages = std::max(max_pages, num_virtual + 1);
   KVTWIN_TRY_STATUS(select_.reserve(max_pages, stream));
   KVTWIN_TRY_STATUS(unbound_flag_.init());
-  compaction_sources_.resize(sides_.size());
-  compaction_destinations_.resize(sides_.size());
-  for (std::size_t i = 0; i < sides_.size(); ++i) {
-    KVTWIN_TRY_STATUS(compaction_sources_[i].reserve(static_cast<std::size_t>(sides_[i]->num_pages() + 1)));
-    KVTWIN_TRY_STATUS(compaction_destinations_[i].reserve(static_cast<std::size_t>(sides_[i]->num_pages() + 1)));
-  }
+  compaction_lists_.resize(sides_.size());
+  for (std::size_t i = 0; i < sides_.size(); ++i)
+    KVTWIN_TRY_STATUS(compaction_lists_[i].reserve(2 + 2 * static_cast<std::size_t>(sides_[i]->num_pages() + 1)));
   return ok_status();
 }
 
 void DeviceAllocator::reset() {
   sides_.clear();
-  compaction_sources_.clear();
-  compaction_destinations_.clear();
+  compaction_lists_.clear();
   config_ = nullptr;
   derived_ = nullptr;
 }
@@ -329,16 +325,25 @@ Result<DeviceAllocator::SideCompaction> DeviceAllocator::plan_compaction(std::si
     survivors_lo = side.watermark() + 1, survivors_hi = plan.new_watermark + 1;
     holes_lo = plan.new_watermark + 1, holes_hi = side.num_pages();
   }
-  std::int64_t* src = compaction_sources_[index].get();
-  std::int64_t* dst = compaction_destinations_[index].get();
-  KVTWIN_TRY(std::int64_t survivors,
-             select_pages({side.p2v(), flags, true}, survivors_lo, survivors_hi, src, select_, stream));
-  KVTWIN_TRY(std::int64_t holes, select_pages({nullptr, flags, false}, holes_lo, holes_hi, dst, select_, stream));
-  KVTWIN_CHECK(survivors == holes, "compaction: survivors and holes differ in number");
-  if (faults.pairing_out_of_order) KVTWIN_TRY_STATUS(reverse_in_place(dst, holes, stream));  // fault 11
+  // Both selections, their counts and lists in one block, read back in one copy (one
+  // synchronization for the plan, where a count and a list each took one).
+  std::int64_t* lists = compaction_lists_[index].get();
+  std::int64_t* src = lists + 2;
+  std::int64_t* dst = lists + 2 + k;
+  KVTWIN_TRY_STATUS(select_pages_into({side.p2v(), flags, true}, survivors_lo, survivors_hi, src, lists, select_, stream));
+  KVTWIN_TRY_STATUS(select_pages_into({nullptr, flags, false}, holes_lo, holes_hi, dst, lists + 1, select_, stream));
   if (freed != nullptr) KVTWIN_TRY_STATUS(set_flags(side.marks(), freed, count, 0, stream));
-  KVTWIN_TRY(plan.sources, download_ids(src, survivors, stream));
-  KVTWIN_TRY(plan.destinations, download_ids(dst, holes, stream));
+  KVTWIN_TRY(const std::vector<std::int64_t> block, download_ids(lists, 2 + 2 * k, stream));
+  const std::int64_t survivors = block[0], holes = block[1];
+  KVTWIN_CHECK(survivors == holes && survivors >= 0 && survivors <= k, "compaction: survivors and holes differ in number");
+  plan.sources.assign(block.begin() + 2, block.begin() + 2 + survivors);
+  plan.destinations.assign(block.begin() + 2 + k, block.begin() + 2 + k + holes);
+  if (faults.pairing_out_of_order) {  // fault 11: the holes paired in the wrong order
+    KVTWIN_TRY_STATUS(reverse_in_place(dst, holes, stream));
+    std::reverse(plan.destinations.begin(), plan.destinations.end());
+  }
+  plan.device_sources = src;
+  plan.device_destinations = dst;
   return plan;
 }
 
@@ -346,8 +351,8 @@ Status DeviceAllocator::commit_compaction(const SideCompaction& plan, bool clear
                                           const Faults& faults, cudaStream_t stream) {
   DeviceSide& side = *sides_[plan.side];
   const std::int64_t n = static_cast<std::int64_t>(plan.sources.size());
-  const std::int64_t* src = compaction_sources_[plan.side].get();
-  const std::int64_t* dst = compaction_destinations_[plan.side].get();
+  const std::int64_t* src = plan.device_sources;
+  const std::int64_t* dst = plan.device_destinations;
   // Each move copies the whole page envelope, then v2p[p2v[src]] = dst, p2v[dst] = v, p2v[src] = -1.
   KVTWIN_TRY_STATUS(bytes.move_pages(plan.side, src, dst, n, faults, stream));
   return side.apply_compaction(src, dst, n, plan.new_watermark, clears_holes, stream);

@@ -47,6 +47,9 @@ class DeviceAllocator {
     std::int64_t freed = 0;
     std::int64_t new_watermark = 0;
     std::vector<std::int64_t> sources, destinations;
+    // The same lists on the device, in the side's compaction_lists_.
+    const std::int64_t* device_sources = nullptr;
+    const std::int64_t* device_destinations = nullptr;
   };
   // A free, free_swa or flush, checked and planned; the device lists it commits stay in the
   // allocator's freed_* buffers.
@@ -183,8 +186,10 @@ class DeviceAllocator {
   DeviceBuffer<std::int64_t> freed_full_pages_;   // free, free_swa: owner v2p of each (free: the pages released)
   DeviceBuffer<std::int64_t> freed_swa_rows_;     // free, free_swa: SWA v2p of each (free_swa: the pages released)
   DeviceBuffer<std::int64_t> freed_swa_pages_;    // free on a composite: the rows > 0, the SWA pages released
-  std::vector<DeviceBuffer<std::int64_t>> compaction_sources_;       // per side: the survivors that move
-  std::vector<DeviceBuffer<std::int64_t>> compaction_destinations_;  // per side: the holes they fill
+  // Per side, a compaction's plan as one block the host reads back in one copy: the survivors'
+  // and the holes' counts, then the K survivors that move, then the K holes they fill (K the
+  // pages freed: neither list is longer).
+  std::vector<DeviceBuffer<std::int64_t>> compaction_lists_;
   DeviceBuffer<std::int64_t> raw_move_sources_;       // move_pages: src
   DeviceBuffer<std::int64_t> raw_move_destinations_;  // move_pages: dst
   DeviceBuffer<std::int64_t> raw_move_owners_;        // move_pages: p2v of each dst (must be unbound)

@@ -213,6 +213,18 @@ Result<std::int64_t> select_pages(const PagePredicate& pred, std::int64_t lo, st
   return read_count(scratch, stream);
 }
 
+Status select_pages_into(const PagePredicate& pred, std::int64_t lo, std::int64_t hi, std::int64_t* out,
+                         std::int64_t* count, SelectScratch& scratch, cudaStream_t stream) {
+  if (hi <= lo) {
+    KVTWIN_CUDA_TRY(cudaMemsetAsync(count, 0, sizeof *count, stream));
+    return ok_status();
+  }
+  std::size_t bytes = scratch.temp.bytes();
+  KVTWIN_CUDA_TRY(cub::DeviceSelect::If(scratch.temp.get(), bytes, thrust::counting_iterator<std::int64_t>(lo), out, count,
+                                        static_cast<int>(hi - lo), PageSelector{pred}, stream));
+  return ok_status();
+}
+
 Result<std::int64_t> select_positive(const std::int64_t* values, std::int64_t n, std::int64_t* out,
                                      SelectScratch& scratch, cudaStream_t stream) {
   if (n <= 0) return std::int64_t{0};

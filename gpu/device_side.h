@@ -43,6 +43,10 @@ struct SelectScratch {
 // Pages p in [lo, hi) with pred(p), ascending, into out; returns how many (synchronously).
 Result<std::int64_t> select_pages(const PagePredicate& pred, std::int64_t lo, std::int64_t hi, std::int64_t* out,
                                   SelectScratch& scratch, cudaStream_t stream);
+// The same without reading the count back: CUB writes it to *count on the device (the caller
+// reads it with other answers in one copy).
+Status select_pages_into(const PagePredicate& pred, std::int64_t lo, std::int64_t hi, std::int64_t* out,
+                         std::int64_t* count, SelectScratch& scratch, cudaStream_t stream);
 // Values v[i] > 0, in order, into out; returns how many (synchronously).
 Result<std::int64_t> select_positive(const std::int64_t* values, std::int64_t n, std::int64_t* out,
                                      SelectScratch& scratch, cudaStream_t stream);

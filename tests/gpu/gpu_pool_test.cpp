@@ -606,6 +606,10 @@ TEST_F(GpuPoolTest, OperationsSynchronizeOnlyWhereTheirAnswerNeedsTheDevice) {
     EXPECT_EQ(as<Bytes>(pool.apply(Read{layer, "k", lanes})).bytes, want) << "layer " << layer;
   }
   EXPECT_TRUE(pool.verify().ok());
+  // An eager free: the not-allocated check comes back, then the compaction's plan (both counts,
+  // both lists) in one copy; the commit is left running.
+  EXPECT_EQ(syncs_of(pool, Free{IdUnit::pages, {m}}), 2u) << "the refusal's flag, then the plan";
+  EXPECT_TRUE(pool.verify().ok());
 }
 
 // Doors' SwaLocMemo: a batch's second SWA layer takes the first's derived loc and verdict (no
