@@ -1,6 +1,8 @@
 // The prefix cache (radix_cache.h).
 #include "traces/radix_cache.h"
 
+#include <utility>
+
 #include "core/check.h"
 
 namespace kvtwin::traces {
@@ -98,10 +100,11 @@ std::vector<RadixCache::EvictedBlock> RadixCache::evict_blocks(std::uint64_t pag
     evictable_leaves_.erase(evictable_leaves_.begin());
     Node& n = live(id);
     KVTWIN_CHECK(is_evictable_leaf(n), "the evictable set holds only unreferenced leaves");
-    released += n.pages.size();
-    blocks.push_back(EvictedBlock{id, n.pages});
-    cached_pages_ -= n.pages.size();
-    evictable_pages_ -= n.pages.size();
+    const std::uint64_t pages = n.pages.size();
+    released += pages;
+    blocks.push_back(EvictedBlock{id, std::move(n.pages)});  // the node dies below
+    cached_pages_ -= pages;
+    evictable_pages_ -= pages;
     const NodeId parent = n.parent;
     live(parent).children.erase(n.hash);
     n = Node{};  // dead: its pages and children released, never live again
