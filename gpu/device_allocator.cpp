@@ -44,7 +44,7 @@ Status DeviceAllocator::init(const PoolConfig& config, const PoolDerived& derive
   KVTWIN_TRY_STATUS(unbound_flag_.init());
   compaction_lists_.resize(sides_.size());
   for (std::size_t i = 0; i < sides_.size(); ++i)
-    KVTWIN_TRY_STATUS(compaction_lists_[i].reserve(2 + 2 * static_cast<std::size_t>(sides_[i]->num_pages() + 1)));
+    KVTWIN_TRY_STATUS(compaction_lists_[i].reserve(3 + 2 * static_cast<std::size_t>(sides_[i]->num_pages() + 1)));
   return ok_status();
 }
 
@@ -302,12 +302,17 @@ Result<std::vector<std::int64_t>> DeviceAllocator::virtual_pages_of(IdUnit unit,
 
 Result<DeviceAllocator::SideCompaction> DeviceAllocator::plan_compaction(std::size_t index, const std::int64_t* freed,
                                                                          std::int64_t count, const Faults& faults,
-                                                                         cudaStream_t stream) {
+                                                                         cudaStream_t stream, bool check_bound) {
   DeviceSide& side = *sides_[index];
   SideCompaction plan;
   plan.side = index;
   plan.freed = freed != nullptr ? count : side.holes();
   const std::int64_t k = plan.freed;
+  std::int64_t* lists = compaction_lists_[index].get();
+  if (check_bound && freed != nullptr) {
+    KVTWIN_CUDA_TRY(cudaMemsetAsync(lists, 0, sizeof *lists, stream));
+    KVTWIN_TRY_STATUS(flag_outside(freed, count, 0, INT64_MAX, reinterpret_cast<std::uint32_t*>(lists), stream));
+  }
   const std::uint8_t* flags = side.hole_flags();
   if (freed != nullptr) {
     KVTWIN_TRY_STATUS(set_flags(side.marks(), freed, count, 1, stream));
@@ -327,17 +332,18 @@ Result<DeviceAllocator::SideCompaction> DeviceAllocator::plan_compaction(std::si
   }
   // Both selections, their counts and lists in one block, read back in one copy (one
   // synchronization for the plan, where a count and a list each took one).
-  std::int64_t* lists = compaction_lists_[index].get();
-  std::int64_t* src = lists + 2;
-  std::int64_t* dst = lists + 2 + k;
-  KVTWIN_TRY_STATUS(select_pages_into({side.p2v(), flags, true}, survivors_lo, survivors_hi, src, lists, select_, stream));
-  KVTWIN_TRY_STATUS(select_pages_into({nullptr, flags, false}, holes_lo, holes_hi, dst, lists + 1, select_, stream));
+  std::int64_t* src = lists + 3;
+  std::int64_t* dst = lists + 3 + k;
+  KVTWIN_TRY_STATUS(select_pages_into({side.p2v(), flags, true}, survivors_lo, survivors_hi, src, lists + 1, select_, stream));
+  KVTWIN_TRY_STATUS(select_pages_into({nullptr, flags, false}, holes_lo, holes_hi, dst, lists + 2, select_, stream));
   if (freed != nullptr) KVTWIN_TRY_STATUS(set_flags(side.marks(), freed, count, 0, stream));
-  KVTWIN_TRY(const std::vector<std::int64_t> block, download_ids(lists, 2 + 2 * k, stream));
-  const std::int64_t survivors = block[0], holes = block[1];
+  KVTWIN_TRY(const std::vector<std::int64_t> block, download_ids(lists, 3 + 2 * k, stream));
+  plan.unbound = check_bound && freed != nullptr && block[0] != 0;
+  if (plan.unbound) return plan;  // refused: the selections saw only the bound pages
+  const std::int64_t survivors = block[1], holes = block[2];
   KVTWIN_CHECK(survivors == holes && survivors >= 0 && survivors <= k, "compaction: survivors and holes differ in number");
-  plan.sources.assign(block.begin() + 2, block.begin() + 2 + survivors);
-  plan.destinations.assign(block.begin() + 2 + k, block.begin() + 2 + k + holes);
+  plan.sources.assign(block.begin() + 3, block.begin() + 3 + survivors);
+  plan.destinations.assign(block.begin() + 3 + k, block.begin() + 3 + k + holes);
   if (faults.pairing_out_of_order) {  // fault 11: the holes paired in the wrong order
     KVTWIN_TRY_STATUS(reverse_in_place(dst, holes, stream));
     std::reverse(plan.destinations.begin(), plan.destinations.end());
@@ -379,8 +385,7 @@ Result<DeviceAllocator::FreePlan> DeviceAllocator::plan_free(const std::vector<s
   std::int64_t* full_pages = freed_full_pages_.get();
   KVTWIN_TRY_STATUS(gather_values(full.v2p(), dv, n, full_pages, stream));
   // SPEC 4: any v2p[v] < 0 is "double free or never allocated", and nothing changes.
-  KVTWIN_TRY(bool unbound, unbound_flag_.any_outside(full_pages, n, 0, INT64_MAX, stream));
-  if (unbound) {
+  const auto refuse_unbound = [&]() -> Result<FreePlan> {
     KVTWIN_TRY(std::vector<std::int64_t> pages, download_ids(full_pages, n, stream));
     std::vector<std::int64_t> bad;
     for (std::size_t i = 0; i < pages.size(); ++i)
@@ -388,8 +393,17 @@ Result<DeviceAllocator::FreePlan> DeviceAllocator::plan_free(const std::vector<s
     return make_refusal(ErrorKind::double_free, reason::not_allocated,
                         "free: virtual pages " + list_ids(bad) +
                             " are not allocated (double free or never allocated); nothing was freed");
-  }
+  };
   const bool eager = config_->mode == CompactionMode::eager;
+  if (eager && sides_.size() == 1) {
+    // One side, eager: the check comes back with the compaction's plan, in one copy.
+    KVTWIN_TRY(SideCompaction c, plan_compaction(0, full_pages, n, faults, stream, /*check_bound=*/true));
+    if (c.unbound) return refuse_unbound();
+    plan.compactions.push_back(std::move(c));
+    return plan;
+  }
+  KVTWIN_TRY(bool unbound, unbound_flag_.any_outside(full_pages, n, 0, INT64_MAX, stream));
+  if (unbound) return refuse_unbound();
   if (sides_.size() == 2) {
     // SPEC 4.3: free SWA only where swa_v2p[v] > 0, first.
     KVTWIN_TRY_STATUS(freed_swa_rows_.reserve(static_cast<std::size_t>(n)));

@@ -50,6 +50,7 @@ class DeviceAllocator {
     // The same lists on the device, in the side's compaction_lists_.
     const std::int64_t* device_sources = nullptr;
     const std::int64_t* device_destinations = nullptr;
+    bool unbound = false;  // with check_bound: a freed page is not bound (the free is refused)
   };
   // A free, free_swa or flush, checked and planned; the device lists it commits stay in the
   // allocator's freed_* buffers.
@@ -159,8 +160,10 @@ class DeviceAllocator {
  private:
   // Plans one side's compaction: `freed` a device list of its freed physical pages (eager), or
   // nullptr to compact the side's holes (flush). Selects into the side's compaction buffers.
+  // With `check_bound`, whether every freed page is bound (freed[i] >= 0) comes back in the same
+  // copy as the plan (SideCompaction::unbound); the plan is then meaningless when one is not.
   Result<SideCompaction> plan_compaction(std::size_t side, const std::int64_t* freed, std::int64_t count,
-                                         const Faults& faults, cudaStream_t stream);
+                                         const Faults& faults, cudaStream_t stream, bool check_bound = false);
   Status commit_compaction(const SideCompaction& plan, bool clears_holes, const DevicePoolBytes& bytes,
                            const Faults& faults, cudaStream_t stream);
   void append_moves(Compaction& out, const SideCompaction& plan) const;
@@ -186,9 +189,9 @@ class DeviceAllocator {
   DeviceBuffer<std::int64_t> freed_full_pages_;   // free, free_swa: owner v2p of each (free: the pages released)
   DeviceBuffer<std::int64_t> freed_swa_rows_;     // free, free_swa: SWA v2p of each (free_swa: the pages released)
   DeviceBuffer<std::int64_t> freed_swa_pages_;    // free on a composite: the rows > 0, the SWA pages released
-  // Per side, a compaction's plan as one block the host reads back in one copy: the survivors'
-  // and the holes' counts, then the K survivors that move, then the K holes they fill (K the
-  // pages freed: neither list is longer).
+  // Per side, a compaction's plan as one block the host reads back in one copy: a status word
+  // (a freed page not bound), the survivors' and the holes' counts, then the K survivors that
+  // move, then the K holes they fill (K the pages freed: neither list is longer).
   std::vector<DeviceBuffer<std::int64_t>> compaction_lists_;
   DeviceBuffer<std::int64_t> raw_move_sources_;       // move_pages: src
   DeviceBuffer<std::int64_t> raw_move_destinations_;  // move_pages: dst

@@ -114,7 +114,9 @@ __global__ void gather_kernel(const std::int64_t* table, const std::int64_t* ind
 }
 
 __global__ void set_flags_kernel(std::uint8_t* flags, const std::int64_t* pages, std::int64_t n, std::uint8_t value) {
-  KVTWIN_FOR_EACH(i, n) flags[pages[i]] = value;
+  // A negative page (an unbound virtual page's v2p, its free refused once the plan is read back)
+  // flags nothing.
+  KVTWIN_FOR_EACH(i, n) if (pages[i] >= 0) flags[pages[i]] = value;
 }
 
 __global__ void flag_outside_kernel(const std::int64_t* values, std::int64_t n, std::int64_t lower, std::int64_t upper,

@@ -606,9 +606,18 @@ TEST_F(GpuPoolTest, OperationsSynchronizeOnlyWhereTheirAnswerNeedsTheDevice) {
     EXPECT_EQ(as<Bytes>(pool.apply(Read{layer, "k", lanes})).bytes, want) << "layer " << layer;
   }
   EXPECT_TRUE(pool.verify().ok());
-  // An eager free: the not-allocated check comes back, then the compaction's plan (both counts,
-  // both lists) in one copy; the commit is left running.
-  EXPECT_EQ(syncs_of(pool, Free{IdUnit::pages, {m}}), 2u) << "the refusal's flag, then the plan";
+  // An eager free on a pool of one side: the not-allocated check and the compaction's plan (both
+  // counts, both lists) come back in one copy; the commit is left running.
+  EXPECT_EQ(syncs_of(pool, Free{IdUnit::pages, {m}}), 1u) << "the refusal's flag and the plan";
+  EXPECT_TRUE(pool.verify().ok());
+  // Freed again: refused, and nothing changed (the selections saw only bound pages).
+  const PoolTables before = pool.tables().value();
+  const OpResult again = pool.apply(Free{IdUnit::pages, {m, m + 1}});
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.error().kind, ErrorKind::double_free);
+  EXPECT_NE(again.error().message.find("virtual pages " + std::to_string(m) + " are not allocated"), std::string::npos)
+      << again.error().message;
+  EXPECT_EQ(pool.tables().value(), before);
   EXPECT_TRUE(pool.verify().ok());
 }
 
