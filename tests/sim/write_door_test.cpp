@@ -2,7 +2,10 @@
 // locs" and "Batches and the write door"): rebind, split copying the mark, for_layer's encoder
 // loc, unmarked and duplicate locs refused with nothing written, rows landing at the byte law's
 // address, SWA layers through the SWA loc, sink lanes discarded, and the read door.
+#include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -194,6 +197,28 @@ TEST(WriteDoor, RefusesDuplicateNonSinkLocsButNotSinkLanes) {
   must(m, Write{0, 1, std::nullopt, {0, 4, 0, 3}, true, {-1, 4, -1, 9}, false});
   EXPECT_EQ(digest_bytes(*m.raw_bytes(0, 512)), before_bytes);
   EXPECT_EQ(bytes_at(m, 4 * kEntry), oracle_row(4, 0, 0, 0, 1));
+}
+
+// The duplicate check with stamps (sim/write_locs.h LocStamps, zeroed by the system) names the
+// same pair as the sort it replaces, forgets every earlier check, and starts afresh when its
+// epochs run out.
+TEST(WriteDoor, TheDuplicateStampsNameTheSortsPairAndForgetEarlierChecks) {
+  const std::vector<std::int64_t> locs = {9, 4, 7, 4, 9, 2};  // lanes 1 and 3 share 4; 0 and 4 share 9
+  LocStamps stamps;
+  const Status sorted = check_duplicates(locs, 3, 0, "full");
+  const Status stamped = check_duplicates(locs, 3, 0, "full", &stamps, 16);
+  ASSERT_FALSE(sorted.ok());
+  ASSERT_FALSE(stamped.ok());
+  EXPECT_EQ(stamped.error().message, sorted.error().message);
+  EXPECT_NE(stamped.error().message.find("lanes 1 and 3"), std::string::npos) << stamped.error().message;
+  // The next write may use those slots again; a lane at the sink (below 3) is never a duplicate.
+  EXPECT_TRUE(check_duplicates(std::vector<std::int64_t>{4, 9, 2, 2}, 3, 0, "full", &stamps, 16).ok());
+  // Every epoch used: the stamps start afresh, and the last check's slots are not taken.
+  stamps.current = UINT32_MAX;
+  EXPECT_TRUE(check_duplicates(std::vector<std::int64_t>{4, 9}, 3, 0, "full", &stamps, 16).ok());
+  EXPECT_EQ(stamps.current, 1u);
+  EXPECT_TRUE(check_duplicates(std::vector<std::int64_t>{9, 4}, 3, 0, "full", &stamps, 16).ok());
+  EXPECT_FALSE(check_duplicates(std::vector<std::int64_t>{5, 5}, 3, 0, "full", &stamps, 16).ok());
 }
 
 TEST(WriteDoor, RefusesLocsOutsideTheSlotsAndLayersOutsideTheModel) {
