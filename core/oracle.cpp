@@ -161,6 +161,11 @@ std::uint64_t differ_words(const std::uint8_t* pattern, std::uint64_t key, std::
   return differ;
 }
 
+// Byte b (past the last whole word, `words`) of a row whose tail key is `tail_key`.
+std::uint8_t tail_byte(const std::uint8_t* pattern, std::uint64_t tail_key, std::size_t words, std::size_t b) {
+  return static_cast<std::uint8_t>(pattern[b] ^ (tail_key >> (8 * (b - words * 8))));
+}
+
 #if defined(__x86_64__)
 using Lanes = std::uint64_t __attribute__((vector_size(64)));
 
@@ -216,8 +221,7 @@ void fill_row(const std::uint8_t* pattern, std::uint64_t key, std::uint64_t mask
   // A row shorter than a word's multiple (rows are multiples of 16 bytes in a pool; other callers
   // may ask for any whole number of elements): the tail, byte by byte, little-endian.
   const std::uint64_t tail_key = (key + words * kOracleKeyStep) & mask;
-  for (std::size_t b = words * 8; b < out.size(); ++b)
-    out[b] = static_cast<std::uint8_t>(pattern[b] ^ (tail_key >> (8 * (b - words * 8))));
+  for (std::size_t b = words * 8; b < out.size(); ++b) out[b] = tail_byte(pattern, tail_key, words, b);
 }
 
 // The or of every bit in which `row` differs from the row of `key`.
@@ -232,8 +236,7 @@ std::uint64_t row_differs(const std::uint8_t* pattern, std::uint64_t key, std::u
 #endif
     differ = differ_words(pattern, key, mask, row.data(), words);
   const std::uint64_t tail_key = (key + words * kOracleKeyStep) & mask;
-  for (std::size_t b = words * 8; b < row.size(); ++b)
-    differ |= row[b] ^ static_cast<std::uint8_t>(pattern[b] ^ (tail_key >> (8 * (b - words * 8))));
+  for (std::size_t b = words * 8; b < row.size(); ++b) differ |= row[b] ^ tail_byte(pattern, tail_key, words, b);
   return differ;
 }
 

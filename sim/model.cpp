@@ -1223,21 +1223,14 @@ Status Model::verify_batches_and_graphs() const {
 const OracleRowFamily& Model::oracle_family(std::size_t side, std::uint32_t layer, std::size_t part) const {
   const DenseEntryLayout& layout = pool_->derived.layouts.at(side);
   KVTWIN_CHECK(part < layout.parts.size() && layer < layout.parts[part].layer_num, "an oracle family of the layout");
-  // Indexed side, then part, then layer, over every token side's parts.
-  std::size_t index = 0;
-  for (std::size_t s = 0; s < side; ++s)
-    for (const DensePart& p : pool_->derived.layouts[s].parts) index += p.layer_num;
-  for (std::size_t p = 0; p < part; ++p) index += layout.parts[p].layer_num;
-  index += layer;
-  std::vector<std::unique_ptr<OracleRowFamily>>& families = pool_->oracle_families;
-  if (families.size() <= index) families.resize(index + 1);
-  if (!families[index]) {
+  std::unique_ptr<OracleRowFamily>& family = pool_->oracle_families[side][part][layer];
+  if (!family) {
     const DensePart& p = layout.parts[part];
-    families[index] = std::make_unique<OracleRowFamily>(
+    family = std::make_unique<OracleRowFamily>(
         pool_->config.seed, RowIdentity{0, static_cast<std::uint32_t>(side), layer, static_cast<std::uint32_t>(part), 0},
         p.dtype, p.row_bytes());
   }
-  return *families[index];
+  return *family;
 }
 
 Status Model::verify_row(std::size_t i, std::int64_t v, const RowSlot& at, const WrittenRow& row) const {

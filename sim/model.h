@@ -104,8 +104,9 @@ class Model : public Backend {
   // of moves), in the order written, adjacent repeats merged; empty for tables-only pools. The
   // runner compares exactly these bytes between two backends after every operation.
   const std::vector<ByteRange>& touched_bytes() const;
-  // bytes_digest(touched_bytes()) of the rows the last apply() wrote, summed over them when asked
-  // (still in cache), when that is exactly the digest of those ranges now: every range noted was
+  // bytes_digest(touched_bytes()) of the rows the last apply() wrote (summed over them at the
+  // first question; from then on each row is digested as it is written, in cache), when that is
+  // exactly the digest of those ranges now: every range noted was
   // a row written once, whole 8-byte words at 8-byte offsets, and nothing else was written since
   // (PoolBytes::writes). nullopt otherwise (a page moved, a state slot written, a row written
   // twice): the caller digests the ranges. Ranges that overlap or lie below the reserved floor

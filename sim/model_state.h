@@ -56,6 +56,10 @@ struct Model::Pool {
     if (!config.tables_only) {
       bytes.emplace(config.total_bytes);
       ledger = ContentLedger(derived.layouts, page_size, allocator.num_virtual());
+      for (const DenseEntryLayout& layout : derived.layouts) {
+        oracle_families.emplace_back();
+        for (const DensePart& part : layout.parts) oracle_families.back().emplace_back(part.layer_num);
+      }
     }
     for (std::size_t i = 0; i < allocator.side_count(); ++i) {
       held.emplace_back(static_cast<std::size_t>(allocator.side(i).num_pages()), 0u);
@@ -119,9 +123,9 @@ struct Model::Pool {
   // rewritten, follow the bytes alone, as on the GPU, which keeps no identities).
   std::map<StoredPageKey, std::vector<WrittenRow>> stored_rows;
 
-  // The oracle's row families of the token sides (Model::oracle_family), made on first use: per
-  // side, part and layer, its pattern taken once for every row written or checked there.
-  std::vector<std::unique_ptr<OracleRowFamily>> oracle_families;
+  // The oracle's row families of the token sides (Model::oracle_family), [side][part][layer], each
+  // made on first use: its pattern taken once for every row written or checked there.
+  std::vector<std::vector<std::vector<std::unique_ptr<OracleRowFamily>>>> oracle_families;
 };
 
 }  // namespace kvtwin::sim

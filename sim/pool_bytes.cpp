@@ -102,7 +102,6 @@ std::span<const std::uint8_t> PoolBytes::range(std::uint64_t offset, std::uint64
 
 std::uint64_t PoolBytes::row_offset(const DenseEntryLayout& layout, std::int64_t pt, std::size_t part,
                                     std::uint32_t layer, std::uint64_t row_bytes) const {
-  KVTWIN_CHECK(part < layout.parts.size(), "a part of the layout");
   Result<std::uint64_t> offset = row_byte_address(layout, PhysicalTokenId{pt}, layout.parts[part], layer);
   KVTWIN_CHECK(offset.ok(), offset.error().message);
   KVTWIN_CHECK(*offset + row_bytes <= bytes_.size(),

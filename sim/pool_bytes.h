@@ -59,6 +59,7 @@ class PoolBytes {
   void copy_page(const SubPoolGeometry& geometry, std::int64_t src, std::int64_t dst);
 
  private:
+  // The byte law's offset of a row `row_bytes` long (its callers check `part`), inside the buffer.
   std::uint64_t row_offset(const DenseEntryLayout& layout, std::int64_t pt, std::size_t part, std::uint32_t layer,
                            std::uint64_t row_bytes) const;
   // The kept digests of the regions [offset, offset + length) overlaps go stale.
