@@ -151,27 +151,19 @@ Result<std::unique_ptr<DecodeStep>> DecodeStep::create(const Capture& op, const 
   a.q = step->q_.get();
   a.scores = step->scores_.get();
   a.out = step->out_.get();
-  KVTWIN_TRY_STATUS(step->record(faults, stream));  // after the fills on the same stream, no synchronization
+  KVTWIN_TRY_STATUS(step->record(faults));  // launched after the fills on the same stream, no synchronization
   return step;
 }
 
-Status DecodeStep::record(const Faults& faults, cudaStream_t stream) {
+Status DecodeStep::record(const Faults& faults) {
   const std::size_t lens_bytes = static_cast<std::size_t>(max_batch_) * sizeof(std::int64_t);
-  KVTWIN_CUDA_TRY(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  // Everything below is recorded at max_batch, not run. Errors end the capture before returning.
-  auto end_capture = [&](cudaError_t first) -> Status {
-    cudaGraph_t graph = nullptr;
-    const cudaError_t end = cudaStreamEndCapture(stream, &graph);
-    if (first != cudaSuccess) {
-      if (graph != nullptr) KVTWIN_CUDA_WARN(cudaGraphDestroy(graph));
-      KVTWIN_CUDA_TRY(first);
-    }
-    KVTWIN_CUDA_TRY(end);
-    graph_ = graph;
-    return ok_status();
-  };
+  // Built node by node, each after the one before, as a captured stream would record them, but
+  // without a capture (whose begin waits on every other thread's driver calls). Everything is
+  // recorded at max_batch, not run. An error destroys the graph before returning.
+  GraphChain chain;
+  KVTWIN_CUDA_TRY(cudaGraphCreate(&chain.graph, 0));
   // 1. The graph keeps its own copy of this replay's lengths (what the attention reads).
-  cudaError_t err = cudaMemcpyAsync(graph_lens_.get(), next_lens_.get(), lens_bytes, cudaMemcpyDeviceToDevice, stream);
+  cudaError_t err = add_copy_node(chain, graph_lens_.get(), next_lens_.get(), lens_bytes, cudaMemcpyDeviceToDevice);
   // 2. Composite: the SWA loc from the full physical loc (SPEC 4.3).
   if (err == cudaSuccess && pool_.swa != nullptr) {
     SwaTranslateParams p;
@@ -187,7 +179,7 @@ Status DecodeStep::record(const Faults& faults, cudaStream_t stream) {
     // and the write then indexes the SWA view (max_slots rows) from its end, as PyTorch would.
     if (faults.graph_swa_tombstone_live)
       p.tombstone_wrap_slots = static_cast<std::int64_t>(pool_.derived->geometry.sub_pools[1].max_slots);
-    err = launch_swa_translate(p, stream);
+    err = launch_swa_translate(p, chain);
   }
   // 3. The write door for every layer at once; sink lanes write nothing. (A tables-only pool has
   //    no bytes: no rows, no attention.)
@@ -205,11 +197,15 @@ Status DecodeStep::record(const Faults& faults, cudaStream_t stream) {
     p.lanes = max_batch_;
     p.vector16 = rows_vector16(p.pool, p.staging, lane_row_bytes_, host_segments_.data(), p.num_segments);
     p.int32_offsets = faults.int32_offsets;  // the write door's kernel, inside the graph
-    err = launch_scatter_rows(p, stream);
+    err = launch_scatter_rows(p, chain);
   }
   // 4. The reference attention through the page table.
-  if (err == cudaSuccess && pool_.pool != nullptr) err = launch_decode_attention(attention_, stream);
-  KVTWIN_TRY_STATUS(end_capture(err));
+  if (err == cudaSuccess && pool_.pool != nullptr) err = launch_decode_attention(attention_, chain);
+  if (err != cudaSuccess) {
+    KVTWIN_CUDA_WARN(cudaGraphDestroy(chain.graph));
+    KVTWIN_CUDA_TRY(err);
+  }
+  graph_ = chain.graph;
   KVTWIN_TRY(exec_key_, graph_exec_key(graph_));
   KVTWIN_TRY(exec_, take_graph_exec(graph_, exec_key_));
   return ok_status();

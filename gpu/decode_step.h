@@ -61,7 +61,7 @@ class DecodeStep {
  private:
   DecodeStep() = default;
   // Records the graph; the faults that live inside it are fixed at capture.
-  Status record(const Faults& faults, cudaStream_t stream);
+  Status record(const Faults& faults);
 
   Capture shape_;
   PoolDeviceView pool_;

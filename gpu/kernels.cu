@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cfloat>
+#include <tuple>
 #include <type_traits>
 
 #include "core/bytes_digest.h"
@@ -22,6 +23,33 @@ constexpr unsigned kMaxGridY = 65535;
 unsigned blocks_for(std::uint64_t items, std::uint64_t per_block) {
   const std::uint64_t b = (items + per_block - 1) / per_block;
   return static_cast<unsigned>(std::clamp<std::uint64_t>(b, 1, kMaxGridX));
+}
+
+// `kernel` launched on `to`'s stream, or added to its chain as a kernel node: the arguments are
+// held as the kernel's own parameter types while the node is added (the graph copies them).
+template <class... Params, class... Args>
+cudaError_t launch_on(const LaunchTarget& to, void (*kernel)(Params...), dim3 grid, dim3 block, const Args&... args) {
+  if (to.chain == nullptr) {
+    kernel<<<grid, block, 0, to.stream>>>(args...);
+    return cudaGetLastError();
+  }
+  std::tuple<std::decay_t<Params>...> held(args...);
+  return std::apply(
+      [&](auto&... parameter) {
+        void* parameters[] = {static_cast<void*>(&parameter)...};
+        cudaKernelNodeParams node{};
+        node.func = reinterpret_cast<void*>(kernel);
+        node.gridDim = grid;
+        node.blockDim = block;
+        node.kernelParams = parameters;
+        GraphChain& chain = *to.chain;
+        cudaGraphNode_t added = nullptr;
+        const cudaError_t err = cudaGraphAddKernelNode(&added, chain.graph, chain.last != nullptr ? &chain.last : nullptr,
+                                                       chain.last != nullptr ? 1 : 0, &node);
+        if (err == cudaSuccess) chain.last = added;
+        return err;
+      },
+      held);
 }
 
 __device__ __forceinline__ std::uint64_t global_thread() {
@@ -229,15 +257,12 @@ cudaError_t row_grid(const RowCopyParams& p, std::uint64_t unit_bytes, RowGrid& 
 }
 
 template <bool kScatter>
-cudaError_t launch_copy_rows(const RowCopyParams& p, cudaStream_t stream) {
+cudaError_t launch_copy_rows(const RowCopyParams& p, LaunchTarget to) {
   if (p.lanes <= 0 || p.num_segments == 0 || p.max_row_bytes == 0) return cudaSuccess;
   RowGrid g;
   if (const cudaError_t err = row_grid(p, p.vector16 ? 16 : 1, g); err != cudaSuccess) return err;
-  if (p.vector16)
-    copy_rows_kernel<true, kScatter><<<g.grid, kThreads, 0, stream>>>(p, g.group);
-  else
-    copy_rows_kernel<false, kScatter><<<g.grid, kThreads, 0, stream>>>(p, g.group);
-  return cudaGetLastError();
+  if (p.vector16) return launch_on(to, copy_rows_kernel<true, kScatter>, g.grid, dim3(kThreads), p, g.group);
+  return launch_on(to, copy_rows_kernel<false, kScatter>, g.grid, dim3(kThreads), p, g.group);
 }
 
 // Where the oracle scatter finds its segments and keys: device arrays, or InlineRows in the
@@ -412,10 +437,9 @@ cudaError_t launch_translate(const TranslateParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-cudaError_t launch_swa_translate(const SwaTranslateParams& p, cudaStream_t stream) {
+cudaError_t launch_swa_translate(const SwaTranslateParams& p, LaunchTarget to) {
   if (p.n <= 0) return cudaSuccess;
-  swa_translate_kernel<<<blocks_for(static_cast<std::uint64_t>(p.n), kThreads), kThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_on(to, swa_translate_kernel, dim3(blocks_for(static_cast<std::uint64_t>(p.n), kThreads)), dim3(kThreads), p);
 }
 
 cudaError_t launch_page_table(const PageTableParams& p, cudaStream_t stream) {
@@ -431,7 +455,7 @@ cudaError_t launch_remap_indices(const RemapParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-cudaError_t launch_scatter_rows(const RowCopyParams& p, cudaStream_t stream) { return launch_copy_rows<true>(p, stream); }
+cudaError_t launch_scatter_rows(const RowCopyParams& p, LaunchTarget to) { return launch_copy_rows<true>(p, to); }
 cudaError_t launch_gather_rows(const RowCopyParams& p, cudaStream_t stream) { return launch_copy_rows<false>(p, stream); }
 
 bool rows_vector16(const void* pool, const void* staging, std::uint64_t staging_lane_stride_bytes,
@@ -481,12 +505,19 @@ cudaError_t launch_move_pages(const PageMoveParams& p, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-cudaError_t launch_decode_attention(const AttentionParams& p, cudaStream_t stream) {
+cudaError_t launch_decode_attention(const AttentionParams& p, LaunchTarget to) {
   if (p.rows <= 0 || p.query_heads == 0) return cudaSuccess;
   if (p.kv_heads == 0 || p.query_heads % p.kv_heads != 0) return cudaErrorInvalidValue;
   const dim3 grid(p.query_heads, static_cast<unsigned>(std::min<std::int64_t>(p.rows, kMaxGridY)));
-  decode_attention_kernel<<<grid, kAttentionThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  return launch_on(to, decode_attention_kernel, grid, dim3(kAttentionThreads), p);
+}
+
+cudaError_t add_copy_node(GraphChain& chain, void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
+  cudaGraphNode_t added = nullptr;
+  const cudaError_t err = cudaGraphAddMemcpyNode1D(&added, chain.graph, chain.last != nullptr ? &chain.last : nullptr,
+                                                   chain.last != nullptr ? 1 : 0, dst, src, bytes, kind);
+  if (err == cudaSuccess) chain.last = added;
+  return err;
 }
 
 }  // namespace kvtwin::gpu

@@ -27,6 +27,28 @@
 
 namespace kvtwin::gpu {
 
+// ---------------------------------------------------------------- where a launch goes
+
+// A graph built node by node, each node after the last one added (as a captured stream orders
+// them). The decode step builds its graph so: a stream capture's begin waits on the other
+// threads' driver calls (1.4 ms a capture among the gate's 16 threads, docs/gpu.md); adding a
+// node does not.
+struct GraphChain {
+  cudaGraph_t graph = nullptr;
+  cudaGraphNode_t last = nullptr;
+};
+// A one-dimensional copy added to the chain (cudaGraphAddMemcpyNode1D).
+cudaError_t add_copy_node(GraphChain& chain, void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind);
+
+// A launcher's destination: a stream (the kernel runs there), or a graph being built (the kernel
+// is added as a node with the same grid, block and parameters).
+struct LaunchTarget {
+  LaunchTarget(cudaStream_t s) : stream(s) {}     // NOLINT(google-explicit-constructor): any stream
+  LaunchTarget(GraphChain& c) : chain(&c) {}      // NOLINT(google-explicit-constructor): any chain
+  cudaStream_t stream = nullptr;
+  GraphChain* chain = nullptr;
+};
+
 // ---------------------------------------------------------------- translation (SPEC 5)
 
 struct TranslateParams {
@@ -63,7 +85,7 @@ struct SwaTranslateParams {
   // from its end, as a PyTorch index would.
   std::int64_t tombstone_wrap_slots = 0;
 };
-cudaError_t launch_swa_translate(const SwaTranslateParams& p, cudaStream_t stream);
+cudaError_t launch_swa_translate(const SwaTranslateParams& p, LaunchTarget to);
 
 // table[b, c] = max(v2p[rt[req[b], c * ps] // ps], 0) for c < ceil(seq_lens[b] / ps); the rest of
 // the table is not touched.
@@ -137,7 +159,7 @@ struct RowCopyParams {
 // Sink lanes (loc < first_slot: the sink page and any reserved page) write nothing and read as
 // zeros; a row that would fall outside the pool moves nothing (the doors range-check locs before
 // launching; this is a last guard).
-cudaError_t launch_scatter_rows(const RowCopyParams& p, cudaStream_t stream);  // staging -> pool
+cudaError_t launch_scatter_rows(const RowCopyParams& p, LaunchTarget to);  // staging -> pool
 cudaError_t launch_gather_rows(const RowCopyParams& p, cudaStream_t stream);   // pool -> staging
 // The oracle rows made on the device, no staging: word i of (lane, segment)'s row is
 // pattern[i] ^ ((key + i * kOracleKeyStep) & mask) (core/oracle.h), every row_bytes a multiple
@@ -216,7 +238,7 @@ struct AttentionParams {
   std::uint32_t v_dim = 0;
   bool int32_offsets = false;                // fault int32_offsets_attention: element offsets wrap in int32
 };
-cudaError_t launch_decode_attention(const AttentionParams& p, cudaStream_t stream);
+cudaError_t launch_decode_attention(const AttentionParams& p, LaunchTarget to);
 
 // The digests of the tables and of pool bytes: digest_kernels.h.
 
