@@ -45,10 +45,13 @@ Result<Batch> rebind_batch(const Batch& batch, std::uint64_t out_width, const st
     return make_error(ErrorKind::invalid_argument,
                       "rebind out_width " + num(width) + " exceeds " + num(kMaxLanes) + " lanes");
   allocation_point();
-  Batch out = batch;
+  Batch out;
+  out.tokens.reserve(width);
+  out.tokens.assign(batch.tokens.begin(), batch.tokens.end());
   out.tokens.resize(width, -1);  // lanes past the batch are padding
-  out.loc.assign(width, 0);      // SPEC 5: lanes N .. W-1 are zero-filled (the sink)
+  out.loc.resize(width, 0);      // SPEC 5: lanes N .. W-1 are zero-filled (the sink)
   for (std::uint64_t i = 0; i < n; ++i) out.loc[i] = translate_token(v2p, page_size, batch.tokens[i]);
+  out.encoder_loc = batch.encoder_loc;
   if (!out.encoder_loc.empty()) out.encoder_loc.resize(width, 0);
   out.physical = true;  // SPEC 6: rebind sets the mark
   return out;

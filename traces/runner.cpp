@@ -895,7 +895,7 @@ std::optional<OpResult> Runner::play_and_check(const Op& op, const std::optional
     return std::nullopt;
   }
   ++step_;
-  return first;
+  return std::move(results.front());  // the checks and observers are done with it
 }
 
 bool Runner::finish() {

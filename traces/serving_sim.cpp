@@ -815,10 +815,19 @@ Status ServingSimulator::admit(std::vector<Running>& admitted) {
 
 Status ServingSimulator::prefill(std::vector<Running>& admitted) {
   const std::uint64_t ps = params_.page_size;
+  std::size_t lanes = 0;
+  for (const Running& r : admitted) lanes += r.prefill_end - r.cached_len;
   std::vector<std::int64_t> tokens;
-  for (const Running& r : admitted)
-    for (std::uint64_t pos = r.cached_len; pos < r.prefill_end; ++pos)
-      tokens.push_back(r.pages[pos / ps] * static_cast<std::int64_t>(ps) + static_cast<std::int64_t>(pos % ps));
+  tokens.reserve(lanes);
+  for (const Running& r : admitted) {
+    // Page by page: each page's positions are consecutive tokens from its first.
+    for (std::uint64_t pos = r.cached_len; pos < r.prefill_end;) {
+      const std::uint64_t page = pos / ps;
+      const std::uint64_t page_end = std::min(r.prefill_end, (page + 1) * ps);
+      const std::int64_t first = r.pages[page] * static_cast<std::int64_t>(ps) - static_cast<std::int64_t>(page * ps);
+      for (; pos < page_end; ++pos) tokens.push_back(first + static_cast<std::int64_t>(pos));
+    }
+  }
   if (!tokens.empty()) {
     summary_.prefill_tokens += tokens.size();
     KVTWIN_TRY_STATUS(write_all_layers(0, std::move(tokens)));
