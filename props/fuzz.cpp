@@ -151,12 +151,11 @@ struct CaseRun {
     observers = std::make_unique<PropertyObservers>(config);
     observers->attach(*runner);
   }
-  // Plays one op (index `i`); false once a check failed.
-  bool play(const Op& op, std::uint64_t i) {
+  // Plays one op; false once a check failed.
+  bool play(const Op& op) {
     if (failure) return false;
     if (!runner->play(op)) {
-      failure = runner->failure();
-      failure->step = i;
+      failure = case_failure();
       return false;
     }
     return true;
@@ -164,10 +163,18 @@ struct CaseRun {
   bool finish() {
     if (failure) return false;
     if (!runner->finish()) {
-      failure = runner->failure();
+      failure = case_failure();
       return false;
     }
     return true;
+  }
+  // The runner's failure, its step counted among the case's ops (the build is the runner's step
+  // 0). A failure found later than its op (a deferred comparison, the second played ahead) names
+  // that op.
+  Failure case_failure() const {
+    Failure f = *runner->failure();
+    if (!f.op.empty() && f.step > 0) --f.step;
+    return f;
   }
 };
 
@@ -202,7 +209,7 @@ Result<CaseResult> run_case(const CaseSpec& spec, const BackendFactory& make_bac
   std::vector<Op> ops;
   for (std::uint64_t i = 0; !run.failure && i < spec.ops; ++i) {
     ops.push_back(generate_op(choices, run.observers->shadow.shadow(), weights, options));
-    run.play(ops.back(), i);
+    run.play(ops.back());
   }
   run.finish();
   result.stats = run.runner->stats();
@@ -222,7 +229,7 @@ std::optional<Failure> replay_case_ops(const PoolConfig& config, const std::vect
   Result<BackendSet> backends = make_backends();
   KVTWIN_CHECK(backends.ok(), "backends that made a case can be made again");
   CaseRun run(std::move(backends).value(), config);
-  for (std::size_t i = 0; i < ops.size() && run.play(ops[i], i); ++i) {
+  for (std::size_t i = 0; i < ops.size() && run.play(ops[i]); ++i) {
   }
   run.finish();
   return run.failure;

@@ -167,6 +167,13 @@ std::optional<std::uint64_t> observable_digest(const traces::Player& player, con
   return *d;
 }
 
+bool RefusalObserver::digests_second(const traces::Runner& runner) {
+  // The second player's tables are compared with the first's after every op anyway: if the first
+  // shows no change, one of the second's shows as a difference there (a GPU digest here would
+  // cost two synchronizations a refusal).
+  return runner.backend_count() >= 2 && (!runner.compares_second_tables_each_op() || runner.player(1).state_digest);
+}
+
 void RefusalObserver::before(const traces::Runner& runner, const Op& op) {
   digests_.assign(runner.backend_count(), std::nullopt);
   // Only a refusal the shadow foresees is digested (a digest reads the whole state); a refused
@@ -174,10 +181,7 @@ void RefusalObserver::before(const traces::Runner& runner, const Op& op) {
   (void)op;
   if (shadow_.expected().result.ok() || !runner.config()) return;
   for (std::size_t i = 0; i < runner.backend_count(); ++i) {
-    // The second player's tables are compared with the first's after this op anyway: if the first
-    // shows no change, one of the second's shows as a difference there (a GPU digest here would
-    // cost two synchronizations a refusal).
-    if (i == 1 && runner.compares_second_tables_each_op() && !runner.player(1).state_digest) continue;
+    if (i == 1 && !digests_second(runner)) continue;
     digests_[i] = observable_digest(runner.player(i), *runner.config());
   }
 }

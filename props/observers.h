@@ -40,6 +40,8 @@ class ShadowObserver : public traces::RunObserver {
   explicit ShadowObserver(const PoolConfig& config) : shadow_(config) {}
   void before(const traces::Runner& runner, const Op& op) override;
   std::optional<Finding> after(const traces::Runner& runner, const Op& op, const std::vector<OpResult>& results) override;
+  // The first backend's answer and tables: the second is held to the first by the runner.
+  bool reads_second(const traces::Runner&) const override { return false; }
 
   const PoolShadow& shadow() const { return shadow_; }
   // What the shadow predicted for the operation being played.
@@ -53,6 +55,7 @@ class ShadowObserver : public traces::RunObserver {
 class SizingObserver : public traces::RunObserver {
  public:
   std::optional<Finding> after(const traces::Runner& runner, const Op& op, const std::vector<OpResult>& results) override;
+  bool reads_second(const traces::Runner&) const override { return false; }  // core's derivation only
 
  private:
   std::optional<PoolConfig> checked_;  // the configuration whose derivation was compared last
@@ -62,6 +65,7 @@ class PolicyObserver : public traces::RunObserver {
  public:
   void before(const traces::Runner& runner, const Op& op) override;
   std::optional<Finding> after(const traces::Runner& runner, const Op& op, const std::vector<OpResult>& results) override;
+  bool reads_second(const traces::Runner&) const override { return false; }  // the first backend's tables
 
  private:
   std::optional<PoolTables> before_;
@@ -72,8 +76,12 @@ class RefusalObserver : public traces::RunObserver {
   explicit RefusalObserver(const ShadowObserver& shadow) : shadow_(shadow) {}
   void before(const traces::Runner& runner, const Op& op) override;
   std::optional<Finding> after(const traces::Runner& runner, const Op& op, const std::vector<OpResult>& results) override;
+  // The second's state digest, unless the runner compares the second's tables with the first's
+  // after every op and the second has no state digest of its own (the GPU beside the model).
+  bool reads_second(const traces::Runner& runner) const override { return digests_second(runner); }
 
  private:
+  static bool digests_second(const traces::Runner& runner);
   const ShadowObserver& shadow_;
   std::vector<std::optional<std::uint64_t>> digests_;  // per player, taken when a refusal is expected
 };

@@ -198,7 +198,9 @@ void Runner::decide_ahead(const Op& op) {
   ahead_decided_ = true;
   const char* off = std::getenv("KVTWIN_SECOND_AHEAD");
   if (!cadence_.second_ahead || (off != nullptr && std::string_view(off) == "0")) return;
-  if (!defers() || !observers_.empty()) return;
+  if (!defers() || std::any_of(observers_.begin(), observers_.end(),
+                                [this](const RunObserver* o) { return o->reads_second(*this); }))
+    return;
   // What the runner would call of the second on this thread, between checkpoints: nothing.
   const Player& second = players_[1];
   if (second.verify_changed || second.touched || second.touched_digest || second.state_digest || second.describe_byte ||
@@ -324,7 +326,8 @@ Runner::Runner(std::vector<Player> players, CheckCadence cadence) : players_(std
 void Runner::add_observer(RunObserver* observer) {
   KVTWIN_CHECK(observer != nullptr, "a null observer");
   observers_.push_back(observer);
-  plays_ahead_ = false;  // it may read the second's answers: they come in step from now on
+  // One that reads the second's answers has them in step from now on.
+  if (observer->reads_second(*this)) plays_ahead_ = false;
 }
 
 bool Runner::fail(std::string check, std::string message) {

@@ -120,6 +120,14 @@ class RunObserver {
     (void)results;
     return std::nullopt;
   }
+  // Whether this observer reads the second player (its answers, tables or bytes) while the run
+  // plays. One that does has the second played in step; where none does, the runner may play
+  // the second ahead (CheckCadence::second_ahead), and `results` then holds the first's answer
+  // alone. Asked when the observer joins and at the run's first op after its build.
+  virtual bool reads_second(const Runner& runner) const {
+    (void)runner;
+    return true;
+  }
 };
 
 // verify_every = kVerifyAuto: the full verify() after every op on pools of at most
@@ -282,7 +290,7 @@ class Runner {
   struct Ahead;
   std::unique_ptr<Ahead> ahead_;  // while it lives, every call of the second runs on its thread
   bool ahead_decided_ = false;    // at the first op after a build
-  bool plays_ahead_ = false;      // ops are posted, not played in step (off once an observer joins)
+  bool plays_ahead_ = false;      // ops are posted, not played in step (off once an observer that reads the second joins)
   void decide_ahead(const Op& op);
   // Posts the op's apply on the second player's thread and defers the comparison of its answer
   // with the first's (false when the window that closes differs).

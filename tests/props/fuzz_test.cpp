@@ -4,7 +4,9 @@
 #include "props/fuzz.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 
 #include <gmock/gmock.h>
@@ -13,6 +15,9 @@
 #include "core/catalogue.h"
 #include "core/check.h"
 #include "props/observers.h"
+#include "sim/model.h"
+#include "tests/traces/far_backend.h"
+#include "traces/backends.h"
 #include "traces/replay.h"
 
 namespace kvtwin::props {
@@ -154,6 +159,80 @@ TEST_P(PlantedFault, IsFoundShrunkWrittenAndFailsAgainAlone) {
   ASSERT_TRUE(fine.ok());
   EXPECT_TRUE(fine->passed()) << fine->failure->describe();
   EXPECT_EQ(fine->stats.expects_checked, trace.lines.size()) << "every line carries its expectation";
+}
+
+// As kvtwin check plays the GPU beside the model: the second is a copy of the model whose digests
+// are far away and whose own verify runs at checkpoints only; the property observers read the
+// first alone, so the runner plays the second ahead of its checks. `late` counts the ops the
+// second applied after the first had applied a later one.
+BackendFactory far_pair(const std::string& fault, std::atomic<std::uint64_t>* late) {
+  return [fault, late]() -> Result<BackendSet> {
+    BackendSet b;
+    auto plain = std::make_unique<sim::Model>();
+    std::unique_ptr<sim::Model> other = std::make_unique<sim::Model>();
+    if (!fault.empty()) {
+      Result<std::unique_ptr<sim::Model>> planted = traces::make_planted_model(fault);
+      if (!planted.ok()) return planted.error();
+      other = std::move(planted).value();
+    }
+    auto counting = std::make_unique<traces::testing::CountingApplies>(*plain);
+    auto far = std::make_unique<traces::testing::FarAway>(*other);
+    far->first_applied = &counting->applied;
+    far->late_total = late;
+    traces::Player first = traces::model_player(*plain);
+    first.backend = counting.get();
+    traces::Player second;
+    second.backend = far.get();
+    second.verify = [m = other.get()] { return m->verify(); };
+    second.verify_at_checkpoints_only = true;
+    b.players = {first, second};
+    b.owned.push_back(std::move(plain));
+    b.owned.push_back(std::move(other));
+    b.owned.push_back(std::move(counting));
+    b.owned.push_back(std::move(far));
+    return b;
+  };
+}
+
+TEST(Fuzz, CasesBesideAFarSecondPlayItAheadAndFailWhereInStep) {
+  // Ahead and in step (KVTWIN_SECOND_AHEAD=0): the same verdict, the same failing op (its index
+  // among the case's ops, the op itself) and check; on a pass, the same checks counted.
+  std::vector<std::string> faults = {""};
+  for (const traces::FaultInfo& f : traces::fault_catalogue())
+    if (f.site == traces::FaultSite::model) faults.push_back(f.name);
+  std::atomic<std::uint64_t> late{0};
+  std::uint64_t failures = 0;
+  for (const std::string& fault : faults) {
+    for (const char* config : {"random", "gpt-oss-20b/ps4/eager", "llama-3.1-8b/ps4/lazy"}) {
+      for (std::uint64_t i = 0; i < 3; ++i) {
+        Result<CaseResult> ahead = run_case(spec(i, config), far_pair(fault, &late));
+        ASSERT_EQ(setenv("KVTWIN_SECOND_AHEAD", "0", 1), 0);
+        std::atomic<std::uint64_t> in_step_late{0};
+        Result<CaseResult> in_step = run_case(spec(i, config), far_pair(fault, &in_step_late));
+        ASSERT_EQ(unsetenv("KVTWIN_SECOND_AHEAD"), 0);
+        const std::string what = (fault.empty() ? "no fault" : fault) + " on " + config + " case " + std::to_string(i);
+        ASSERT_TRUE(ahead.ok() && in_step.ok()) << what;
+        EXPECT_EQ(in_step_late.load(), 0u) << what;
+        ASSERT_EQ(ahead->failure.has_value(), in_step->failure.has_value()) << what;
+        if (!in_step->failure) {
+          EXPECT_EQ(ahead->stats.checks_passed(), in_step->stats.checks_passed()) << what;
+          EXPECT_EQ(ahead->stats.results_compared, in_step->stats.results_compared) << what;
+          EXPECT_EQ(ahead->shadow_checks, in_step->shadow_checks) << what;
+          continue;
+        }
+        ++failures;
+        const Failure& a = ahead->failure->failure;
+        const Failure& b = in_step->failure->failure;
+        EXPECT_EQ(a.check, b.check) << what << "\n ahead: " << a.describe() << "\n in step: " << b.describe();
+        EXPECT_EQ(a.step, b.step) << what;
+        EXPECT_EQ(a.op, b.op) << what;
+        ASSERT_LT(b.step, in_step->failure->ops.size()) << what;
+        EXPECT_EQ(a.op, traces::op_to_line(in_step->failure->ops[b.step], std::nullopt)) << what << ": the step names its op";
+      }
+    }
+  }
+  EXPECT_GT(late.load(), 0u) << "the second played behind the first, ahead of the checks";
+  EXPECT_GT(failures, 10u) << "planted faults fail cases ahead as in step";
 }
 
 INSTANTIATE_TEST_SUITE_P(Faults, PlantedFault,

@@ -15,6 +15,7 @@
 
 #include "core/check.h"
 #include "core/oracle.h"
+#include "tests/traces/far_backend.h"
 #include "tests/traces/test_support.h"
 #include "traces/backends.h"
 #include "sim/model.h"
@@ -22,6 +23,10 @@
 
 namespace kvtwin::traces {
 namespace {
+
+using testing::CountingApplies;
+using testing::FarAway;
+using testing::Forwarding;
 
 using ::testing::HasSubstr;
 
@@ -284,66 +289,6 @@ TEST(Runner, PoolBytesThatDifferNameTheirPageSlotLayerPartAndByte) {
   EXPECT_THAT(r.failure->message, HasSubstr(where));
   EXPECT_THAT(r.failure->message, HasSubstr("model says:")) << "the model names what the oracle expects there";
 }
-
-// Another backend's answers, passed through (what the test backends below do not change).
-class Forwarding : public Backend {
- public:
-  explicit Forwarding(Backend& inner) : inner_(inner) {}
-  std::string_view name() const override { return inner_.name(); }
-  OpResult apply(const Op& op) override { return inner_.apply(op); }
-  Result<PoolTables> tables() const override { return inner_.tables(); }
-  Result<std::uint64_t> tables_digest() const override { return inner_.tables_digest(); }
-  Result<std::vector<std::uint8_t>> raw_bytes(std::uint64_t offset, std::uint64_t length) const override {
-    return inner_.raw_bytes(offset, length);
-  }
-  Result<std::uint64_t> bytes_digest(std::span<const ByteRange> ranges) const override {
-    return inner_.bytes_digest(ranges);
-  }
-
- private:
-  Backend& inner_;
-};
-
-// A backend that says its digests are far away (as the GPU's are), so that the runner defers them
-// (CheckCadence::compare_window); everything else is the model's it wraps, planted or not.
-class FarAway final : public Forwarding {
- public:
-  using Forwarding::Forwarding;
-  bool digests_are_far() const override { return true; }
-  OpResult apply(const Op& op) override {
-    ++applied;
-    if (first_applied != nullptr && first_applied->load() > applied) ++applied_late;
-    if (fail_checkpoints && std::holds_alternative<Checkpoint>(op))
-      return make_error(ErrorKind::environment, "the machine failed (a test's far backend)");
-    return Forwarding::apply(op);
-  }
-  bool fail_checkpoints = false;  // every checkpoint answers as a machine failure
-  // With first_applied (the first player's count of ops applied): the ops this one applied after
-  // the first had applied a later one, as a second player ahead of the checks does.
-  const std::atomic<std::uint64_t>* first_applied = nullptr;
-  std::uint64_t applied = 0;
-  std::uint64_t applied_late = 0;
-  std::uint64_t queued = 0;  // digests queued (the default queue computes them at once)
-  Status queue_tables_digest() override {
-    ++queued;
-    return Backend::queue_tables_digest();
-  }
-  Status queue_bytes_digest(std::span<const ByteRange> ranges) override {
-    ++queued;
-    return Backend::queue_bytes_digest(ranges);
-  }
-};
-
-// The first player's backend, counting the ops it applied (for FarAway::applied_late).
-class CountingApplies final : public Forwarding {
- public:
-  using Forwarding::Forwarding;
-  OpResult apply(const Op& op) override {
-    ++applied;
-    return Forwarding::apply(op);
-  }
-  std::atomic<std::uint64_t> applied{0};
-};
 
 // A model with `fault` planted ("" for none).
 std::unique_ptr<sim::Model> model_with(const std::string& fault) {
