@@ -584,15 +584,16 @@ Result<PoolTables> DeviceAllocator::tables(cudaStream_t stream) const {
   PoolTables out;
   for (std::size_t i = 0; i < sides_.size(); ++i) {
     const DeviceSide& side = *sides_[i];
+    // Each side's device tables in one copy (DeviceSide::snapshot); its queue and holes read off them.
+    KVTWIN_TRY(SideSnapshot s, side.snapshot(sides_[0]->min_page(), stream));
     SideTables t;
     t.name = side_name(i);
-    KVTWIN_TRY(t.v2p, download_ids(side.v2p(), side.v2p_len(), stream));
-    KVTWIN_TRY(t.p2v, download_ids(side.p2v(), side.p2v_len(), stream));
-    KVTWIN_TRY(t.free_queue, side.queue_contents(stream));
+    t.free_queue = free_queue_of(s);
+    t.holes = holes_of(s);
+    t.v2p = std::move(s.v2p);
+    t.p2v = std::move(s.p2v);
     t.watermark = side.watermark();
     t.span_low = side.span_low();
-    KVTWIN_TRY_STATUS(listed_holes_.reserve(static_cast<std::size_t>(side.p2v_len())));
-    KVTWIN_TRY(t.holes, side.hole_list(select_, listed_holes_.get(), stream));
     t.allocated_pages = static_cast<std::uint64_t>(side.allocated());
     out.sides.push_back(std::move(t));
   }

@@ -196,7 +196,6 @@ class DeviceAllocator {
   DeviceBuffer<std::int64_t> raw_move_sources_;       // move_pages: src
   DeviceBuffer<std::int64_t> raw_move_destinations_;  // move_pages: dst
   DeviceBuffer<std::int64_t> raw_move_owners_;        // move_pages: p2v of each dst (must be unbound)
-  mutable DeviceBuffer<std::int64_t> listed_holes_;   // tables(): a side's holes, ascending
   // The tri-pool's float: the host copy it is planned from, and one operation's device lists.
   FloatSpan float_;
   DeviceBuffer<std::int64_t> float_pages_;    // a bind's pages, a free's holes, an absorption's pages

@@ -146,6 +146,23 @@ Status check_side(const SideSnapshot& s, bool lazy) {
 
 }  // namespace
 
+std::vector<std::int64_t> free_queue_of(const SideSnapshot& s) {
+  std::vector<std::int64_t> out;
+  if (!s.owner || s.queue_count == 0 || s.queue.empty()) return out;
+  out.reserve(static_cast<std::size_t>(s.queue_count));
+  const auto ring = static_cast<std::int64_t>(s.queue.size());
+  for (std::int64_t i = 0; i < s.queue_count; ++i) out.push_back(s.queue[static_cast<std::size_t>((s.queue_head + i) % ring)]);
+  return out;
+}
+
+std::vector<std::int64_t> holes_of(const SideSnapshot& s) {
+  std::vector<std::int64_t> out;
+  if (s.holes == 0) return out;
+  for (std::size_t p = 0; p < s.hole_flags.size(); ++p)
+    if (s.hole_flags[p] != 0) out.push_back(static_cast<std::int64_t>(p));
+  return out;
+}
+
 Status check_device_sides(const std::vector<SideSnapshot>& sides, bool lazy) {
   if (sides.empty() || sides.size() > 2 || !sides[0].owner || (sides.size() == 2 && sides[1].owner))
     return make_error(ErrorKind::internal, "gpu invariant broken: a pool has one or two sides, the first owning the free queue");

@@ -47,6 +47,12 @@ struct SideSnapshot {
   std::vector<std::uint8_t> marks;       // num_pages + 1; planning scratch, all 0 between operations
 };
 
+// What tables() shows of a side, read off its snapshot as the device holds it: the free queue
+// front first (the owner's; none when it counts none), and the holes ascending (none when the
+// side counts none).
+std::vector<std::int64_t> free_queue_of(const SideSnapshot& s);
+std::vector<std::int64_t> holes_of(const SideSnapshot& s);
+
 // Checks every side (chain order: the owner first) and, for a composite, the two together. An
 // ErrorKind::internal Error names the side, the field and the numbers; ok when all hold.
 // `lazy`: the pool is in lazy compaction mode (an eager side has no holes).

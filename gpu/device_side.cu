@@ -421,18 +421,6 @@ Status DeviceSide::relocate(const std::int64_t* src, const std::int64_t* dst, st
   return ok_status();
 }
 
-Result<std::vector<std::int64_t>> DeviceSide::queue_contents(cudaStream_t stream) const {
-  std::vector<std::int64_t> out;
-  if (!owner_ || queue_count_ == 0) return out;
-  std::vector<std::int64_t> ring(queue_.size());
-  KVTWIN_CUDA_TRY(cudaMemcpyAsync(ring.data(), queue_.get(), queue_.bytes(), cudaMemcpyDeviceToHost, stream));
-  KVTWIN_CUDA_SYNC(stream);
-  out.reserve(static_cast<std::size_t>(queue_count_));
-  for (std::int64_t i = 0; i < queue_count_; ++i)
-    out.push_back(ring[static_cast<std::size_t>((queue_head_ + i) % static_cast<std::int64_t>(ring.size()))]);
-  return out;
-}
-
 DigestRanges DeviceSide::digest_ranges(std::uint64_t side_index) const {
   DigestRanges r{};
   r.v2p = v2p_.get();
@@ -442,8 +430,8 @@ DigestRanges DeviceSide::digest_ranges(std::uint64_t side_index) const {
   r.queue = queue_.get();
   r.queue_capacity = static_cast<std::int64_t>(queue_.size());
   r.queue_head = queue_head_;
-  r.queue_count = owner_ ? queue_count_ : 0;  // as queue_contents(): only the owner lists a queue
-  r.hole_flags = holes_ != 0 ? hole_flags_.get() : nullptr;  // as hole_list(): no holes counted, none listed
+  r.queue_count = owner_ ? queue_count_ : 0;  // as free_queue_of(): only the owner lists a queue
+  r.hole_flags = holes_ != 0 ? hole_flags_.get() : nullptr;  // as holes_of(): no holes counted, none listed
   r.side = side_index;
   return r;
 }
@@ -487,18 +475,6 @@ Result<SideSnapshot> DeviceSide::snapshot(std::int64_t first_virtual, cudaStream
     KVTWIN_CUDA_TRY(cudaMemcpyAsync(s.queue.data(), queue_.get(), queue_.bytes(), cudaMemcpyDeviceToHost, stream));
   KVTWIN_CUDA_SYNC(stream);
   return s;
-}
-
-Result<std::vector<std::int64_t>> DeviceSide::hole_list(SelectScratch& scratch, std::int64_t* out,
-                                                        cudaStream_t stream) const {
-  std::vector<std::int64_t> list;
-  if (holes_ == 0) return list;
-  KVTWIN_TRY(std::int64_t found, select_pages({nullptr, hole_flags_.get(), false}, 0, num_pages() + 1, out, scratch, stream));
-  list.resize(static_cast<std::size_t>(found));
-  KVTWIN_CUDA_TRY(cudaMemcpyAsync(list.data(), out, static_cast<std::size_t>(found) * sizeof(std::int64_t),
-                                  cudaMemcpyDeviceToHost, stream));
-  KVTWIN_CUDA_SYNC(stream);
-  return list;
 }
 
 Status gather_values(const std::int64_t* table, const std::int64_t* index, std::int64_t n, std::int64_t* out,

@@ -135,18 +135,14 @@ class DeviceSide {
   Status apply_compaction(const std::int64_t* src, const std::int64_t* dst, std::int64_t n, std::int64_t new_watermark,
                           bool clears_holes, cudaStream_t stream);
 
-  // The queue, front first; holes ascending (host copies, for tables()).
-  Result<std::vector<std::int64_t>> queue_contents(cudaStream_t stream) const;
-  Result<std::vector<std::int64_t>> hole_list(SelectScratch& scratch, std::int64_t* out, cudaStream_t stream) const;
-
   // This side's part of digest_tables (core/tables_digest.h) as the host would compute it from
   // tables(): the device rows' (launch_tables_digest reads them) and the host counters' terms.
   // `side_index` is the side's place in the chain.
   DigestRanges digest_ranges(std::uint64_t side_index) const;
   std::uint64_t digest_counter_terms(std::uint64_t side_index) const;
 
-  // The counters and the whole device tables, for the invariant check; `first_virtual` is the
-  // owner's first usable virtual page.
+  // The counters and the whole device tables (one synchronization), for the invariant check and
+  // tables(); `first_virtual` is the owner's first usable virtual page.
   Result<SideSnapshot> snapshot(std::int64_t first_virtual, cudaStream_t stream) const;
 
  private:

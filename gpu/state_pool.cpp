@@ -59,10 +59,6 @@ std::int64_t DeviceStatePool::slot_of(std::uint64_t request) const {
   return it == requests_.end() ? -1 : it->second;
 }
 
-Result<std::vector<std::int64_t>> DeviceStatePool::device_holes(cudaStream_t stream) const {
-  return slots_.hole_list(select_, scratch_b_.get(), stream);
-}
-
 std::int64_t DeviceStatePool::next_physical() const {
   if (host_queue_.empty() || slots_.remaining() == 0) return -1;
   // SPEC 4 with page size 1: the lowest hole first (lazy mode), else the watermark.
@@ -244,13 +240,15 @@ Result<std::vector<std::uint8_t>> DeviceStatePool::read(const std::vector<std::i
 }
 
 Status DeviceStatePool::add_tables(PoolTables& out, cudaStream_t stream) const {
+  // The slots' device tables in one copy (DeviceSide::snapshot); the queue and holes read off them.
+  KVTWIN_TRY(SideSnapshot s, slots_.snapshot(slots_.min_page(), stream));
   SideTables t;
   t.name = name();
-  KVTWIN_TRY(t.v2p, download_ids(slots_.v2p(), slots_.v2p_len(), stream));
-  KVTWIN_TRY(t.p2v, download_ids(slots_.p2v(), slots_.p2v_len(), stream));
-  KVTWIN_TRY(t.free_queue, slots_.queue_contents(stream));
+  t.free_queue = free_queue_of(s);
+  t.holes = holes_of(s);
+  t.v2p = std::move(s.v2p);
+  t.p2v = std::move(s.p2v);
   t.watermark = slots_.watermark();
-  KVTWIN_TRY(t.holes, device_holes(stream));
   t.allocated_pages = static_cast<std::uint64_t>(slots_.allocated());
   out.state = std::move(t);
   out.state_requests.assign(requests_.begin(), requests_.end());
@@ -275,8 +273,7 @@ Status DeviceStatePool::verify(const Held& held, std::uint64_t owner_begin_byte,
   // The host's copy is the device's tables.
   if (snap.v2p != host_v2p_ || snap.p2v != host_p2v_)
     return broken("the state sub-pool's host copy of v2p / p2v differs from its device tables");
-  KVTWIN_TRY(std::vector<std::int64_t> queue, slots_.queue_contents(stream));
-  if (queue != std::vector<std::int64_t>(host_queue_.begin(), host_queue_.end()))
+  if (free_queue_of(snap) != std::vector<std::int64_t>(host_queue_.begin(), host_queue_.end()))
     return broken("the state sub-pool's host copy of its free queue differs from the device's");
   for (std::size_t p = 0; p < snap.hole_flags.size(); ++p)
     if ((snap.hole_flags[p] != 0) != (host_holes_.count(static_cast<std::int64_t>(p)) != 0))

@@ -124,7 +124,6 @@ class DeviceStatePool {
                         cudaStream_t stream) const;
   Status apply_moves(const Moves& moves, bool clears_holes, const Held& held, const DevicePoolBytes& bytes,
                      const Faults& faults, cudaStream_t stream);
-  Result<std::vector<std::int64_t>> device_holes(cudaStream_t stream) const;
 
   const PoolConfig* config_ = nullptr;
   const PoolDerived* derived_ = nullptr;
