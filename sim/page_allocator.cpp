@@ -377,6 +377,7 @@ SideFreeStep PageAllocator::plan_side_free(std::size_t side, const std::vector<s
   step.side = side;
   step.virtual_pages = vpages;
   step.release_virtual_ids = release;
+  step.physical_pages.reserve(vpages.size());
   for (std::int64_t v : vpages) step.physical_pages.push_back(s.physical_of(v));
   std::sort(step.physical_pages.begin(), step.physical_pages.end());
   // SPEC 11: a float never compacts on a free; its boundary holes leave the span at once in eager

@@ -799,8 +799,8 @@ std::optional<OpResult> Runner::play_and_check(const Op& op, const std::optional
     return true;
   };
   decide_ahead(op);
-  std::vector<OpResult> results;
-  results.reserve(players_.size());
+  std::vector<OpResult>& results = results_;
+  results.clear();
   {
     // A backend's broken invariant ends this run as a failure, not the process (check.h).
     InvariantScope scope;

@@ -259,6 +259,7 @@ class Runner {
   std::uint64_t verify_every_ = 1;  // cadence_.verify_every, resolved for the pool built last
   RunStats stats_;
   std::optional<Failure> failure_;
+  std::vector<OpResult> results_;  // the op being played: each backend's answer (kept for its capacity)
   bool tables_matched_ = false;  // this step's check_tables found the two players' tables equal
   // (or, deferred, will have: a difference found later fails the run at this step)
   // A digest comparison of the window not compared yet: which op, and the first player's digest.
