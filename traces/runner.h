@@ -152,12 +152,14 @@ struct CheckCadence {
   // failure still names the first op whose digest differed. 1: compared right after every op.
   // Only a second backend whose digests are far away (Backend::digests_are_far: the GPU) defers.
   std::uint64_t compare_window = kDefaultCompareWindow;
-  // With a deferred second backend (above) and no observer: the second's calls are posted to a
-  // thread of its own (traces/player_thread.h; the runner runs what is left itself when it waits
-  // for them), its work overlapping the first's and the checks, instead of in step. Its answers (results, expect, environment, a broken invariant) are then compared when
-  // the window closes, in op order, as its digests are: the first failure named, its step and its
-  // message are the same. A run with an observer (which may read the second's answers) plays in
-  // step. KVTWIN_SECOND_AHEAD=0 in the environment turns it off, to measure what it saves.
+  // With a deferred second backend (above) and no observer that reads it: the second's calls are
+  // posted to a thread of its own (traces/player_thread.h; the runner runs what is left itself
+  // when it waits for them), its work overlapping the first's and the checks, instead of in step.
+  // Its answers (results, expect, environment, a broken invariant) are then compared when the
+  // window closes, in op order, as its digests are: the first failure named, its step and its
+  // message are the same. A run with an observer that reads the second
+  // (RunObserver::reads_second) plays in step. KVTWIN_SECOND_AHEAD=0 in the environment turns it
+  // off, to measure what it saves.
   bool second_ahead = true;
 };
 
