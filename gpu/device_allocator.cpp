@@ -586,16 +586,7 @@ Result<PoolTables> DeviceAllocator::tables(cudaStream_t stream) const {
     const DeviceSide& side = *sides_[i];
     // Each side's device tables in one copy (DeviceSide::snapshot); its queue and holes read off them.
     KVTWIN_TRY(SideSnapshot s, side.snapshot(sides_[0]->min_page(), stream));
-    SideTables t;
-    t.name = side_name(i);
-    t.free_queue = free_queue_of(s);
-    t.holes = holes_of(s);
-    t.v2p = std::move(s.v2p);
-    t.p2v = std::move(s.p2v);
-    t.watermark = side.watermark();
-    t.span_low = side.span_low();
-    t.allocated_pages = static_cast<std::uint64_t>(side.allocated());
-    out.sides.push_back(std::move(t));
+    out.sides.push_back(side_tables_of(side_name(i), std::move(s)));
   }
   return out;
 }

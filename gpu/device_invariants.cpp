@@ -163,6 +163,19 @@ std::vector<std::int64_t> holes_of(const SideSnapshot& s) {
   return out;
 }
 
+SideTables side_tables_of(std::string name, SideSnapshot&& s) {
+  SideTables t;
+  t.name = std::move(name);
+  t.free_queue = free_queue_of(s);
+  t.holes = holes_of(s);
+  t.v2p = std::move(s.v2p);
+  t.p2v = std::move(s.p2v);
+  t.watermark = s.watermark;
+  t.span_low = s.span_low;
+  t.allocated_pages = static_cast<std::uint64_t>(s.allocated);
+  return t;
+}
+
 Status check_device_sides(const std::vector<SideSnapshot>& sides, bool lazy) {
   if (sides.empty() || sides.size() > 2 || !sides[0].owner || (sides.size() == 2 && sides[1].owner))
     return make_error(ErrorKind::internal, "gpu invariant broken: a pool has one or two sides, the first owning the free queue");

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "core/backend.h"
 #include "core/result.h"
 
 namespace kvtwin::gpu {
@@ -52,6 +53,9 @@ struct SideSnapshot {
 // side counts none).
 std::vector<std::int64_t> free_queue_of(const SideSnapshot& s);
 std::vector<std::int64_t> holes_of(const SideSnapshot& s);
+// The side as tables() reports it, named `name`: its tables and counters taken off the snapshot
+// (the tables moved out of it), its queue and holes read as above.
+SideTables side_tables_of(std::string name, SideSnapshot&& s);
 
 // Checks every side (chain order: the owner first) and, for a composite, the two together. An
 // ErrorKind::internal Error names the side, the field and the numbers; ok when all hold.

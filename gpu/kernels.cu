@@ -42,12 +42,8 @@ cudaError_t launch_on(const LaunchTarget& to, void (*kernel)(Params...), dim3 gr
         node.gridDim = grid;
         node.blockDim = block;
         node.kernelParams = parameters;
-        GraphChain& chain = *to.chain;
-        cudaGraphNode_t added = nullptr;
-        const cudaError_t err = cudaGraphAddKernelNode(&added, chain.graph, chain.last != nullptr ? &chain.last : nullptr,
-                                                       chain.last != nullptr ? 1 : 0, &node);
-        if (err == cudaSuccess) chain.last = added;
-        return err;
+        return to.chain->append([&](cudaGraphNode_t* added, cudaGraph_t graph, const cudaGraphNode_t* after,
+                                    std::size_t count) { return cudaGraphAddKernelNode(added, graph, after, count, &node); });
       },
       held);
 }
@@ -513,11 +509,9 @@ cudaError_t launch_decode_attention(const AttentionParams& p, LaunchTarget to) {
 }
 
 cudaError_t add_copy_node(GraphChain& chain, void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind) {
-  cudaGraphNode_t added = nullptr;
-  const cudaError_t err = cudaGraphAddMemcpyNode1D(&added, chain.graph, chain.last != nullptr ? &chain.last : nullptr,
-                                                   chain.last != nullptr ? 1 : 0, dst, src, bytes, kind);
-  if (err == cudaSuccess) chain.last = added;
-  return err;
+  return chain.append([&](cudaGraphNode_t* added, cudaGraph_t graph, const cudaGraphNode_t* after, std::size_t count) {
+    return cudaGraphAddMemcpyNode1D(added, graph, after, count, dst, src, bytes, kind);
+  });
 }
 
 }  // namespace kvtwin::gpu

@@ -36,6 +36,15 @@ namespace kvtwin::gpu {
 struct GraphChain {
   cudaGraph_t graph = nullptr;
   cudaGraphNode_t last = nullptr;
+  // Adds one node after the last: `add(&node, graph, dependencies, count)` makes the
+  // cudaGraphAdd*Node call; the node added is the chain's last from then on.
+  template <class Add>
+  cudaError_t append(Add add) {
+    cudaGraphNode_t added = nullptr;
+    const cudaError_t err = add(&added, graph, last != nullptr ? &last : nullptr, last != nullptr ? std::size_t{1} : 0);
+    if (err == cudaSuccess) last = added;
+    return err;
+  }
 };
 // A one-dimensional copy added to the chain (cudaGraphAddMemcpyNode1D).
 cudaError_t add_copy_node(GraphChain& chain, void* dst, const void* src, std::size_t bytes, cudaMemcpyKind kind);

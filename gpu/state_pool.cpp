@@ -242,15 +242,7 @@ Result<std::vector<std::uint8_t>> DeviceStatePool::read(const std::vector<std::i
 Status DeviceStatePool::add_tables(PoolTables& out, cudaStream_t stream) const {
   // The slots' device tables in one copy (DeviceSide::snapshot); the queue and holes read off them.
   KVTWIN_TRY(SideSnapshot s, slots_.snapshot(slots_.min_page(), stream));
-  SideTables t;
-  t.name = name();
-  t.free_queue = free_queue_of(s);
-  t.holes = holes_of(s);
-  t.v2p = std::move(s.v2p);
-  t.p2v = std::move(s.p2v);
-  t.watermark = slots_.watermark();
-  t.allocated_pages = static_cast<std::uint64_t>(slots_.allocated());
-  out.state = std::move(t);
+  out.state = side_tables_of(name(), std::move(s));
   out.state_requests.assign(requests_.begin(), requests_.end());
   out.state_quarantine.assign(quarantine_.begin(), quarantine_.end());
   return ok_status();
