@@ -571,7 +571,9 @@ OpResult Model::on(const EndRead& op) {
 OpResult Model::on(const MakeBatch& op) {
   if (pool_->batches.count(op.batch))
     return invalid("batch " + num(op.batch) + " already exists; drop it first (drop_batch) or use another id");
-  KVTWIN_TRY(Batch batch, make_batch(op));
+  // Into the storage of the batch dropped last (a step's batches reuse it, no allocation a step).
+  Batch& batch = pool_->dropped_batch;
+  KVTWIN_TRY_STATUS(make_batch(op, batch));
   pool_->batches.emplace(op.batch, std::move(batch));
   return Outcome(Done{});
 }
@@ -579,8 +581,7 @@ OpResult Model::on(const MakeBatch& op) {
 OpResult Model::on(const Rebind& op) {
   auto it = pool_->batches.find(op.batch);
   if (it == pool_->batches.end()) return invalid("rebind: no batch " + num(op.batch) + "; declare it with a batch op");
-  KVTWIN_TRY(Batch rebound, rebind_batch(it->second, op.out_width, pool_->allocator.owner().v2p(), pool_->page_size));
-  it->second = std::move(rebound);
+  KVTWIN_TRY_STATUS(rebind_batch(it->second, op.out_width, pool_->allocator.owner().v2p(), pool_->page_size));
   return Outcome(Ids{it->second.loc});
 }
 
@@ -599,8 +600,10 @@ OpResult Model::on(const Split& op) {
 }
 
 OpResult Model::on(const DropBatch& op) {
-  if (pool_->batches.erase(op.batch) == 0)
-    return invalid("drop_batch: no batch " + num(op.batch) + "; nothing to drop");
+  auto it = pool_->batches.find(op.batch);
+  if (it == pool_->batches.end()) return invalid("drop_batch: no batch " + num(op.batch) + "; nothing to drop");
+  pool_->dropped_batch = std::move(it->second);  // its storage serves the next batch declared
+  pool_->batches.erase(it);
   return Outcome(Done{});
 }
 

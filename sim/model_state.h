@@ -84,6 +84,9 @@ struct Model::Pool {
   std::optional<PoolBytes> bytes;  // nullopt in tables-only mode
   ContentLedger ledger;            // empty in tables-only mode
   std::map<std::uint32_t, Batch> batches;
+  // The last dropped batch: not a batch of the pool (nothing reads its lanes), only the storage
+  // the next make_batch fills, so that a batch a step allocates nothing.
+  Batch dropped_batch;
   std::map<std::uint32_t, Reader> readers;
   std::vector<std::vector<std::uint32_t>> held;  // per side, per physical page: open readers holding it
   std::map<std::uint32_t, Graph> graphs;

@@ -15,7 +15,7 @@ std::string num(std::uint64_t v) { return std::to_string(v); }
 std::string num(std::int64_t v) { return std::to_string(v); }
 }  // namespace
 
-Result<Batch> make_batch(const MakeBatch& op) {
+Status make_batch(const MakeBatch& op, Batch& into) {
   if (op.tokens.size() > kMaxLanes)
     return make_error(ErrorKind::invalid_argument, "batch " + num(std::uint64_t{op.batch}) + " has " +
                                                        num(std::uint64_t{op.tokens.size()}) + " lanes; at most " +
@@ -26,16 +26,15 @@ Result<Batch> make_batch(const MakeBatch& op) {
                           " tokens but " + num(std::uint64_t{op.encoder_tokens.size()}) +
                           " encoder tokens; give one encoder token per lane, or none");
   allocation_point();
-  Batch b;
-  b.tokens = op.tokens;
-  b.loc = op.tokens;  // virtual ids, unmarked
-  b.physical = false;
-  b.encoder_loc = op.encoder_tokens;  // never translated (SPEC 6)
-  return b;
+  into.tokens.assign(op.tokens.begin(), op.tokens.end());
+  into.loc.assign(op.tokens.begin(), op.tokens.end());  // virtual ids, unmarked
+  into.physical = false;
+  into.encoder_loc.assign(op.encoder_tokens.begin(), op.encoder_tokens.end());  // never translated (SPEC 6)
+  return ok_status();
 }
 
-Result<Batch> rebind_batch(const Batch& batch, std::uint64_t out_width, const std::vector<std::int64_t>& v2p,
-                           std::int64_t page_size) {
+Status rebind_batch(Batch& batch, std::uint64_t out_width, const std::vector<std::int64_t>& v2p,
+                    std::int64_t page_size) {
   const std::uint64_t n = batch.tokens.size();
   const std::uint64_t width = out_width == 0 ? n : out_width;
   if (width < n)
@@ -45,16 +44,12 @@ Result<Batch> rebind_batch(const Batch& batch, std::uint64_t out_width, const st
     return make_error(ErrorKind::invalid_argument,
                       "rebind out_width " + num(width) + " exceeds " + num(kMaxLanes) + " lanes");
   allocation_point();
-  Batch out;
-  out.tokens.reserve(width);
-  out.tokens.assign(batch.tokens.begin(), batch.tokens.end());
-  out.tokens.resize(width, -1);  // lanes past the batch are padding
-  out.loc.resize(width, 0);      // SPEC 5: lanes N .. W-1 are zero-filled (the sink)
-  for (std::uint64_t i = 0; i < n; ++i) out.loc[i] = translate_token(v2p, page_size, batch.tokens[i]);
-  out.encoder_loc = batch.encoder_loc;
-  if (!out.encoder_loc.empty()) out.encoder_loc.resize(width, 0);
-  out.physical = true;  // SPEC 6: rebind sets the mark
-  return out;
+  batch.tokens.resize(width, -1);  // lanes past the batch are padding
+  batch.loc.assign(width, 0);      // SPEC 5: lanes N .. W-1 are zero-filled (the sink)
+  for (std::uint64_t i = 0; i < n; ++i) batch.loc[i] = translate_token(v2p, page_size, batch.tokens[i]);
+  if (!batch.encoder_loc.empty()) batch.encoder_loc.resize(width, 0);
+  batch.physical = true;  // SPEC 6: rebind sets the mark
+  return ok_status();
 }
 
 Result<std::pair<Batch, Batch>> split_batch(const Batch& batch, std::uint64_t at) {

@@ -65,7 +65,10 @@ class RememberedLocs {
   }
   void remember(std::size_t side, const WriteLoc& from, std::span<const std::int64_t> locs) {
     if (by_side_.size() <= side) by_side_.resize(side + 1);
-    by_side_[side] = Entry{std::vector<std::int64_t>(locs.begin(), locs.end()), from.source};
+    std::optional<Entry>& e = by_side_[side];
+    if (!e) e.emplace();
+    e->locs.assign(locs.begin(), locs.end());  // into the last loc's storage (a loc a batch, no allocation)
+    e->source = from.source;
   }
   void clear() { by_side_.clear(); }
 
@@ -80,14 +83,17 @@ class RememberedLocs {
 // The most lanes one batch or loc may have (a bound against runaway widths in traces).
 inline constexpr std::uint64_t kMaxLanes = std::uint64_t{1} << 20;
 
-// `batch`: out_cache_loc starts as the tokens (virtual, unmarked).
-Result<Batch> make_batch(const MakeBatch& op);
+// `batch`: out_cache_loc starts as the tokens (virtual, unmarked). The lanes are put into
+// `into`, whatever it held (its vectors' capacity is reused: a forward batch a step, each about
+// as wide as the last, allocates nothing); a refusal leaves `into` as it was.
+Status make_batch(const MakeBatch& op, Batch& into);
 
 // `rebind` (SPEC 6): loc[i] = translate(tokens[i]) for the batch's lanes, lanes past them up to
 // out_width hold the sink, and the loc is marked physical. Rebinding again re-resolves the
-// virtual tokens (so a loc made stale by a compaction is refreshed).
-Result<Batch> rebind_batch(const Batch& batch, std::uint64_t out_width, const std::vector<std::int64_t>& v2p,
-                           std::int64_t page_size);
+// virtual tokens (so a loc made stale by a compaction is refreshed). In place, in the batch's
+// own storage; a refusal leaves the batch as it was.
+Status rebind_batch(Batch& batch, std::uint64_t out_width, const std::vector<std::int64_t>& v2p,
+                    std::int64_t page_size);
 
 // `split` (SPEC 6): lanes [0, at) and [at, n); both children copy the parent's mark.
 Result<std::pair<Batch, Batch>> split_batch(const Batch& batch, std::uint64_t at);
