@@ -1,11 +1,81 @@
 // The prefix cache (radix_cache.h).
 #include "traces/radix_cache.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "core/check.h"
 
 namespace kvtwin::traces {
+
+// ---------------------------------------------------------------- the children's index
+
+std::size_t RadixCache::ChildIndex::home(NodeId parent, std::int64_t hash) const {
+  // splitmix64's finalizer over both keys: trace hashes are often small consecutive integers.
+  std::uint64_t x = parent * 0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(hash);
+  x ^= x >> 30;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 27;
+  x *= 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return static_cast<std::size_t>(x) & (slots_.size() - 1);
+}
+
+RadixCache::NodeId RadixCache::ChildIndex::find(NodeId parent, std::int64_t hash) const {
+  if (slots_.empty()) return kRoot;
+  const std::size_t mask = slots_.size() - 1;
+  for (std::size_t i = home(parent, hash);; i = (i + 1) & mask) {
+    const Slot& s = slots_[i];
+    if (s.child == kRoot) return kRoot;
+    if (s.parent == parent && s.hash == hash) return s.child;
+  }
+}
+
+void RadixCache::ChildIndex::grow() {
+  std::vector<Slot> old = std::move(slots_);
+  slots_.assign(old.empty() ? 64 : old.size() * 2, Slot{});
+  const std::size_t mask = slots_.size() - 1;
+  for (const Slot& s : old) {
+    if (s.child == kRoot) continue;
+    std::size_t i = home(s.parent, s.hash);
+    while (slots_[i].child != kRoot) i = (i + 1) & mask;
+    slots_[i] = s;
+  }
+}
+
+void RadixCache::ChildIndex::insert(NodeId parent, std::int64_t hash, NodeId child) {
+  KVTWIN_CHECK(child != kRoot, "the root is nobody's child");
+  if ((used_ + 1) * 2 > slots_.size()) grow();  // at most half full: probe runs stay short
+  const std::size_t mask = slots_.size() - 1;
+  std::size_t i = home(parent, hash);
+  for (; slots_[i].child != kRoot; i = (i + 1) & mask)
+    KVTWIN_CHECK(slots_[i].parent != parent || slots_[i].hash != hash, "a parent has one child per hash");
+  slots_[i] = Slot{parent, hash, child};
+  ++used_;
+}
+
+void RadixCache::ChildIndex::erase(NodeId parent, std::int64_t hash) {
+  KVTWIN_CHECK(!slots_.empty(), "erasing a child the index holds");
+  const std::size_t mask = slots_.size() - 1;
+  std::size_t hole = home(parent, hash);
+  for (;; hole = (hole + 1) & mask) {
+    KVTWIN_CHECK(slots_[hole].child != kRoot, "erasing a child the index holds");
+    if (slots_[hole].parent == parent && slots_[hole].hash == hash) break;
+  }
+  // Backward shift: every later slot of the run whose home is not in (hole, j] moves into the
+  // hole, so that a lookup never meets an empty slot before its key.
+  for (std::size_t j = (hole + 1) & mask; slots_[j].child != kRoot; j = (j + 1) & mask) {
+    const std::size_t h = home(slots_[j].parent, slots_[j].hash);
+    const bool stays = hole < j ? (h > hole && h <= j) : (h > hole || h <= j);
+    if (stays) continue;
+    slots_[hole] = slots_[j];
+    hole = j;
+  }
+  slots_[hole] = Slot{};
+  --used_;
+}
+
+// ---------------------------------------------------------------- the cache
 
 RadixCache::RadixCache(std::uint64_t block_pages) : block_pages_(block_pages) {
   KVTWIN_CHECK(block_pages > 0, "a cache block holds at least one page");
@@ -30,14 +100,13 @@ void RadixCache::touch(NodeId id, std::uint64_t now) {
   if (is_evictable_leaf(n)) evictable_leaves_.insert({n.last_used, id});
 }
 
-std::vector<RadixCache::NodeId> RadixCache::match(const std::vector<std::int64_t>& hashes, std::uint64_t now) {
+std::vector<RadixCache::NodeId> RadixCache::match(std::span<const std::int64_t> hashes, std::uint64_t now) {
   std::vector<NodeId> path;
   NodeId at = kRoot;
   for (std::int64_t h : hashes) {
-    const Node& n = live(at);
-    auto child = n.children.find(h);
-    if (child == n.children.end()) break;
-    at = child->second;
+    const NodeId child = children_.find(at, h);
+    if (child == kRoot) break;
+    at = child;
     path.push_back(at);
   }
   for (NodeId id : path) touch(id, now);
@@ -48,7 +117,7 @@ void RadixCache::lock(const std::vector<NodeId>& path) {
   for (NodeId id : path) {
     Node& n = live(id);
     if (is_evictable_leaf(n)) evictable_leaves_.erase({n.last_used, id});
-    if (n.refs == 0) evictable_pages_ -= n.pages.size();
+    if (n.refs == 0) evictable_pages_ -= block_pages_;
     ++n.refs;
   }
 }
@@ -58,84 +127,110 @@ void RadixCache::unlock(const std::vector<NodeId>& path) {
     Node& n = live(id);
     KVTWIN_CHECK(n.refs > 0, "unlocking a cache node nobody holds");
     --n.refs;
-    if (n.refs == 0) evictable_pages_ += n.pages.size();
+    if (n.refs == 0) evictable_pages_ += block_pages_;
     if (is_evictable_leaf(n)) evictable_leaves_.insert({n.last_used, id});
   }
 }
 
-RadixCache::NodeId RadixCache::insert(NodeId parent, std::int64_t hash, std::vector<std::int64_t> pages,
+RadixCache::NodeId RadixCache::insert(NodeId parent, std::int64_t hash, std::span<const std::int64_t> pages,
                                       std::uint64_t now) {
   KVTWIN_CHECK(pages.size() == block_pages_, "a cache block is exactly block_pages pages");
-  Node& p = live(parent);
-  if (p.children.count(hash) != 0) return kRoot;
-  // The parent stops being a leaf: it leaves the evictable set (it was referenced anyway, by the
-  // inserting request, unless it is the root).
-  if (parent != kRoot && is_evictable_leaf(p)) evictable_leaves_.erase({p.last_used, parent});
+  {
+    Node& p = live(parent);
+    if (children_.find(parent, hash) != kRoot) return kRoot;
+    // The parent stops being a leaf: it leaves the evictable set (it was referenced anyway, by the
+    // inserting request, unless it is the root).
+    if (parent != kRoot && is_evictable_leaf(p)) evictable_leaves_.erase({p.last_used, parent});
+    ++p.children;
+  }
   const NodeId id = nodes_.size();
-  p.children.emplace(hash, id);
+  children_.insert(parent, hash, id);
   Node n;
   n.alive = true;
   n.parent = parent;
   n.hash = hash;
-  n.pages = std::move(pages);
   n.refs = 1;
   n.last_used = now;
-  cached_pages_ += n.pages.size();
-  nodes_.push_back(std::move(n));
+  if (free_page_rows_.empty()) {
+    n.page_row = pages_.size() / block_pages_;
+    pages_.insert(pages_.end(), pages.begin(), pages.end());
+  } else {
+    n.page_row = free_page_rows_.back();
+    free_page_rows_.pop_back();
+    std::copy(pages.begin(), pages.end(), pages_.begin() + static_cast<std::ptrdiff_t>(n.page_row * block_pages_));
+  }
+  cached_pages_ += block_pages_;
+  nodes_.push_back(n);  // `p` above may dangle from here on
   ++live_nodes_;
   return id;
 }
 
 std::vector<std::int64_t> RadixCache::evict(std::uint64_t pages_wanted) {
-  std::vector<std::int64_t> released;
-  for (EvictedBlock& b : evict_blocks(pages_wanted)) released.insert(released.end(), b.pages.begin(), b.pages.end());
-  return released;
+  EvictedBlocks out;
+  evict_blocks(pages_wanted, out);
+  return std::move(out.pages);
 }
 
-std::vector<RadixCache::EvictedBlock> RadixCache::evict_blocks(std::uint64_t pages_wanted) {
-  std::vector<EvictedBlock> blocks;
+void RadixCache::evict_blocks(std::uint64_t pages_wanted, EvictedBlocks& out) {
+  out.nodes.clear();
+  out.pages.clear();
   std::uint64_t released = 0;
   while (released < pages_wanted && !evictable_leaves_.empty()) {
     const NodeId id = evictable_leaves_.begin()->second;
     evictable_leaves_.erase(evictable_leaves_.begin());
     Node& n = live(id);
     KVTWIN_CHECK(is_evictable_leaf(n), "the evictable set holds only unreferenced leaves");
-    const std::uint64_t pages = n.pages.size();
-    released += pages;
-    blocks.push_back(EvictedBlock{id, std::move(n.pages)});  // the node dies below
-    cached_pages_ -= pages;
-    evictable_pages_ -= pages;
+    released += block_pages_;
+    out.nodes.push_back(id);  // the node dies below
+    const std::span<const std::int64_t> pages = pages_of_row(n.page_row);
+    out.pages.insert(out.pages.end(), pages.begin(), pages.end());
+    free_page_rows_.push_back(n.page_row);
+    cached_pages_ -= block_pages_;
+    evictable_pages_ -= block_pages_;
     const NodeId parent = n.parent;
-    live(parent).children.erase(n.hash);
-    n = Node{};  // dead: its pages and children released, never live again
+    children_.erase(parent, n.hash);
+    n = Node{};  // dead: never live again
     --live_nodes_;
-    if (parent != kRoot && is_evictable_leaf(live(parent)))
-      evictable_leaves_.insert({live(parent).last_used, parent});
+    Node& p = live(parent);
+    --p.children;
+    if (parent != kRoot && is_evictable_leaf(p)) evictable_leaves_.insert({p.last_used, parent});
   }
-  return blocks;
 }
 
 bool RadixCache::consistent() const {
   std::uint64_t cached = 0, evictable = 0, leaves = 0;
   std::uint64_t live_count = 0;
+  std::vector<std::uint64_t> children(nodes_.size(), 0);
+  std::vector<bool> row_used(pages_.size() / block_pages_, false);
   for (NodeId id = kRoot + 1; id < nodes_.size(); ++id) {
     const Node& n = nodes_[id];
     if (!n.alive) continue;
     ++live_count;
-    cached += n.pages.size();
-    if (n.refs == 0) evictable += n.pages.size();
+    cached += block_pages_;
+    if (n.refs == 0) evictable += block_pages_;
+    if (n.page_row >= row_used.size() || row_used[n.page_row]) return false;  // a row of its own
+    row_used[n.page_row] = true;
+    if (n.parent >= nodes_.size() || !nodes_[n.parent].alive) return false;
+    ++children[n.parent];
+    if (children_.find(n.parent, n.hash) != id) return false;
+    const Node& parent = nodes_[n.parent];
+    if (parent.refs < n.refs && n.parent != kRoot) return false;  // a path is locked whole
+  }
+  for (NodeId id = kRoot + 1; id < nodes_.size(); ++id) {
+    const Node& n = nodes_[id];
+    if (!n.alive) continue;
+    if (n.children != children[id]) return false;
     if (is_evictable_leaf(n)) {
       ++leaves;
       if (evictable_leaves_.count({n.last_used, id}) == 0) return false;
     }
-    if (n.parent >= nodes_.size() || !nodes_[n.parent].alive) return false;
-    const Node& parent = nodes_[n.parent];
-    auto it = parent.children.find(n.hash);
-    if (it == parent.children.end() || it->second != id) return false;
-    if (parent.refs < n.refs && n.parent != kRoot) return false;  // a path is locked whole
   }
+  if (nodes_[kRoot].children != children[kRoot]) return false;
+  for (std::uint64_t row : free_page_rows_)
+    if (row >= row_used.size() || row_used[row]) return false;
   return cached == cached_pages_ && evictable == evictable_pages_ && leaves == evictable_leaves_.size() &&
-         live_count == live_nodes_;
+         live_count == live_nodes_ && children_.size() == live_count &&
+         live_count + free_page_rows_.size() == row_used.size();
 }
 
 }  // namespace kvtwin::traces

@@ -6,15 +6,18 @@
 // references is evictable, and eviction takes the least recently used unreferenced leaf first
 // (ties: the older node), which may make its parent an evictable leaf in turn. The cache never
 // talks to a pool: evict() returns the pages the caller must free, insert() takes pages the
-// caller already filled. Everything is ordered (node ids are handed out in sequence and index a
-// vector; children and the evictable set are std::map / std::set), so eviction order depends only
-// on the sequence of calls. The host tier below it is the serving simulator's (serving_sim.h).
+// caller already filled. Eviction order depends only on the sequence of calls: node ids are
+// handed out in sequence and index a vector, and the evictable set is ordered by (last use, id).
+// The storage is flat (a whole-trace replay makes a node per block): nodes are plain rows of one
+// vector, their pages rows of another (a dead node's row is reused), and a node's children are
+// found by (parent, hash) in one open-addressing table, which is only ever looked up, never
+// walked, so its layout is never observable. The host tier below it is the serving simulator's
+// (serving_sim.h).
 #pragma once
 
 #include <cstdint>
-#include <deque>
-#include <map>
 #include <set>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -28,7 +31,10 @@ class RadixCache {
   explicit RadixCache(std::uint64_t block_pages);
 
   // The longest cached prefix of `hashes`: the nodes along it, root excluded. Touches them (LRU).
-  std::vector<NodeId> match(const std::vector<std::int64_t>& hashes, std::uint64_t now);
+  std::vector<NodeId> match(std::span<const std::int64_t> hashes, std::uint64_t now);
+  std::vector<NodeId> match(const std::vector<std::int64_t>& hashes, std::uint64_t now) {
+    return match(std::span<const std::int64_t>(hashes), now);
+  }
 
   // Adds one reference to each node (a request starts using them) / drops one.
   void lock(const std::vector<NodeId>& path);
@@ -37,20 +43,30 @@ class RadixCache {
   // Inserts block `hash` under `parent` with its pages (block_pages of them), referenced once
   // (by the inserting request). Returns the new node, or nullopt-like kRoot when `parent` already
   // has a child with that hash (the caller keeps its pages private).
-  NodeId insert(NodeId parent, std::int64_t hash, std::vector<std::int64_t> pages, std::uint64_t now);
+  NodeId insert(NodeId parent, std::int64_t hash, std::span<const std::int64_t> pages, std::uint64_t now);
+  NodeId insert(NodeId parent, std::int64_t hash, const std::vector<std::int64_t>& pages, std::uint64_t now) {
+    return insert(parent, hash, std::span<const std::int64_t>(pages), now);
+  }
 
   // Evicts least recently used unreferenced leaves until at least `pages_wanted` pages are
   // released or nothing is evictable; returns the released pages in eviction order.
   std::vector<std::int64_t> evict(std::uint64_t pages_wanted);
   // The same, block by block: each evicted node's id (dead from now on) and its pages, in
   // eviction order (a host tier offloads a block under its node's key before its pages are freed).
-  struct EvictedBlock {
-    NodeId node = kRoot;
-    std::vector<std::int64_t> pages;
+  struct EvictedBlocks {
+    std::vector<NodeId> nodes;
+    std::vector<std::int64_t> pages;  // block_pages a node: nodes[i]'s are [i * block_pages, (i + 1) * block_pages)
+    std::span<const std::int64_t> pages_of(std::size_t i, std::uint64_t block_pages) const {
+      return std::span<const std::int64_t>(pages).subspan(i * block_pages, block_pages);
+    }
   };
-  std::vector<EvictedBlock> evict_blocks(std::uint64_t pages_wanted);
+  // Fills `out` (cleared first; its storage reused).
+  void evict_blocks(std::uint64_t pages_wanted, EvictedBlocks& out);
 
-  const std::vector<std::int64_t>& pages(NodeId node) const { return live(node).pages; }
+  std::span<const std::int64_t> pages(NodeId node) const {
+    const Node& n = live(node);
+    return node == kRoot ? std::span<const std::int64_t>() : pages_of_row(n.page_row);  // the root holds none
+  }
   std::uint64_t cached_pages() const { return cached_pages_; }
   std::uint64_t evictable_pages() const { return evictable_pages_; }
   std::uint64_t node_count() const { return live_nodes_; }
@@ -63,23 +79,50 @@ class RadixCache {
   struct Node {
     NodeId parent = kRoot;
     std::int64_t hash = 0;
-    std::vector<std::int64_t> pages;
-    std::map<std::int64_t, NodeId> children;
     std::uint64_t refs = 0;
     std::uint64_t last_used = 0;
-    bool alive = false;  // false once evicted (its id is never handed out again)
+    std::uint64_t page_row = 0;   // its pages: row page_row of pages_
+    std::uint64_t children = 0;   // live children
+    bool alive = false;           // false once evicted (its id is never handed out again)
+  };
+
+  // (parent, block hash) -> child, by open addressing with linear probing (deletion shifts the
+  // run back, so no tombstones). Never iterated: nothing observable depends on its layout.
+  class ChildIndex {
+   public:
+    NodeId find(NodeId parent, std::int64_t hash) const;  // kRoot when absent
+    void insert(NodeId parent, std::int64_t hash, NodeId child);
+    void erase(NodeId parent, std::int64_t hash);
+    std::uint64_t size() const { return used_; }
+
+   private:
+    struct Slot {
+      NodeId parent = kRoot;
+      std::int64_t hash = 0;
+      NodeId child = kRoot;  // kRoot: an empty slot (the root is nobody's child)
+    };
+    std::size_t home(NodeId parent, std::int64_t hash) const;
+    void grow();
+    std::vector<Slot> slots_;
+    std::uint64_t used_ = 0;
   };
 
   Node& live(NodeId id);
   const Node& live(NodeId id) const;
+  std::span<const std::int64_t> pages_of_row(std::uint64_t row) const {
+    return std::span<const std::int64_t>(pages_).subspan(row * block_pages_, block_pages_);
+  }
 
-  bool is_evictable_leaf(const Node& n) const { return n.refs == 0 && n.children.empty(); }
+  static bool is_evictable_leaf(const Node& n) { return n.refs == 0 && n.children == 0; }
   void touch(NodeId id, std::uint64_t now);
 
   std::uint64_t block_pages_;
-  // Indexed by id; evicted nodes stay as dead rows. A deque: growing never moves the nodes (a
-  // vector's growth moved every node, a tenth of a whole-trace replay).
-  std::deque<Node> nodes_;
+  // Indexed by id; evicted nodes stay as dead rows (plain data: growing moves them cheaply).
+  std::vector<Node> nodes_;
+  ChildIndex children_;
+  // block_pages pages a row; rows of evicted nodes are reused, latest freed first.
+  std::vector<std::int64_t> pages_;
+  std::vector<std::uint64_t> free_page_rows_;
   std::uint64_t live_nodes_ = 0;  // root excluded
   std::set<std::pair<std::uint64_t, NodeId>> evictable_leaves_;  // (last_used, id)
   std::uint64_t cached_pages_ = 0;

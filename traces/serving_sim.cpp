@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <span>
 
 #include <nlohmann/json.hpp>
 
@@ -358,7 +359,7 @@ Result<Outcome> ServingSimulator::send_expect_ok(const Op& op) {
                       "the pool refused an operation the serving simulator considers valid, at "
                       "step " +
                           std::to_string(step_) + ": " + to_string(op).substr(0, 300) + " -> " + to_string(*r));
-  return r->value();
+  return std::move(*r).value();  // moved: a rebind's answer holds every lane
 }
 
 Status ServingSimulator::write_all_layers(std::uint32_t batch, std::vector<std::int64_t> tokens) {
@@ -442,35 +443,38 @@ Status ServingSimulator::free_pages(std::vector<std::int64_t> pages) {
 
 Status ServingSimulator::evict(std::uint64_t pages_wanted, bool draining) {
   if (!cache_) return ok_status();
-  std::vector<std::int64_t> pages;
-  std::vector<RadixCache::EvictedBlock> blocks = cache_->evict_blocks(pages_wanted);
+  RadixCache::EvictedBlocks evicted;
+  cache_->evict_blocks(pages_wanted, evicted);
+  const std::uint64_t bp = cache_->block_pages();
   if (host_tier()) {
     // The host tier: a block leaving the device is offloaded first, unless it is on host already
     // (or the run is draining). SPEC 8's order: the copies land, then the device pages are freed.
     // One host_alloc and one offload a side for all of them when the host has the room at once,
     // else block by block as far as it holds them.
-    std::vector<std::pair<std::uint64_t, const RadixCache::EvictedBlock*>> to_host;
-    std::set<std::uint64_t> keys_seen;
-    for (const RadixCache::EvictedBlock& block : blocks) {
-      const std::uint64_t key = node_keys_.at(block.node);
-      node_keys_.erase(block.node);
-      filled_this_step_.erase(block.node);
-      if (!draining && !host_blocks_.contains(key) && keys_seen.insert(key).second) to_host.push_back({key, &block});
-    }
     std::vector<std::pair<std::uint64_t, std::vector<std::int64_t>>> wanted;
-    for (const auto& [key, block] : to_host) wanted.push_back({key, block->pages});
+    std::set<std::uint64_t> keys_seen;
+    for (std::size_t i = 0; i < evicted.nodes.size(); ++i) {
+      const RadixCache::NodeId node = evicted.nodes[i];
+      const std::uint64_t key = node_keys_.at(node);
+      node_keys_.erase(node);
+      filled_this_step_.erase(node);
+      if (!draining && !host_blocks_.contains(key) && keys_seen.insert(key).second) {
+        const std::span<const std::int64_t> pages = evicted.pages_of(i, bp);
+        wanted.push_back({key, std::vector<std::int64_t>(pages.begin(), pages.end())});
+      }
+    }
     KVTWIN_TRY_STATUS(offload_blocks(wanted));
   }
-  for (const RadixCache::EvictedBlock& block : blocks) {
-    pages.insert(pages.end(), block.pages.begin(), block.pages.end());
-    // Hybrid: an evicted block's state checkpoint goes with it.
-    if (auto c = checkpoints_.find(block.node); c != checkpoints_.end()) {
-      KVTWIN_TRY_STATUS(send_expect_ok(Op(StateFree{c->second})));
-      checkpoints_.erase(c);
-    }
-  }
-  const std::uint64_t n = pages.size();
-  KVTWIN_TRY_STATUS(free_pages(std::move(pages)));
+  // Hybrid: an evicted block's state checkpoint goes with it.
+  if (!checkpoints_.empty())
+    for (const RadixCache::NodeId node : evicted.nodes)
+      if (auto c = checkpoints_.find(node); c != checkpoints_.end()) {
+        KVTWIN_TRY_STATUS(send_expect_ok(Op(StateFree{c->second})));
+        checkpoints_.erase(c);
+      }
+  // The blocks' pages, in eviction order.
+  const std::uint64_t n = evicted.pages.size();
+  KVTWIN_TRY_STATUS(free_pages(std::move(evicted.pages)));
   // Cache pages are never SWA-evicted: each held a page on both sides of a composite.
   full_pages_held_ -= n;
   if (derived_.is_composite()) swa_pages_held_ -= n;
@@ -520,9 +524,8 @@ Status ServingSimulator::make_checkpoints(const std::vector<Running>& admitted) 
     // cached but not reusable.
     const Request& req = trace_->requests[r.request];
     const std::uint64_t full_blocks = req.input_tokens / trace_->block_tokens;
-    const std::vector<std::int64_t> hashes(req.block_hashes.begin(),
-                                           req.block_hashes.begin() + static_cast<std::ptrdiff_t>(full_blocks));
-    const std::vector<RadixCache::NodeId> path = cache_->match(hashes, step_);
+    const std::vector<RadixCache::NodeId> path =
+        cache_->match(std::span<const std::int64_t>(req.block_hashes).first(full_blocks), step_);
     if (path.empty() || checkpoints_.contains(path.back())) continue;
     const RadixCache::NodeId node = path.back();
     const std::uint64_t id = checkpoint_id(node);
@@ -572,9 +575,7 @@ Status ServingSimulator::admit(std::vector<Running>& admitted) {
     std::vector<std::uint64_t> keys;
     if (cache_) {
       full_blocks = req.input_tokens / trace_->block_tokens;
-      std::vector<std::int64_t> hashes(req.block_hashes.begin(),
-                                       req.block_hashes.begin() + static_cast<std::ptrdiff_t>(full_blocks));
-      path = cache_->match(hashes, step_);
+      path = cache_->match(std::span<const std::int64_t>(req.block_hashes).first(full_blocks), step_);
       if (hybrid()) truncate_to_checkpoint(path);
       if (host_tier()) {
         keys = block_keys(req, full_blocks);
@@ -669,10 +670,9 @@ Status ServingSimulator::admit(std::vector<Running>& admitted) {
       } else {
         RadixCache::NodeId parent = path.empty() ? RadixCache::kRoot : path.back();
         for (std::size_t i = 0; i < host_hits.size(); ++i) {
-          std::vector<std::int64_t> pages(loaded->begin() + static_cast<std::ptrdiff_t>(i * bp),
-                                          loaded->begin() + static_cast<std::ptrdiff_t>((i + 1) * bp));
+          const std::span<const std::int64_t> pages = std::span<const std::int64_t>(*loaded).subspan(i * bp, bp);
           const std::uint64_t b = path.size();
-          const RadixCache::NodeId node = cache_->insert(parent, req.block_hashes[b], std::move(pages), step_);
+          const RadixCache::NodeId node = cache_->insert(parent, req.block_hashes[b], pages, step_);
           KVTWIN_CHECK(node != RadixCache::kRoot, "a block found on host is not on the device path it continues");
           node_keys_[node] = keys[b];
           touch_host(keys[b]);
@@ -774,8 +774,9 @@ Status ServingSimulator::admit(std::vector<Running>& admitted) {
     r.prefill_end = prefill_end;
     r.path = path;
     r.shared_pages = cache_pages;
+    r.pages.reserve(total_pages);
     for (RadixCache::NodeId id : path) {
-      const std::vector<std::int64_t>& p = cache_->pages(id);
+      const std::span<const std::int64_t> p = cache_->pages(id);
       r.pages.insert(r.pages.end(), p.begin(), p.end());
     }
     const std::uint64_t cached_new = host_pages;  // pages of the path that were loaded just now
@@ -858,9 +859,8 @@ void ServingSimulator::insert_blocks(Running& r) {
   for (std::uint64_t b = r.path.size(); b < full_blocks; ++b) {
     KVTWIN_CHECK(r.shared_pages == b * bp, "cache pages are a prefix of the request's pages");
     KVTWIN_CHECK(r.pages.size() >= (b + 1) * bp, "a full prompt block's pages are allocated before it is cached");
-    std::vector<std::int64_t> pages(r.pages.begin() + static_cast<std::ptrdiff_t>(b * bp),
-                                    r.pages.begin() + static_cast<std::ptrdiff_t>((b + 1) * bp));
-    const RadixCache::NodeId node = cache_->insert(parent, req.block_hashes[b], std::move(pages), step_);
+    const std::span<const std::int64_t> pages = std::span<const std::int64_t>(r.pages).subspan(b * bp, bp);
+    const RadixCache::NodeId node = cache_->insert(parent, req.block_hashes[b], pages, step_);
     if (node == RadixCache::kRoot) break;
     if (host_tier()) {
       node_keys_[node] = keys[b];
@@ -1133,7 +1133,10 @@ Status ServingSimulator::back_up_blocks(const std::vector<RadixCache::NodeId>& n
   std::vector<std::pair<std::uint64_t, std::vector<std::int64_t>>> wanted;
   for (RadixCache::NodeId node : nodes) {
     const std::uint64_t key = node_keys_.at(node);
-    if (!host_blocks_.contains(key)) wanted.push_back({key, cache_->pages(node)});
+    if (!host_blocks_.contains(key)) {
+      const std::span<const std::int64_t> pages = cache_->pages(node);
+      wanted.push_back({key, std::vector<std::int64_t>(pages.begin(), pages.end())});
+    }
   }
   return offload_blocks(wanted);
 }
