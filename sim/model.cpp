@@ -356,6 +356,9 @@ Status Model::check_readers(const FreePlan& plan) const {
 Compaction Model::commit_free(const FreePlan& plan) {
   pool_->allocator.commit(plan);
   Compaction out;
+  std::size_t moves = 0;
+  for (const SideFreeStep& step : plan.steps) moves += step.compact ? step.compaction.moves.size() : 0;
+  out.moves.reserve(moves);
   for (const SideFreeStep& step : plan.steps) {
     const AllocatorSide& side = pool_->allocator.side(step.side);
     // docs/decisions.md: a free forgets the rows of the freed pages.

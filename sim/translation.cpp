@@ -53,13 +53,6 @@ Result<BufferShape> buffer_shape(bool two_dim, std::uint64_t lanes, std::uint64_
 
 }  // namespace
 
-std::int64_t translate_token(const std::vector<std::int64_t>& v2p, std::int64_t page_size, std::int64_t t) {
-  if (t < 0) return 0;                                                      // SPEC 5: t < 0 -> 0
-  const std::int64_t page = t / page_size;
-  if (page >= static_cast<std::int64_t>(v2p.size())) return 0;             // t // ps >= len(v2p) -> 0
-  return std::max<std::int64_t>(v2p[page] * page_size + t % page_size, 0);  // a tombstone goes to the sink
-}
-
 std::int64_t translate_page_of_token(const std::vector<std::int64_t>& v2p, std::int64_t page_size, std::int64_t t) {
   if (t < 0) return 0;
   const std::int64_t page = t / page_size;

@@ -13,6 +13,8 @@
 // out_of_range); tables are trusted (the allocator keeps them consistent).
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -22,8 +24,14 @@
 namespace kvtwin::sim {
 
 // SPEC 5: t < 0 -> 0; t // ps >= len(v2p) -> 0; else max(v2p[t // ps] * ps + t % ps, 0). A
-// tombstone (-1) gives a negative value, which goes to the sink.
-std::int64_t translate_token(const std::vector<std::int64_t>& v2p, std::int64_t page_size, std::int64_t t);
+// tombstone (-1) gives a negative value, which goes to the sink. Inline: a rebind translates
+// every lane of a batch with it.
+inline std::int64_t translate_token(const std::vector<std::int64_t>& v2p, std::int64_t page_size, std::int64_t t) {
+  if (t < 0) return 0;                                                      // SPEC 5: t < 0 -> 0
+  const std::int64_t page = t / page_size;
+  if (page >= static_cast<std::int64_t>(v2p.size())) return 0;             // t // ps >= len(v2p) -> 0
+  return std::max<std::int64_t>(v2p[static_cast<std::size_t>(page)] * page_size + t % page_size, 0);  // a tombstone goes to the sink
+}
 
 // SPEC 5 page-table entry of a virtual token: max(v2p[t // ps], 0), with the same bounds as
 // translate_token (a negative or out-of-table token gives the sink page).
