@@ -1272,18 +1272,20 @@ Status ServingSimulator::decode() {
 }
 
 Status ServingSimulator::finish_and_window() {
-  // Finished requests leave (in running order).
-  std::vector<Running> still;
-  for (Running& r : running_) {
+  // Finished requests leave (in running order); the others close up in place, in their order.
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < running_.size(); ++i) {
+    Running& r = running_[i];
     if (r.generated >= scaled(trace_->requests[r.request].output_tokens)) {
       KVTWIN_TRY_STATUS(release(r));
       ++summary_.requests_served;
       tell(ServingEvent::Kind::finished, r.request);
     } else {
-      still.push_back(std::move(r));
+      if (kept != i) running_[kept] = std::move(r);
+      ++kept;
     }
   }
-  running_ = std::move(still);
+  running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(kept), running_.end());
   // Sliding window (SPEC 9, free_swa): a private page whose every token is older than the
   // window of the next query loses its SWA page. The window is in scaled tokens.
   const std::uint64_t window = window_tokens_;
