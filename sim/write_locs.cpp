@@ -46,7 +46,25 @@ Status rebind_batch(Batch& batch, std::uint64_t out_width, const std::vector<std
   allocation_point();
   batch.tokens.resize(width, -1);  // lanes past the batch are padding
   batch.loc.assign(width, 0);      // SPEC 5: lanes N .. W-1 are zero-filled (the sink)
-  for (std::uint64_t i = 0; i < n; ++i) batch.loc[i] = translate_token(v2p, page_size, batch.tokens[i]);
+  // translate_token lane by lane, except that lanes in a row of one page (a prompt's tokens)
+  // share the page's v2p entry: the last page's tokens [run_begin, run_end) and its first slot
+  // are kept, so such a lane costs no division: max(v2p[page] * ps + t % ps, 0) all the same.
+  std::int64_t run_begin = 0, run_end = 0, run_base = 0;
+  const auto table_pages = static_cast<std::int64_t>(v2p.size());
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const std::int64_t t = batch.tokens[i];
+    if (t < run_begin || t >= run_end) {
+      if (t < 0 || t / page_size >= table_pages) {
+        batch.loc[i] = translate_token(v2p, page_size, t);  // the sink
+        continue;
+      }
+      const std::int64_t page = t / page_size;
+      run_begin = page * page_size;
+      run_end = run_begin + page_size;
+      run_base = v2p[static_cast<std::size_t>(page)] * page_size;
+    }
+    batch.loc[i] = std::max<std::int64_t>(run_base + (t - run_begin), 0);  // a tombstone goes to the sink
+  }
   if (!batch.encoder_loc.empty()) batch.encoder_loc.resize(width, 0);
   batch.physical = true;  // SPEC 6: rebind sets the mark
   return ok_status();

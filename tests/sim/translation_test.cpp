@@ -1,9 +1,11 @@
 // Units for translation (SPEC.md section 5 and 4.3): the token rule at its edges, the translate
 // operation's buffers (int32/int64, 1-D/2-D, strided, aliasing, out_width), page tables bounded
-// to the live prefix, the remap bounded by kv_indptr[bs], and the SWA loc with tombstones.
+// to the live prefix, the remap bounded by kv_indptr[bs], the SWA loc with tombstones, and a
+// rebind's lanes against the token rule.
 #include <gtest/gtest.h>
 
 #include "sim/translation.h"
+#include "sim/write_locs.h"
 #include "tests/sim/test_pools.h"
 
 namespace kvtwin::sim {
@@ -31,6 +33,25 @@ TEST(TranslateToken, FollowsTheSpecRuleAtEveryEdge) {
   EXPECT_EQ(translate_token(kV2p, kPs, 24), 0);          // the -1 sentinel row
   EXPECT_EQ(translate_token(kV2p, kPs, 28), 0);          // past the table
   EXPECT_EQ(translate_token(kV2p, kPs, INT64_MAX), 0);
+}
+
+TEST(TranslateToken, RebindTranslatesEveryLaneAsTranslateToken) {
+  // Runs of one page, page changes, tombstones, the sink, negative and past-the-table tokens, in
+  // and out of order: rebind keeps a page's entry for the lanes after it, with the same values.
+  MakeBatch op;
+  op.batch = 1;
+  for (std::int64_t t = -6; t < 34; ++t) op.tokens.push_back(t);
+  for (std::int64_t t : std::initializer_list<std::int64_t>{5, 6, 4, 9, 10, 8, 3, 0, -1, 27, 28, 7, 7, 13, 12, 11, 23, 22,
+                                                          INT64_MAX, 19})
+    op.tokens.push_back(t);
+  Batch b;
+  ASSERT_TRUE(make_batch(op, b).ok());
+  ASSERT_TRUE(rebind_batch(b, op.tokens.size() + 3, kV2p, kPs).ok());
+  ASSERT_EQ(b.loc.size(), op.tokens.size() + 3);
+  for (std::size_t i = 0; i < op.tokens.size(); ++i)
+    EXPECT_EQ(b.loc[i], translate_token(kV2p, kPs, op.tokens[i])) << "lane " << i << ", token " << op.tokens[i];
+  for (std::size_t i = op.tokens.size(); i < b.loc.size(); ++i) EXPECT_EQ(b.loc[i], 0) << "padding lane " << i;
+  EXPECT_TRUE(b.physical);
 }
 
 TEST(TranslateToken, PageOfTokenClampsAtTheSink) {
