@@ -43,15 +43,16 @@ void RadixCache::ChildIndex::grow() {
   }
 }
 
-void RadixCache::ChildIndex::insert(NodeId parent, std::int64_t hash, NodeId child) {
+bool RadixCache::ChildIndex::insert(NodeId parent, std::int64_t hash, NodeId child) {
   KVTWIN_CHECK(child != kRoot, "the root is nobody's child");
   if ((used_ + 1) * 2 > slots_.size()) grow();  // at most half full: probe runs stay short
   const std::size_t mask = slots_.size() - 1;
   std::size_t i = home(parent, hash);
   for (; slots_[i].child != kRoot; i = (i + 1) & mask)
-    KVTWIN_CHECK(slots_[i].parent != parent || slots_[i].hash != hash, "a parent has one child per hash");
+    if (slots_[i].parent == parent && slots_[i].hash == hash) return false;  // one child per hash
   slots_[i] = Slot{parent, hash, child};
   ++used_;
+  return true;
 }
 
 void RadixCache::ChildIndex::erase(NodeId parent, std::int64_t hash) {
@@ -135,16 +136,15 @@ void RadixCache::unlock(const std::vector<NodeId>& path) {
 RadixCache::NodeId RadixCache::insert(NodeId parent, std::int64_t hash, std::span<const std::int64_t> pages,
                                       std::uint64_t now) {
   KVTWIN_CHECK(pages.size() == block_pages_, "a cache block is exactly block_pages pages");
+  const NodeId id = nodes_.size();
   {
     Node& p = live(parent);
-    if (children_.find(parent, hash) != kRoot) return kRoot;
+    if (!children_.insert(parent, hash, id)) return kRoot;  // `parent` has that block already
     // The parent stops being a leaf: it leaves the evictable set (it was referenced anyway, by the
     // inserting request, unless it is the root).
     if (parent != kRoot && is_evictable_leaf(p)) evictable_leaves_.erase({p.last_used, parent});
     ++p.children;
   }
-  const NodeId id = nodes_.size();
-  children_.insert(parent, hash, id);
   Node n;
   n.alive = true;
   n.parent = parent;

@@ -91,7 +91,8 @@ class RadixCache {
   class ChildIndex {
    public:
     NodeId find(NodeId parent, std::int64_t hash) const;  // kRoot when absent
-    void insert(NodeId parent, std::int64_t hash, NodeId child);
+    // Adds the child unless `parent` has one with that hash already (then false, nothing changed).
+    bool insert(NodeId parent, std::int64_t hash, NodeId child);
     void erase(NodeId parent, std::int64_t hash);
     std::uint64_t size() const { return used_; }
 
