@@ -80,18 +80,14 @@ void RadixCache::ChildIndex::erase(NodeId parent, std::int64_t hash) {
 
 RadixCache::RadixCache(std::uint64_t block_pages) : block_pages_(block_pages) {
   KVTWIN_CHECK(block_pages > 0, "a cache block holds at least one page");
-  nodes_.emplace_back();
-  nodes_[kRoot].alive = true;
+  row_of_.push_back(0);  // the root: row 0, never evicted
+  rows_.emplace_back();
+  pages_.assign(block_pages_, 0);
 }
 
-RadixCache::Node& RadixCache::live(NodeId id) {
-  KVTWIN_CHECK(id < nodes_.size() && nodes_[id].alive, "a cache node id names a live node");
-  return nodes_[id];
-}
-
-const RadixCache::Node& RadixCache::live(NodeId id) const {
-  KVTWIN_CHECK(id < nodes_.size() && nodes_[id].alive, "a cache node id names a live node");
-  return nodes_[id];
+RadixCache::Row RadixCache::live_row(NodeId id) const {
+  KVTWIN_CHECK(id < row_of_.size() && row_of_[id] != kDead, "a cache node id names a live node");
+  return row_of_[id];
 }
 
 void RadixCache::touch(NodeId id, std::uint64_t now) {
@@ -136,7 +132,7 @@ void RadixCache::unlock(const std::vector<NodeId>& path) {
 RadixCache::NodeId RadixCache::insert(NodeId parent, std::int64_t hash, std::span<const std::int64_t> pages,
                                       std::uint64_t now) {
   KVTWIN_CHECK(pages.size() == block_pages_, "a cache block is exactly block_pages pages");
-  const NodeId id = nodes_.size();
+  const NodeId id = row_of_.size();
   {
     Node& p = live(parent);
     if (!children_.insert(parent, hash, id)) return kRoot;  // `parent` has that block already
@@ -146,21 +142,24 @@ RadixCache::NodeId RadixCache::insert(NodeId parent, std::int64_t hash, std::spa
     ++p.children;
   }
   Node n;
-  n.alive = true;
   n.parent = parent;
   n.hash = hash;
   n.refs = 1;
   n.last_used = now;
-  if (free_page_rows_.empty()) {
-    n.page_row = pages_.size() / block_pages_;
+  Row row = 0;
+  if (free_rows_.empty()) {
+    KVTWIN_CHECK(rows_.size() < kDead, "the cache's live nodes fit its row numbers");
+    row = static_cast<Row>(rows_.size());
+    rows_.push_back(n);  // `p` above may dangle from here on
     pages_.insert(pages_.end(), pages.begin(), pages.end());
   } else {
-    n.page_row = free_page_rows_.back();
-    free_page_rows_.pop_back();
-    std::copy(pages.begin(), pages.end(), pages_.begin() + static_cast<std::ptrdiff_t>(n.page_row * block_pages_));
+    row = free_rows_.back();
+    free_rows_.pop_back();
+    rows_[row] = n;
+    std::copy(pages.begin(), pages.end(), pages_.begin() + static_cast<std::ptrdiff_t>(std::uint64_t{row} * block_pages_));
   }
+  row_of_.push_back(row);
   cached_pages_ += block_pages_;
-  nodes_.push_back(n);  // `p` above may dangle from here on
   ++live_nodes_;
   return id;
 }
@@ -178,59 +177,63 @@ void RadixCache::evict_blocks(std::uint64_t pages_wanted, EvictedBlocks& out) {
   while (released < pages_wanted && !evictable_leaves_.empty()) {
     const NodeId id = evictable_leaves_.begin()->second;
     evictable_leaves_.erase(evictable_leaves_.begin());
-    Node& n = live(id);
+    const Row row = live_row(id);
+    const Node n = rows_[row];
     KVTWIN_CHECK(is_evictable_leaf(n), "the evictable set holds only unreferenced leaves");
     released += block_pages_;
-    out.nodes.push_back(id);  // the node dies below
-    const std::span<const std::int64_t> pages = pages_of_row(n.page_row);
+    out.nodes.push_back(id);
+    const std::span<const std::int64_t> pages = pages_of_row(row);
     out.pages.insert(out.pages.end(), pages.begin(), pages.end());
-    free_page_rows_.push_back(n.page_row);
+    // Dead: its id never live again, its row free for the next node.
+    row_of_[id] = kDead;
+    free_rows_.push_back(row);
     cached_pages_ -= block_pages_;
     evictable_pages_ -= block_pages_;
-    const NodeId parent = n.parent;
-    children_.erase(parent, n.hash);
-    n = Node{};  // dead: never live again
+    children_.erase(n.parent, n.hash);
     --live_nodes_;
-    Node& p = live(parent);
+    Node& p = live(n.parent);
     --p.children;
-    if (parent != kRoot && is_evictable_leaf(p)) evictable_leaves_.insert({p.last_used, parent});
+    if (n.parent != kRoot && is_evictable_leaf(p)) evictable_leaves_.insert({p.last_used, n.parent});
   }
 }
 
 bool RadixCache::consistent() const {
   std::uint64_t cached = 0, evictable = 0, leaves = 0;
   std::uint64_t live_count = 0;
-  std::vector<std::uint64_t> children(nodes_.size(), 0);
-  std::vector<bool> row_used(pages_.size() / block_pages_, false);
-  for (NodeId id = kRoot + 1; id < nodes_.size(); ++id) {
-    const Node& n = nodes_[id];
-    if (!n.alive) continue;
+  std::vector<std::uint64_t> children(row_of_.size(), 0);
+  std::vector<bool> row_used(rows_.size(), false);
+  if (row_of_.empty() || row_of_[kRoot] != 0 || pages_.size() != rows_.size() * block_pages_) return false;
+  row_used[0] = true;
+  const auto alive = [&](NodeId id) { return id < row_of_.size() && row_of_[id] != kDead; };
+  for (NodeId id = kRoot + 1; id < row_of_.size(); ++id) {
+    if (!alive(id)) continue;
+    const Row row = row_of_[id];
+    if (row >= rows_.size() || row_used[row]) return false;  // a row of its own
+    row_used[row] = true;
+    const Node& n = rows_[row];
     ++live_count;
     cached += block_pages_;
     if (n.refs == 0) evictable += block_pages_;
-    if (n.page_row >= row_used.size() || row_used[n.page_row]) return false;  // a row of its own
-    row_used[n.page_row] = true;
-    if (n.parent >= nodes_.size() || !nodes_[n.parent].alive) return false;
+    if (!alive(n.parent)) return false;
     ++children[n.parent];
     if (children_.find(n.parent, n.hash) != id) return false;
-    const Node& parent = nodes_[n.parent];
+    const Node& parent = rows_[row_of_[n.parent]];
     if (parent.refs < n.refs && n.parent != kRoot) return false;  // a path is locked whole
   }
-  for (NodeId id = kRoot + 1; id < nodes_.size(); ++id) {
-    const Node& n = nodes_[id];
-    if (!n.alive) continue;
+  for (NodeId id = kRoot; id < row_of_.size(); ++id) {
+    if (!alive(id)) continue;
+    const Node& n = rows_[row_of_[id]];
     if (n.children != children[id]) return false;
-    if (is_evictable_leaf(n)) {
+    if (id != kRoot && is_evictable_leaf(n)) {
       ++leaves;
       if (evictable_leaves_.count({n.last_used, id}) == 0) return false;
     }
   }
-  if (nodes_[kRoot].children != children[kRoot]) return false;
-  for (std::uint64_t row : free_page_rows_)
+  for (Row row : free_rows_)
     if (row >= row_used.size() || row_used[row]) return false;
   return cached == cached_pages_ && evictable == evictable_pages_ && leaves == evictable_leaves_.size() &&
          live_count == live_nodes_ && children_.size() == live_count &&
-         live_count + free_page_rows_.size() == row_used.size();
+         live_count + 1 + free_rows_.size() == rows_.size();
 }
 
 }  // namespace kvtwin::traces

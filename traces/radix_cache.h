@@ -8,10 +8,11 @@
 // talks to a pool: evict() returns the pages the caller must free, insert() takes pages the
 // caller already filled. Eviction order depends only on the sequence of calls: node ids are
 // handed out in sequence and index a vector, and the evictable set is ordered by (last use, id).
-// The storage is flat (a whole-trace replay makes a node per block): nodes are plain rows of one
-// vector, their pages rows of another (a dead node's row is reused), and a node's children are
-// found by (parent, hash) in one open-addressing table, which is only ever looked up, never
-// walked, so its layout is never observable. The host tier below it is the serving simulator's
+// The storage is flat (a whole-trace replay makes a node per block): a live node is a plain row
+// of one vector and its pages the same row of another (an evicted node's row is reused; an id,
+// never reused, keeps only its row number), and a node's children are found by (parent, hash) in
+// one open-addressing table, which is only ever looked up, never walked, so its layout is never
+// observable. The host tier below it is the serving simulator's
 // (serving_sim.h).
 #pragma once
 
@@ -64,8 +65,7 @@ class RadixCache {
   void evict_blocks(std::uint64_t pages_wanted, EvictedBlocks& out);
 
   std::span<const std::int64_t> pages(NodeId node) const {
-    const Node& n = live(node);
-    return node == kRoot ? std::span<const std::int64_t>() : pages_of_row(n.page_row);  // the root holds none
+    return node == kRoot ? std::span<const std::int64_t>() : pages_of_row(live_row(node));  // the root holds none
   }
   std::uint64_t cached_pages() const { return cached_pages_; }
   std::uint64_t evictable_pages() const { return evictable_pages_; }
@@ -81,10 +81,10 @@ class RadixCache {
     std::int64_t hash = 0;
     std::uint64_t refs = 0;
     std::uint64_t last_used = 0;
-    std::uint64_t page_row = 0;   // its pages: row page_row of pages_
-    std::uint64_t children = 0;   // live children
-    bool alive = false;           // false once evicted (its id is never handed out again)
+    std::uint64_t children = 0;  // live children
   };
+  using Row = std::uint32_t;
+  static constexpr Row kDead = UINT32_MAX;  // the row of an evicted node's id
 
   // (parent, block hash) -> child, by open addressing with linear probing (deletion shifts the
   // run back, so no tombstones). Never iterated: nothing observable depends on its layout.
@@ -108,22 +108,22 @@ class RadixCache {
     std::uint64_t used_ = 0;
   };
 
-  Node& live(NodeId id);
-  const Node& live(NodeId id) const;
-  std::span<const std::int64_t> pages_of_row(std::uint64_t row) const {
-    return std::span<const std::int64_t>(pages_).subspan(row * block_pages_, block_pages_);
+  Row live_row(NodeId id) const;
+  Node& live(NodeId id) { return rows_[live_row(id)]; }
+  const Node& live(NodeId id) const { return rows_[live_row(id)]; }
+  std::span<const std::int64_t> pages_of_row(Row row) const {
+    return std::span<const std::int64_t>(pages_).subspan(std::uint64_t{row} * block_pages_, block_pages_);
   }
 
   static bool is_evictable_leaf(const Node& n) { return n.refs == 0 && n.children == 0; }
   void touch(NodeId id, std::uint64_t now);
 
   std::uint64_t block_pages_;
-  // Indexed by id; evicted nodes stay as dead rows (plain data: growing moves them cheaply).
-  std::vector<Node> nodes_;
+  std::vector<Row> row_of_;  // by id (handed out in sequence, never reused): its row, or kDead
+  std::vector<Node> rows_;   // the live nodes (the root at row 0)
+  std::vector<std::int64_t> pages_;  // block_pages a row: row r's node's pages (the root's unused)
+  std::vector<Row> free_rows_;       // rows of evicted nodes, reused latest freed first
   ChildIndex children_;
-  // block_pages pages a row; rows of evicted nodes are reused, latest freed first.
-  std::vector<std::int64_t> pages_;
-  std::vector<std::uint64_t> free_page_rows_;
   std::uint64_t live_nodes_ = 0;  // root excluded
   std::set<std::pair<std::uint64_t, NodeId>> evictable_leaves_;  // (last_used, id)
   std::uint64_t cached_pages_ = 0;
