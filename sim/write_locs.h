@@ -53,22 +53,27 @@ struct WriteLoc {
 };
 
 // Per sub-pool, the last loc a check passed: a write door validates the same loc once for all the
-// layers of a batch, each written by an op of its own. Compared by content, so a loc that changed
-// (or another batch's) is checked again.
+// layers of a batch, each written by an op of its own. A batch's loc is known by its source (the
+// batch, unchanged since); a loc without one (explicit, or derived from the tables) is compared by
+// content, so a loc that changed (or another batch's) is checked again.
 class RememberedLocs {
  public:
   bool holds(std::size_t side, const WriteLoc& from, std::span<const std::int64_t> locs) const {
     if (side >= by_side_.size() || !by_side_[side]) return false;
     const Entry& e = *by_side_[side];
-    if (from.source && e.source == from.source) return true;  // the same unchanged lanes
-    return std::equal(locs.begin(), locs.end(), e.locs.begin(), e.locs.end());
+    if (from.source) return e.source == from.source;  // the same unchanged lanes, or checked again
+    return !e.source && std::equal(locs.begin(), locs.end(), e.locs.begin(), e.locs.end());
   }
   void remember(std::size_t side, const WriteLoc& from, std::span<const std::int64_t> locs) {
     if (by_side_.size() <= side) by_side_.resize(side + 1);
     std::optional<Entry>& e = by_side_[side];
     if (!e) e.emplace();
-    e->locs.assign(locs.begin(), locs.end());  // into the last loc's storage (a loc a batch, no allocation)
     e->source = from.source;
+    // A batch's lanes are known by their source: no copy of them (a copy a batch per check).
+    if (from.source)
+      e->locs.clear();
+    else
+      e->locs.assign(locs.begin(), locs.end());  // into the last loc's storage
   }
   void clear() { by_side_.clear(); }
 
