@@ -248,6 +248,8 @@ CompactionPlan AllocatorSide::plan_compaction(const std::vector<std::int64_t>& f
   CompactionPlan plan;
   plan.freed = freed;
   const auto k = static_cast<std::int64_t>(freed.size());
+  plan.survivors.reserve(freed.size());  // at most K of each
+  plan.holes.reserve(freed.size());
   auto is_freed = [&](std::int64_t p) { return std::binary_search(freed.begin(), freed.end(), p); };
   if (grows_up()) {
     // SPEC 4.1 grow-up: new_wm = wm - K; survivors are the still-bound pages in [new_wm, wm),
