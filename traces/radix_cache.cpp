@@ -45,7 +45,7 @@ void RadixCache::ChildIndex::grow() {
 
 bool RadixCache::ChildIndex::insert(NodeId parent, std::int64_t hash, NodeId child) {
   KVTWIN_CHECK(child != kRoot, "the root is nobody's child");
-  if ((used_ + 1) * 2 > slots_.size()) grow();  // at most half full: probe runs stay short
+  if ((used_ + 1) * 4 > slots_.size()) grow();  // at most a quarter full: probe runs stay short
   const std::size_t mask = slots_.size() - 1;
   std::size_t i = home(parent, hash);
   for (; slots_[i].child != kRoot; i = (i + 1) & mask)
