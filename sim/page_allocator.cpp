@@ -81,7 +81,7 @@ std::vector<std::int64_t> AllocatorSide::bind(const std::vector<std::int64_t>& v
                  "alloc binds a free virtual page of side '" + name() + "'");
     KVTWIN_CHECK(p >= min_page() && p < num_pages() && p2v_[p] == -1,
                  "alloc binds an unbound usable physical page of side '" + name() + "'");
-    if (holes_.erase(p) == 0) ++band_taken;
+    if (holes_.empty() || holes_.erase(p) == 0) ++band_taken;  // (an eager side has no holes)
     // SPEC 4: v2p[v_i] = start + i, p2v[start + i] = v_i.
     v2p_[v] = p;
     p2v_[p] = v;
@@ -288,7 +288,7 @@ void AllocatorSide::apply_compaction(const CompactionPlan& plan) {
     changed_physical_.push_back(m.dst);
   }
   for (std::int64_t p : plan.freed) {
-    holes_.erase(p);
+    if (!holes_.empty()) holes_.erase(p);  // (an eager side has no holes)
     changed_physical_.push_back(p);
   }
   watermark_ = plan.new_watermark;
