@@ -365,12 +365,14 @@ Result<Outcome> ServingSimulator::send_expect_ok(const Op& op) {
 Status ServingSimulator::write_all_layers(std::uint32_t batch, std::vector<std::int64_t> tokens) {
   KVTWIN_TRY_STATUS(send_expect_ok(Op(MakeBatch{batch, std::move(tokens), {}})));
   KVTWIN_TRY_STATUS(send_expect_ok(Op(Rebind{batch, 0})));
+  // One op, its layer changed between sends (no op built and torn down a layer).
+  Op write{Write{}};
+  Write& w = std::get<Write>(write);
+  w.write_number = step_;
+  w.batch = batch;
   for (std::uint32_t l = 0; l < config_.shape.layers.size(); ++l) {
-    Write w;
     w.layer = l;
-    w.write_number = step_;
-    w.batch = batch;
-    KVTWIN_TRY_STATUS(send_expect_ok(Op(w)));
+    KVTWIN_TRY_STATUS(send_expect_ok(write));
   }
   KVTWIN_TRY_STATUS(send_expect_ok(Op(DropBatch{batch})));
   return ok_status();
@@ -415,7 +417,7 @@ void ServingSimulator::note_occupancy() {
   }
 }
 
-void ServingSimulator::tell(ServingEvent::Kind kind, std::uint64_t request, std::vector<std::int64_t> pages) {
+void ServingSimulator::tell(ServingEvent::Kind kind, std::uint64_t request, std::span<const std::int64_t> pages) {
   if (observer_ == nullptr) return;
   ServingEvent e;
   e.kind = kind;
@@ -425,7 +427,7 @@ void ServingSimulator::tell(ServingEvent::Kind kind, std::uint64_t request, std:
     e.request = request;
     e.arrival_us = trace_->requests[request].arrival_us;
   }
-  e.pages = std::move(pages);
+  e.pages.assign(pages.begin(), pages.end());  // copied only for an observer
   e.waiting = waiting_.size();
   e.running = running_.size();
   e.full_pages_held = full_pages_held_;
@@ -1231,7 +1233,7 @@ Status ServingSimulator::grow_for_decode() {
         if (host_tier())
           device_content_[a->pages[k][0]] =
               private_content(running_[needers[k]].request, running_[needers[k]].pages.size() - 1);
-        tell(ServingEvent::Kind::grew, running_[needers[k]].request, {a->pages[k][0]});
+        tell(ServingEvent::Kind::grew, running_[needers[k]].request, a->pages[k]);  // that one page
       }
       full_pages_held_ += needers.size();
       if (derived_.is_composite()) swa_pages_held_ += needers.size();

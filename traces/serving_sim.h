@@ -76,6 +76,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -390,7 +391,7 @@ class ServingSimulator {
   // nothing). O(running requests) per step. An internal Error naming the step and the request.
   Status check_accounting(bool window_settled) const;
   // tells the observer, when there is one.
-  void tell(ServingEvent::Kind kind, std::uint64_t request, std::vector<std::int64_t> pages = {});
+  void tell(ServingEvent::Kind kind, std::uint64_t request, std::span<const std::int64_t> pages = {});
   std::uint64_t scaled(std::uint64_t tokens) const;
 
   ServingParams params_;
