@@ -129,7 +129,7 @@ Status check_duplicates(std::span<const std::int64_t> locs, std::int64_t sink_en
   };
   if (stamps != nullptr && slots > 0 && static_cast<std::uint64_t>(slots) <= kMaxLocStampSlots) {
     // A lane-order scan: the first lane whose loc an earlier lane took is the duplicate reported,
-    // with that earlier lane (the same pair as the sort below names).
+    // with the first lane that took it (the same pair as the sort below names).
     if (stamps->slots != static_cast<std::size_t>(slots) || ++stamps->current == 0) {
       // A new size, or every epoch used (after 2^32 writes): zeroed stamps, from the system.
       stamps->at.reset(static_cast<LocStamp*>(std::calloc(static_cast<std::size_t>(slots), sizeof(LocStamp))));
@@ -143,9 +143,12 @@ Status check_duplicates(std::span<const std::int64_t> locs, std::int64_t sink_en
       if (l < sink_end) continue;
       KVTWIN_CHECK(l < slots, "a loc checked for duplicates lies inside the sub-pool");
       LocStamp& stamp = at[static_cast<std::size_t>(l)];
-      if (stamp.epoch == stamps->current) return refuse(stamp.lane, i, l);
+      if (stamp.epoch == stamps->current) {
+        const std::size_t first = static_cast<std::size_t>(std::find(locs.begin(), locs.begin() + i, l) - locs.begin());
+        KVTWIN_CHECK(first < i, "a stamped slot was taken by an earlier lane of this check");
+        return refuse(first, i, l);
+      }
       stamp.epoch = stamps->current;
-      stamp.lane = static_cast<std::uint32_t>(i);
     }
     return ok_status();
   }

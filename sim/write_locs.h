@@ -112,15 +112,15 @@ Result<WriteLoc> for_layer(const Batch& batch, LayerKind kind, std::uint32_t mod
 // SPEC 6: a unified pool's write door refuses an unmarked loc, and says how to mark it.
 Status check_mark(const WriteLoc& loc, std::uint32_t model_layer);
 
-// Where a lane last wrote each slot, by epoch, so that the duplicate check of a write costs its
+// Which check last saw each slot, by epoch, so that the duplicate check of a write costs its
 // lanes rather than a sort (one per model; slots up to kMaxLocStampSlots, a sort beyond). The
 // stamps come zeroed from calloc, which a large allocation gets from the system as pages mapped
 // on first touch: a pool of millions of slots pays for the slots its writes reach, not for all of
 // them (a 1 TiB pool's 8 Mi slots, filled with zeros up front, took longer than replaying a
-// whole public trace).
+// whole public trace). Four bytes a slot (a page's slots in one cache line or two): the earlier
+// lane of a refused duplicate is found again by a scan of the lanes before it.
 struct LocStamp {
   std::uint32_t epoch = 0;  // the check that last saw the slot (0: none)
-  std::uint32_t lane = 0;   // the lane that saw it then
 };
 struct LocStamps {
   struct Free {
