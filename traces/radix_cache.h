@@ -12,8 +12,7 @@
 // of one vector and its pages the same row of another (an evicted node's row is reused; an id,
 // never reused, keeps only its row number), and a node's children are found by (parent, hash) in
 // one open-addressing table, which is only ever looked up, never walked, so its layout is never
-// observable. The host tier below it is the serving simulator's
-// (serving_sim.h).
+// observable. The host tier below it is the serving simulator's (serving_sim.h).
 #pragma once
 
 #include <cstdint>
