@@ -580,15 +580,25 @@ Result<DeviceAllocator::RawMove> DeviceAllocator::plan_raw_move(std::size_t inde
 
 // ---------------------------------------------------------------- what a checker compares
 
-Result<PoolTables> DeviceAllocator::tables(cudaStream_t stream) const {
-  PoolTables out;
-  for (std::size_t i = 0; i < sides_.size(); ++i) {
-    const DeviceSide& side = *sides_[i];
-    // Each side's device tables in one copy (DeviceSide::snapshot); its queue and holes read off them.
-    KVTWIN_TRY(SideSnapshot s, side.snapshot(sides_[0]->min_page(), stream));
-    out.sides.push_back(side_tables_of(side_name(i), std::move(s)));
+Result<std::vector<SideSnapshot>> DeviceAllocator::snapshots(cudaStream_t stream) const {
+  std::vector<SideSnapshot> out;
+  for (const auto& side : sides_) {
+    KVTWIN_TRY(SideSnapshot s, side->snapshot(sides_[0]->min_page(), stream));
+    out.push_back(std::move(s));
   }
   return out;
+}
+
+PoolTables DeviceAllocator::tables_of(std::vector<SideSnapshot>&& snapshots) const {
+  PoolTables out;
+  // Each side's queue and holes read off its snapshot (side_tables_of).
+  for (std::size_t i = 0; i < snapshots.size(); ++i) out.sides.push_back(side_tables_of(side_name(i), std::move(snapshots[i])));
+  return out;
+}
+
+Result<PoolTables> DeviceAllocator::tables(cudaStream_t stream) const {
+  KVTWIN_TRY(std::vector<SideSnapshot> s, snapshots(stream));
+  return tables_of(std::move(s));
 }
 
 Result<std::uint64_t> DeviceAllocator::add_tables_digest_terms(unsigned long long* sum, cudaStream_t stream,
@@ -624,15 +634,11 @@ Result<std::uint64_t> DeviceAllocator::tables_digest(cudaStream_t stream, const 
   return static_cast<std::uint64_t>(device_terms) + host_terms;
 }
 
-Status DeviceAllocator::verify(cudaStream_t stream) const {
-  std::vector<SideSnapshot> snapshots;
-  for (const auto& side : sides_) {
-    KVTWIN_TRY(SideSnapshot s, side->snapshot(sides_[0]->min_page(), stream));
-    snapshots.push_back(std::move(s));
-  }
-  KVTWIN_TRY_STATUS(check_device_sides(snapshots, config_->mode == CompactionMode::lazy));
-  if (floats()) KVTWIN_TRY_STATUS(verify_float_copy(snapshots[1]));
+Status DeviceAllocator::verify(cudaStream_t stream, PoolTables* tables_read) const {
+  KVTWIN_TRY(std::vector<SideSnapshot> s, snapshots(stream));
+  KVTWIN_TRY_STATUS(check_device_sides(s, config_->mode == CompactionMode::lazy));
+  if (floats()) KVTWIN_TRY_STATUS(verify_float_copy(s[1]));
+  if (tables_read != nullptr) *tables_read = tables_of(std::move(s));
   return ok_status();
 }
-
 }  // namespace kvtwin::gpu

@@ -155,7 +155,9 @@ class DeviceAllocator {
   // The same digest not launched: what its device terms read (one entry a side, the state
   // sub-pool's last; digest_kernels.h), and its host terms returned.
   std::uint64_t tables_digest_rows(std::vector<DigestRanges>& device_rows, const DeviceStatePool* state = nullptr) const;
-  Status verify(cudaStream_t stream) const;
+  // With `tables_read`, the tables the check read come back in it too (as tables() shows them),
+  // so that a checkpoint's comparison needs no second download.
+  Status verify(cudaStream_t stream, PoolTables* tables_read = nullptr) const;
 
  private:
   // Plans one side's compaction: `freed` a device list of its freed physical pages (eager), or
@@ -174,6 +176,10 @@ class DeviceAllocator {
                           cudaStream_t stream);
   Status absorb_float(cudaStream_t stream);
   Status verify_float_copy(const SideSnapshot& device) const;
+  // Every side's device tables in one copy each (DeviceSide::snapshot), chain order.
+  Result<std::vector<SideSnapshot>> snapshots(cudaStream_t stream) const;
+  // The sides as tables() reports them, their tables moved out of `snapshots`.
+  PoolTables tables_of(std::vector<SideSnapshot>&& snapshots) const;
 
   const PoolConfig* config_ = nullptr;
   const PoolDerived* derived_ = nullptr;

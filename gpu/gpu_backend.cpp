@@ -44,4 +44,11 @@ Status verify_gpu_backend(const Backend& backend) {
   return gpu->verify();
 }
 
+Status verify_gpu_backend(const Backend& backend, std::optional<PoolTables>& tables_read) {
+  tables_read.reset();
+  const auto* gpu = dynamic_cast<const GpuPool*>(&backend);
+  if (gpu == nullptr) return verify_gpu_backend(backend);  // (its error)
+  return gpu->verify(&tables_read);
+}
+
 }  // namespace kvtwin::gpu

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/backend.h"
@@ -28,5 +29,8 @@ std::unique_ptr<Backend> make_gpu_backend(const Faults& faults = {}, const std::
 // against the device tables and the tables' invariants (GpuPool::verify). An error when `backend`
 // is not one make_gpu_backend() made; ok before a pool is built.
 Status verify_gpu_backend(const Backend& backend);
+// The same check, leaving in `tables_read` the tables it downloaded (as backend.tables() would
+// show them) when it passed over a working pool, else nullopt: a Player's verify_with_tables.
+Status verify_gpu_backend(const Backend& backend, std::optional<PoolTables>& tables_read);
 
 }  // namespace kvtwin::gpu

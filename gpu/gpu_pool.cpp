@@ -789,22 +789,27 @@ Result<std::uint64_t> GpuPool::tables_digest() const {
   return allocator_.tables_digest(stream_, state_.built() ? &state_ : nullptr);
 }
 
-Status GpuPool::verify() const {
+Status GpuPool::verify(std::optional<PoolTables>* tables_read) const {
   const HoldReleases hold(held_);
+  if (tables_read != nullptr) tables_read->reset();
   if (!built_) return ok_status();  // nothing built, nothing to break (as the model's verify)
   if (!config_.tables_only && bytes_.size_bytes() != config_.total_bytes)
     return make_error(ErrorKind::internal, "gpu invariant broken: the pool buffer holds " +
                                                std::to_string(bytes_.size_bytes()) + " bytes, not total_bytes " +
                                                std::to_string(config_.total_bytes));
-  KVTWIN_TRY_STATUS(allocator_.verify(stream_));
+  // The tables read for the check are tables()'s only where tables() would answer at all.
+  PoolTables read;
+  PoolTables* const keep = tables_read != nullptr && require_pool().ok() ? &read : nullptr;
+  KVTWIN_TRY_STATUS(allocator_.verify(stream_, keep));
   if (state_.built()) {
     // SPEC 11: the state's frontier stays below the next band up: the float's span when it holds
     // a live page (an empty float is transparent), else the owner's band.
     const bool float_live = allocator_.floats() && allocator_.float_span().live();
-    KVTWIN_TRY_STATUS(state_.verify(state_held(), allocator_.band_begin_byte(float_live ? 1 : 0), stream_));
+    KVTWIN_TRY_STATUS(state_.verify(state_held(), allocator_.band_begin_byte(float_live ? 1 : 0), stream_, keep));
   }
   // The host arena's tables against each other and against their device mirror (SPEC 8).
   if (host_arena_.built()) KVTWIN_TRY_STATUS(host_arena_.verify());
+  if (keep != nullptr) *tables_read = std::move(read);
   return ok_status();
 }
 

@@ -90,8 +90,10 @@ class GpuPool final : public Backend {
   // tables and holds the host counters (watermarks, allocated and hole counts, the free queue's
   // head and length) against them, with the tables' own invariants; also the pool buffer's size
   // and, with a host arena, its tables (host_arena.h).
-  // An ErrorKind::internal Error says what broke; ok before any pool is built.
-  Status verify() const;
+  // An ErrorKind::internal Error says what broke; ok before any pool is built. With
+  // `tables_read`, a check that passed over a built, working pool leaves in it the tables it read,
+  // as tables() shows them (the same download serves a checkpoint's comparison); else nullopt.
+  Status verify(std::optional<PoolTables>* tables_read = nullptr) const;
 
   const Faults& faults() const { return faults_; }
   void set_faults(const Faults& faults) {

@@ -242,10 +242,14 @@ Result<std::vector<std::uint8_t>> DeviceStatePool::read(const std::vector<std::i
 Status DeviceStatePool::add_tables(PoolTables& out, cudaStream_t stream) const {
   // The slots' device tables in one copy (DeviceSide::snapshot); the queue and holes read off them.
   KVTWIN_TRY(SideSnapshot s, slots_.snapshot(slots_.min_page(), stream));
-  out.state = side_tables_of(name(), std::move(s));
+  add_tables_of(out, std::move(s));
+  return ok_status();
+}
+
+void DeviceStatePool::add_tables_of(PoolTables& out, SideSnapshot&& slots) const {
+  out.state = side_tables_of(name(), std::move(slots));
   out.state_requests.assign(requests_.begin(), requests_.end());
   out.state_quarantine.assign(quarantine_.begin(), quarantine_.end());
-  return ok_status();
 }
 
 DigestRanges DeviceStatePool::digest_ranges() const { return slots_.digest_ranges(kStateDigestSide); }
@@ -259,7 +263,8 @@ std::uint64_t DeviceStatePool::digest_host_terms() const {
   return host;
 }
 
-Status DeviceStatePool::verify(const Held& held, std::uint64_t owner_begin_byte, cudaStream_t stream) const {
+Status DeviceStatePool::verify(const Held& held, std::uint64_t owner_begin_byte, cudaStream_t stream,
+                               PoolTables* tables_read) const {
   KVTWIN_TRY(SideSnapshot snap, slots_.snapshot(slots_.min_page(), stream));
   KVTWIN_TRY_STATUS(check_device_sides({snap}, config_->mode == CompactionMode::lazy));
   // The host's copy is the device's tables.
@@ -286,6 +291,7 @@ Status DeviceStatePool::verify(const Held& held, std::uint64_t owner_begin_byte,
   if (frontier_bytes() > owner_begin_byte)
     return broken("the state sub-pool's frontier (byte " + std::to_string(frontier_bytes()) +
                   ") is past the owner's band (from byte " + std::to_string(owner_begin_byte) + ")");
+  if (tables_read != nullptr) add_tables_of(*tables_read, std::move(snap));
   return ok_status();
 }
 

@@ -115,9 +115,13 @@ class DeviceStatePool {
   std::uint64_t digest_host_terms() const;
   // The device tables against the host counters and each other, the request table against v2p,
   // every quarantined slot held by a reader, the frontier below `owner_begin_byte`.
-  Status verify(const Held& held, std::uint64_t owner_begin_byte, cudaStream_t stream) const;
+  // With `tables_read`, what add_tables adds is added to it from the same download.
+  Status verify(const Held& held, std::uint64_t owner_begin_byte, cudaStream_t stream,
+                PoolTables* tables_read = nullptr) const;
 
  private:
+  // add_tables from a snapshot of the slots already read (its tables moved out).
+  void add_tables_of(PoolTables& out, SideSnapshot&& slots) const;
   // Where physical slot `slot` starts (fault state_entry_padded: the entry padded to 32 bytes).
   std::uint64_t slot_byte(std::int64_t slot, const Faults& faults) const;
   Status move_envelopes(const Moves& moves, const DevicePoolBytes& bytes, const Faults& faults,

@@ -486,6 +486,9 @@ Result<BackendSet> make_backend_set(BackendChoice choice, const std::string& fau
     p.backend = device.get();
     // The GPU's own invariant check: its host counters against its device tables.
     p.verify = [backend = device.get()] { return gpu::verify_gpu_backend(*backend); };
+    p.verify_with_tables = [backend = device.get()](std::optional<PoolTables>& tables_read) {
+      return gpu::verify_gpu_backend(*backend, tables_read);
+    };
     // Beside the model, its tables are compared with the model's verified ones by digest after
     // every op (Runner::check_tables), which covers its host counters too; its own check, which
     // downloads every table, runs at checkpoints and at the end. Alone, it runs at its cadence.

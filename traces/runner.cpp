@@ -11,6 +11,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string_view>
+#include <utility>
 
 #include "core/check.h"
 #include "core/oracle.h"
@@ -406,7 +407,10 @@ bool Runner::check_tables(bool whole) {
     }
   }
   Result<PoolTables> a = x.tables();
-  Result<PoolTables> b = on_second([](const Backend& second) { return second.tables(); });
+  // At a checkpoint the second's verify may have read its tables already (Player::verify_with_tables).
+  Result<PoolTables> b = whole && second_verified_tables_
+                             ? Result<PoolTables>(*std::exchange(second_verified_tables_, std::nullopt))
+                             : on_second([](const Backend& second) { return second.tables(); });
   if (!a.ok() || !b.ok())
     return fail("tables", "a backend cannot show its tables: " + (a.ok() ? b.error().message : a.error().message));
   if (auto d = diff_tables(*a, *b, x.name(), y.name())) return fail("tables", "allocator tables differ: " + *d);
@@ -683,12 +687,19 @@ bool Runner::settle_deferred() {
 }
 
 bool Runner::check_verify(bool incremental, bool checkpoint) {
+  second_verified_tables_.reset();
   if (!config_) return true;
   for (const Player& p : players_) {
     const std::function<Status()>& verify = incremental ? p.verify_changed : p.verify;
     if (!verify) continue;
     if (p.verify_at_checkpoints_only && !checkpoint) continue;
-    Status s = &p == &players_[1] ? on_second([&](const Backend&) { return verify(); }) : verify();
+    const bool second = &p == &players_[1];
+    Status s = ok_status();
+    if (second && checkpoint && !incremental && p.verify_with_tables)
+      // The tables this check downloads serve check_tables(whole) next (one download, not two).
+      s = on_second([&](const Backend&) { return p.verify_with_tables(second_verified_tables_); });
+    else
+      s = second ? on_second([&](const Backend&) { return verify(); }) : verify();
     if (!s.ok()) return fail("verify", std::string(p.backend->name()) + " broke an invariant: " + s.error().message);
     ++(incremental ? stats_.changed_verifies : stats_.verifies);
   }
@@ -778,6 +789,7 @@ bool Runner::check_pools() {
 
 std::optional<OpResult> Runner::play(const Op& op, const std::optional<OpResult>& expect, std::uint64_t line) {
   current_op_ = &op;
+  second_verified_tables_.reset();
   std::optional<OpResult> result = play_and_check(op, expect, line);
   current_op_ = nullptr;
   if (!result && !deferred_.empty()) {

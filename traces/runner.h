@@ -57,6 +57,11 @@ struct Player {
   Backend* backend = nullptr;
   // The backend's own invariant check (the model's verify()); empty when it has none.
   std::function<Status()> verify;
+  // The same check, which also leaves in its argument the tables it read (as backend->tables()
+  // shows them), or nullopt when it read none; empty when the backend has none. The runner calls
+  // it instead of `verify` at checkpoints and at the end, where it compares whole tables next,
+  // so a backend that must download its tables to check them (the GPU) downloads them once.
+  std::function<Status(std::optional<PoolTables>&)> verify_with_tables;
   // The same over what the last operation changed (the model's verify_changed()); empty when the
   // backend has none. With verify_checks_tables it stands for the table check too.
   std::function<Status()> verify_changed;
@@ -263,6 +268,9 @@ class Runner {
   std::optional<Failure> failure_;
   std::vector<OpResult> results_;  // the op being played: each backend's answer (kept for its capacity)
   bool tables_matched_ = false;  // this step's check_tables found the two players' tables equal
+  // The second player's tables as this checkpoint's verify_with_tables read them, for its
+  // check_tables(whole); nothing plays between the two, and each step starts without them.
+  std::optional<PoolTables> second_verified_tables_;
   // (or, deferred, will have: a difference found later fails the run at this step)
   // A digest comparison of the window not compared yet: which op, and the first player's digest.
   struct DeferredComparison {

@@ -150,6 +150,10 @@ TEST(VerifyGpuBackend, NothingBuiltNothingToBreak) {
   const std::unique_ptr<Backend> gpu = make_gpu_backend();
   const Status s = verify_gpu_backend(*gpu);
   EXPECT_TRUE(s.ok()) << s.error().message;
+  // No pool, no tables read: a checkpoint's comparison then asks tables() (which says why not).
+  std::optional<PoolTables> read = PoolTables{};
+  EXPECT_TRUE(verify_gpu_backend(*gpu, read).ok());
+  EXPECT_FALSE(read.has_value());
 }
 
 }  // namespace

@@ -387,6 +387,10 @@ TEST_F(GpuPoolTest, VerifyHoldsCountersAgainstTablesThroughLazyCompositeOperatio
     const Result<PoolTables> t = pool.tables();
     const Result<std::uint64_t> d = pool.tables_digest();
     EXPECT_TRUE(t.ok() && d.ok() && *d == digest_tables(*t)) << "after " << to_string(op) << ": the device digest differs";
+    // The tables the check read are tables()'s (a checkpoint compares them instead of a download).
+    std::optional<PoolTables> read;
+    EXPECT_TRUE(pool.verify(&read).ok());
+    EXPECT_TRUE(read && t.ok() && *read == *t) << "after " << to_string(op) << ": verify read other tables";
     return r;
   };
   ASSERT_TRUE(verified(BuildPool{c}).ok());

@@ -237,6 +237,57 @@ TEST(Runner, ADigestThatDisagreesWithEqualTablesIsAFailure) {
   EXPECT_THAT(r.failure->message, HasSubstr("but the tables they show are equal"));
 }
 
+// A second player whose verify reads its tables (the GPU's downloads them) hands them to the
+// checkpoint's whole-tables comparison: its tables() is not asked again at checkpoints or at the
+// end, and what the comparison holds against the first's is what that verify read.
+TEST(Runner, ACheckpointComparesTheTablesTheSecondsVerifyRead) {
+  struct CountingTables : sim::Model {
+    mutable std::uint64_t tables_calls = 0;
+    Result<PoolTables> tables() const override {
+      ++tables_calls;
+      return sim::Model::tables();
+    }
+    std::string_view name() const override { return "counted"; }
+  };
+  const PoolTrace t = parse(header(tp8_config()) + R"({"op":"alloc_many","tokens":[8]})" + "\n" +
+                            R"({"op":"checkpoint"})" + "\n" + R"({"op":"alloc_many","tokens":[8]})" + "\n");
+  // `misread`: the tables the verify hands over show one v2p entry changed.
+  const auto run = [&](bool with_tables, bool misread, std::uint64_t& tables_calls) {
+    BackendSet b;
+    auto plain = std::make_unique<sim::Model>();
+    auto counted = std::make_unique<CountingTables>();
+    Player second = model_player(*counted);
+    if (with_tables)
+      second.verify_with_tables = [m = counted.get(), misread](std::optional<PoolTables>& read) {
+        Status s = m->verify();
+        read = *m->sim::Model::tables();
+        if (misread) read->sides.front().v2p.back() = 7;
+        return s;
+      };
+    b.players = {model_player(*plain), second};
+    CountingTables* const counted_raw = counted.get();
+    b.owned.push_back(std::move(plain));
+    b.owned.push_back(std::move(counted));
+    ReplayReport r = replay_on(t, b, {});
+    tables_calls = counted_raw->tables_calls;
+    return r;
+  };
+  std::uint64_t calls_without = 0, calls_with = 0, calls_misread = 0;
+  EXPECT_TRUE(run(false, false, calls_without).passed());
+  const ReplayReport clean = run(true, false, calls_with);
+  EXPECT_TRUE(clean.passed());
+  // The checkpoint and the end no longer ask (the model's digest reads its tables() between them).
+  EXPECT_EQ(calls_without - calls_with, 2u);
+  EXPECT_EQ(clean.stats.tables_compared, 5u);  // after the build, each op and the end
+  EXPECT_EQ(clean.stats.tables_compared - clean.stats.tables_digests_compared, 2u);  // two whole
+  const ReplayReport misread = run(true, true, calls_misread);
+  ASSERT_FALSE(misread.passed());
+  EXPECT_EQ(misread.failure->check, "tables");
+  EXPECT_EQ(misread.failure->line, 3u);
+  EXPECT_THAT(misread.failure->message, HasSubstr("allocator tables differ"));
+  EXPECT_THAT(misread.failure->message, HasSubstr("counted has 7"));
+}
+
 TEST(Runner, WithTablesOnlyAtTheEndTheDivergenceShowsAtTheEnd) {
   const PoolTrace t = parse(header(tp8_config()) + R"({"op":"alloc_many","tokens":[48,48]})" + "\n");
   CheckCadence cadence;
