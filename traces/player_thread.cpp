@@ -64,22 +64,35 @@ PlayerThread::~PlayerThread() {
   thread_.join();
 }
 
-void PlayerThread::post(std::function<void()> task) {
+std::uint64_t PlayerThread::post(std::function<void()> task) {
   bool wake = false;
+  std::uint64_t ticket = 0;
   {
     const std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back(std::move(task));
+    ticket = ++posted_;
     wake = idle_ && queue_.size() >= kWakeBatch;
   }
   if (wake) work_.notify_one();
+  return ticket;
 }
 
 void PlayerThread::drain() {
+  std::uint64_t all = 0;
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    all = posted_;
+  }
+  wait_for(all);
+}
+
+void PlayerThread::wait_for(std::uint64_t ticket) {
   // The caller runs what the thread has not started, in order, rather than wait for the thread
   // to be scheduled (a core may be a while coming on a busy machine); one task runs at a time.
   InvariantScope scope;  // as on the thread: a broken invariant is the task's failure
   std::unique_lock<std::mutex> lock(mutex_);
-  while (!queue_.empty() || busy_) {
+  KVTWIN_CHECK(ticket <= posted_, "a wait for a task never posted");
+  while (finished_ < ticket) {
     if (busy_) {
       // The thread runs a task this caller now waits for: while it does, the thread runs at the
       // caller's priority (a SCHED_BATCH thread preempted mid-task on a busy machine kept its
@@ -92,10 +105,7 @@ void PlayerThread::drain() {
   }
 }
 
-void PlayerThread::run_and_wait(std::function<void()> task) {
-  post(std::move(task));
-  drain();
-}
+void PlayerThread::run_and_wait(std::function<void()> task) { wait_for(post(std::move(task))); }
 
 void PlayerThread::run_next(std::unique_lock<std::mutex>& lock) {
   std::function<void()> task = std::move(queue_.front());
@@ -105,6 +115,7 @@ void PlayerThread::run_next(std::unique_lock<std::mutex>& lock) {
   task();
   lock.lock();
   busy_ = false;
+  ++finished_;
   done_.notify_all();
 }
 

@@ -2,8 +2,9 @@
 // second player (the GPU beside the model) plays ahead of its checks this way (runner.h,
 // CheckCadence::second_ahead), so the device's work overlaps the model's instead of following it.
 //
-// post() queues a call and returns at once; call() runs one after everything posted before it and
-// waits for its answer; drain() returns once everything posted has run. A caller that waits
+// post() queues a call and returns at once (with its ticket); call() runs one after everything
+// posted before it and waits for its answer; wait_for(ticket) returns once the call of that ticket
+// and everything before it has run; drain() returns once everything posted has run. A caller that waits
 // (drain, call) runs what the thread has not started itself, in order, one task at a time, rather
 // than wait for the thread to be given a core: a task runs on the thread or on the poster's (post
 // and wait from the thread that made it). Every task runs inside an InvariantScope (core/check.h):
@@ -17,6 +18,7 @@
 
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -35,8 +37,9 @@ class PlayerThread {
   PlayerThread(const PlayerThread&) = delete;
   PlayerThread& operator=(const PlayerThread&) = delete;
 
-  // Queues `task`; it must not throw (a posted task records its own failure).
-  void post(std::function<void()> task);
+  // Queues `task`; it must not throw (a posted task records its own failure). Returns its ticket:
+  // how many tasks have been posted, it included.
+  std::uint64_t post(std::function<void()> task);
 
   // Runs `f` on the thread after everything posted so far, and returns its answer (or rethrows
   // what it threw).
@@ -69,6 +72,9 @@ class PlayerThread {
 
   // Returns once everything posted so far has run.
   void drain();
+  // Returns once the task of `ticket` (a post's answer) and everything posted before it have run;
+  // what was posted after it may still be queued or running.
+  void wait_for(std::uint64_t ticket);
 
  private:
   void run_and_wait(std::function<void()> task);
@@ -98,6 +104,8 @@ class PlayerThread {
   bool busy_ = false;  // a task is running (on the thread or a drain()'s caller)
   bool idle_ = false;  // the thread waits for work
   bool stop_ = false;
+  std::uint64_t posted_ = 0;    // tasks posted so far (the last one's ticket)
+  std::uint64_t finished_ = 0;  // tasks run to their end, in ticket order
   std::thread thread_;
 };
 

@@ -141,10 +141,15 @@ struct Runner::Ahead {
     bool skipped = false;  // not played: an earlier answer already fails the run
   };
   std::vector<Answer> answers;
-  std::size_t posted = 0;  // answers posted since the last settle (the next one's index)
+  std::size_t posted = 0;  // answers posted since the last window closed (the next one's index)
   bool broken = false;     // (the thread's) an answer that fails the run was given: play no more
   std::uint64_t stopped_at = 0;  // (the thread's) the step of that answer
-  PlayerThread thread;     // last: it ends, running what is posted, before the answers go
+  // The window closed last, compared when the next one closes (close_window): its close task, and
+  // the second's answers to it, may still be queued on the thread.
+  std::unique_ptr<DeferredWindow> closed;
+  PlayerThread thread;     // last: it ends, running what is posted, before the answers and windows go
+
+  ~Ahead();
 
   // Runs `play` for one answer of step `step` on the thread, catching what a broken backend
   // throws as the runner does in step; once an answer fails the run, the backend is not used again.
@@ -169,6 +174,22 @@ struct Runner::Ahead {
     answers.push_back(std::move(a));
   }
 };
+
+// One window of deferred comparisons taken out of the runner to be compared: the comparisons, their
+// ops, and (played ahead) what the second answered, how it stopped, and the digests it collected
+// when the window closed.
+struct Runner::DeferredWindow {
+  std::vector<DeferredComparison> pending;
+  std::vector<DeferredOp> ops;
+  std::vector<Ahead::Answer> second;
+  bool broken = false;
+  std::uint64_t stopped_at = 0;
+  // Collected on the second's thread by the window's close task (nullopt: collected when compared).
+  std::optional<Result<std::vector<std::uint64_t>>> digests;
+  std::uint64_t ticket = 0;  // the close task's (PlayerThread::post)
+};
+
+Runner::Ahead::~Ahead() = default;
 
 template <class F>
 auto Runner::on_second(F&& f) const {
@@ -562,27 +583,101 @@ bool Runner::defer(DeferredComparison d) {
   deferred_.push_back(std::move(d));
   // The window closes after compare_window digests (answers played ahead wait at most as long).
   const bool full = deferred_digests_ >= cadence_.compare_window || deferred_.size() >= 4 * cadence_.compare_window;
-  return !full || settle_deferred();
+  return !full || close_window();
 }
 
 bool Runner::defers() const {
   return players_.size() == 2 && cadence_.compare_window > 1 && players_[1].backend->digests_are_far();
 }
 
-bool Runner::settle_deferred() {
-  if (deferred_.empty()) return true;
-  std::vector<DeferredComparison> pending;
-  std::vector<DeferredOp> ops;
-  pending.swap(deferred_);
-  ops.swap(deferred_ops_);
+bool Runner::has_deferred() const { return !deferred_.empty() || (ahead_ && ahead_->closed); }
+
+Runner::DeferredWindow Runner::take_window() {
+  DeferredWindow w;
+  w.pending.swap(deferred_);
+  w.ops.swap(deferred_ops_);
   deferred_digests_ = 0;
+  return w;
+}
+
+void Runner::drop_deferred() {
+  if (ahead_ && ahead_->closed) {
+    ahead_->thread.wait_for(ahead_->closed->ticket);  // its close task writes into it
+    ahead_->closed.reset();
+  }
+  deferred_.clear();
+  deferred_ops_.clear();
+  deferred_digests_ = 0;
+}
+
+bool Runner::settle_deferred() {
+  // The window closed last first (its comparisons are older), then the one still open, which a
+  // difference in the older one leaves uncompared (the run's first failure is found).
+  if (ahead_ && ahead_->closed) {
+    const std::unique_ptr<DeferredWindow> closed = std::move(ahead_->closed);
+    ahead_->thread.wait_for(closed->ticket);
+    if (!compare_window(*closed)) {
+      drop_deferred();
+      return false;
+    }
+  }
+  if (deferred_.empty()) return true;
+  DeferredWindow w = take_window();
   // Played ahead: everything posted has run, and its answers are this window's.
-  std::vector<Ahead::Answer> second;
   if (ahead_) {
     ahead_->thread.drain();
-    second.swap(ahead_->answers);
+    w.second.swap(ahead_->answers);
     ahead_->posted = 0;
+    w.broken = ahead_->broken;
+    w.stopped_at = ahead_->stopped_at;
   }
+  return compare_window(w);
+}
+
+bool Runner::close_window() {
+  if (!ahead_) return settle_deferred();
+  // Played ahead: the window's last answers need not have been played yet. A task posted behind
+  // them takes the answers and collects the second's digests on its thread, and the window is
+  // compared when the next one closes (or at a checkpoint, the end, or a failure: settle_deferred),
+  // so the runner does not wait at every window's end for the second to catch up; the window
+  // closed before this one is compared now. Comparisons stay in op order, and a failure names the
+  // same op, step and check as in step.
+  auto window = std::make_unique<DeferredWindow>(take_window());
+  const bool any_digest = std::any_of(window->pending.begin(), window->pending.end(), [](const DeferredComparison& d) {
+    return d.kind != DeferredComparison::Kind::result;
+  });
+  Ahead* ahead = ahead_.get();
+  DeferredWindow* closing = window.get();
+  Backend* backend = players_[1].backend;
+  RunProfile* prof = profile_.get();
+  closing->ticket = ahead->thread.post([ahead, closing, backend, any_digest, prof] {
+    closing->second.swap(ahead->answers);
+    closing->broken = ahead->broken;
+    closing->stopped_at = ahead->stopped_at;
+    // A second that stopped queues nothing more: what it queued before is collected when the
+    // window is compared (its answers name the failure first).
+    if (!any_digest || ahead->broken) return;
+    const PhaseTimer timer(prof, "settle deferred: collect (ahead)");
+    try {
+      closing->digests = backend->collect_digests();
+    } catch (const std::exception& e) {
+      closing->digests = Result<std::vector<std::uint64_t>>(
+          make_error(ErrorKind::internal, std::string(backend->name()) + " threw: " + e.what()));
+    }
+  });
+  ahead->posted = 0;
+  const std::unique_ptr<DeferredWindow> previous = std::exchange(ahead->closed, std::move(window));
+  if (!previous) return true;
+  ahead->thread.wait_for(previous->ticket);
+  if (compare_window(*previous)) return true;
+  drop_deferred();  // the run's first failure is found: the window just closed is not compared
+  return false;
+}
+
+bool Runner::compare_window(DeferredWindow& w) {
+  const std::vector<DeferredComparison>& pending = w.pending;
+  const std::vector<DeferredOp>& ops = w.ops;
+  const std::vector<Ahead::Answer>& second = w.second;
   const std::uint64_t now = step_;
   const Backend& x = *players_[0].backend;
   const Backend& y = *players_[1].backend;
@@ -598,9 +693,10 @@ bool Runner::settle_deferred() {
   const auto kind_name = [](const DeferredComparison& d) {
     return d.kind == DeferredComparison::Kind::tables ? "tables" : "touched";
   };
-  // The second's digests, collected once the first comparison of one is reached (an answer
-  // played ahead that fails the run before it names that op, as in step).
-  std::optional<Result<std::vector<std::uint64_t>>> answers;
+  // The second's digests: collected when the window closed, played ahead, or here once the first
+  // comparison of one is reached (an answer played ahead that fails the run before it names that
+  // op, as in step).
+  std::optional<Result<std::vector<std::uint64_t>>>& answers = w.digests;
   std::size_t next_answer = 0;
   std::size_t digests_queued = 0;
   for (const DeferredComparison& d : pending) {
@@ -614,9 +710,9 @@ bool Runner::settle_deferred() {
   const std::string rerun = "; replay with --compare-window 1 to compare right after this operation and name the first "
                             "difference as it was then";
   // Played ahead, the second may have stopped before now (an answer of its own fails the run later).
-  const std::string stopped = ahead_ && ahead_->broken && ahead_->stopped_at < now
+  const std::string stopped = w.broken && w.stopped_at < now
                                   ? " (" + std::string(y.name()) + " played no further than step " +
-                                        std::to_string(ahead_->stopped_at) + ", where its answer fails the run too)"
+                                        std::to_string(w.stopped_at) + ", where its answer fails the run too)"
                                   : std::string();
   for (const DeferredComparison& d : pending) {
     const Ahead::Answer* played = d.answer != SIZE_MAX ? &second.at(d.answer) : nullptr;
@@ -792,7 +888,7 @@ std::optional<OpResult> Runner::play(const Op& op, const std::optional<OpResult>
   second_verified_tables_.reset();
   std::optional<OpResult> result = play_and_check(op, expect, line);
   current_op_ = nullptr;
-  if (!result && !deferred_.empty()) {
+  if (!result && has_deferred()) {
     // An earlier op's deferred comparison may have failed first: that is the run's first failure.
     std::optional<Failure> this_op = std::move(failure_);
     failure_.reset();

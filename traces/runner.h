@@ -154,7 +154,9 @@ struct CheckCadence {
   // queued after each op and compared in windows of this many ops (Backend::queue_tables_digest):
   // a device answers a window with one transfer instead of a synchronization an op. A window is
   // also compared at every checkpoint, at the end, and before any other failure is reported, so a
-  // failure still names the first op whose digest differed. 1: compared right after every op.
+  // failure still names the first op whose digest differed. Played ahead (below), a full window is
+  // compared when the next one fills, so the runner need not wait for the second to catch up at
+  // every window's end. 1: compared right after every op.
   // Only a second backend whose digests are far away (Backend::digests_are_far: the GPU) defers.
   std::uint64_t compare_window = kDefaultCompareWindow;
   // With a deferred second backend (above) and no observer that reads it: the second's calls are
@@ -252,6 +254,19 @@ class Runner {
   // Compares every deferred digest (compare_window) with the second backend's answers, oldest
   // first; false, with the failure at the first op whose digests differ, when one does.
   bool settle_deferred();
+  // A window of deferred comparisons (below), taken out of the runner to be compared.
+  struct DeferredWindow;
+  // Whether any comparison is deferred (in the open window, or in one closed and not compared).
+  bool has_deferred() const;
+  // The open window's comparisons, leaving it empty.
+  DeferredWindow take_window();
+  // The open window is full: closed, and (played ahead) compared when the next one closes, the one
+  // closed before it compared now; in step, compared now. False when a comparison fails.
+  bool close_window();
+  // Compares one window's comparisons, oldest first (the failure at the first op whose digests differ).
+  bool compare_window(DeferredWindow& w);
+  // Drops every comparison still deferred (a failure was found before them).
+  void drop_deferred();
   // Whether this run's digests of the second player are deferred (compare_window).
   bool defers() const;
   // The checks of one op (play() is this, then the deferred comparisons before a failure).

@@ -5,6 +5,7 @@
 #include "traces/player_thread.h"
 
 #include <atomic>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -42,6 +43,35 @@ TEST(PlayerThread, RunsTasksInOrderOnItsThreadOrTheWaitingCaller) {
   }  // fewer than a wake batch still posted: the end runs them
   ASSERT_EQ(seen.size(), 1022u);
   for (int i = 0; i < 1022; ++i) EXPECT_EQ(seen[static_cast<std::size_t>(i)], i);
+}
+
+// wait_for(ticket) returns once that task and those before it have run, and leaves the tasks posted
+// after it alone (the runner compares a closed window while the second plays the next one).
+TEST(PlayerThread, WaitForATicketRunsUpToItAndNoFurther) {
+  PlayerThread thread;
+  std::vector<int> seen;
+  std::atomic<bool> release{false};
+  std::atomic<bool> later_ran{false};
+  std::uint64_t first = 0, third = 0;
+  for (int i = 0; i < 3; ++i) {
+    const std::uint64_t ticket = thread.post([&seen, i] { seen.push_back(i); });
+    if (i == 0) first = ticket;
+    if (i == 2) third = ticket;
+  }
+  EXPECT_EQ(third, first + 2) << "tickets count the posts";
+  // Held until the caller has seen wait_for return: a wait_for that ran it would never return.
+  const std::uint64_t held = thread.post([&release, &later_ran] {
+    while (!release.load()) std::this_thread::yield();
+    later_ran = true;
+  });
+  thread.wait_for(third);
+  EXPECT_EQ(seen, (std::vector<int>{0, 1, 2}));
+  EXPECT_FALSE(later_ran.load());
+  release = true;
+  thread.wait_for(held);
+  EXPECT_TRUE(later_ran.load());
+  thread.wait_for(first);  // long done: returns at once
+  EXPECT_THROW(thread.wait_for(held + 1), InvariantFailure) << "a ticket never posted";
 }
 
 TEST(PlayerThread, CallRethrowsWhatItsTaskThrew) {
