@@ -12,8 +12,14 @@ Status DeferredDigests::make_room(cudaStream_t stream) {
     KVTWIN_TRY_STATUS(landed_.reserve(kSlots));
   }
   if (host_terms_.size() == kSlots) KVTWIN_TRY_STATUS(land(stream));
-  // A window opens: every slot zeroed at once (the reductions add into theirs).
-  if (host_terms_.empty()) KVTWIN_CUDA_TRY(cudaMemsetAsync(slots_.get(), 0, slots_.bytes(), stream));
+  // A window opens. The slots are zeroed only when what they hold is not known on the host (the
+  // first window, or after a landing that failed); otherwise each keeps the value it landed with,
+  // which is its base (deferred_digests.h).
+  if (host_terms_.empty() && !bases_known_) {
+    KVTWIN_CUDA_TRY(cudaMemsetAsync(slots_.get(), 0, slots_.bytes(), stream));
+    bases_.assign(kSlots, 0);
+    bases_known_ = true;
+  }
   return ok_status();
 }
 
@@ -51,6 +57,7 @@ void DeferredDigests::add_host_terms(std::uint64_t terms) {
 
 Status DeferredDigests::land(cudaStream_t stream) {
   if (host_terms_.empty()) return ok_status();
+  bases_known_ = false;  // until the slots in use have landed
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(landed_.get(), slots_.get(), host_terms_.size() * sizeof(unsigned long long),
                                   cudaMemcpyDeviceToHost, stream));
   KVTWIN_CUDA_SYNC(stream);
@@ -58,7 +65,11 @@ Status DeferredDigests::land(cudaStream_t stream) {
   for (std::size_t i = 0; i < host_terms_.size(); ++i) {
     const std::size_t from = device_part_of_[i];
     if (from == kOwnSlot) {
-      device_parts[i] = static_cast<std::uint64_t>(landed_.get()[i]);
+      // What this window's reductions added (modulo 2^64, as they add): the slot's value now less
+      // the value it opened with.
+      const std::uint64_t now = static_cast<std::uint64_t>(landed_.get()[i]);
+      device_parts[i] = now - bases_[i];
+      bases_[i] = now;
     } else if (from >= kFromLastWindow) {
       device_parts[i] = last_device_parts_[from - kFromLastWindow];
     } else {
@@ -66,6 +77,8 @@ Status DeferredDigests::land(cudaStream_t stream) {
     }
     collected_.push_back(device_parts[i] + host_terms_[i]);
   }
+  // A repeat's slot and the slots past the window's last were not added into: their bases hold.
+  bases_known_ = true;
   last_device_parts_ = std::move(device_parts);
   host_terms_.clear();
   device_part_of_.clear();

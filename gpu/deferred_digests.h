@@ -3,9 +3,13 @@
 //
 // Each queued digest is one slot of a device array that its reductions add into (the tables'
 // kernels, the bytes' kernel), with the part known on the host (the tables' counters) kept beside
-// it. collect() brings every slot back with one copy and one synchronization. Slots are zeroed in
-// one memset when a window opens; a full array is brought back into the host list first (one more
-// synchronization every kSlots digests). A digest whose device part cannot have changed since an
+// it. collect() brings every slot back with one copy and one synchronization. Slots are not zeroed
+// when a window opens (a memset a window was one CUDA call more for every window, under many
+// threads one of the dearest): each slot's value at its last landing is kept on the host as its
+// base, and a digest's device part is what its reductions added since, the landed value less the
+// base (modulo 2^64, as the reductions add). The array is zeroed once, when it is allocated, and
+// again only after a landing that failed (its values are then unknown). A full array is brought
+// back into the host list first (one more synchronization every kSlots digests). A digest whose device part cannot have changed since an
 // earlier one's (repeat: nothing ran on the stream between) takes that part at landing, with no
 // launch of its own.
 //
@@ -66,6 +70,10 @@ class DeferredDigests {
   std::uint64_t window_ = 0;                     // this window's number (one more a landing)
   std::vector<std::uint64_t> last_device_parts_;  // the device parts of the window landed last
   std::vector<std::uint64_t> collected_;   // digests landed before the window's last slots
+  // Each slot's value when the window opened (what its reductions add to); known after a zeroing
+  // and after every landing that succeeded.
+  std::vector<std::uint64_t> bases_;
+  bool bases_known_ = false;
 };
 
 }  // namespace kvtwin::gpu

@@ -296,7 +296,8 @@ TEST_F(GpuPoolTest, ATablesDigestOfUnchangedTablesRepeatsTheLastWithNoDeviceWork
   ASSERT_GT(expected.size(), 1024u) << "windows landed between repeats";
   EXPECT_EQ(answered, expected);
   // All but the writes right after a change (the SWA loc derived again, the digest summed again:
-  // three after each of the 45 changes) and a window's opening (its memset).
+  // three after each of the 45 changes); a window's opening makes none (its slots
+  // are not zeroed: each keeps the value it landed with, DeferredDigests).
   EXPECT_GT(quiet, writes * 4 / 5) << quiet << " of " << writes << " writes with their digest made no CUDA call";
   EXPECT_TRUE(pool.verify().ok());
 }

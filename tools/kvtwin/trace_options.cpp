@@ -144,9 +144,10 @@ void add_cadence_options(CLI::App& app, CadenceOptions& o) {
   add_count(app, "--tables-every", o.tables_every,
             "compare both backends' tables after every Nth op (0: at checkpoints and the end)");
   add_count(app, "--compare-window", o.compare_window,
-            "beside the GPU: queue its digests (tables, bytes written) and compare them every N ops, at "
-            "checkpoints and before any failure, which still names the first op that differed (1: right "
-            "after every op, naming the first difference as it was then)",
+            "beside the GPU: queue its digests (tables, bytes written) and compare them in windows of N "
+            "ops (played ahead, a window when the next one fills), at checkpoints and before any failure, "
+            "which still names the first op that differed (1: right after every op, naming the first "
+            "difference as it was then)",
             1);
 }
 
