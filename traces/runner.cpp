@@ -187,6 +187,14 @@ struct Runner::DeferredWindow {
   // Collected on the second's thread by the window's close task (nullopt: collected when compared).
   std::optional<Result<std::vector<std::uint64_t>>> digests;
   std::uint64_t ticket = 0;  // the close task's (PlayerThread::post)
+
+  // The second's answers so far, and how it stopped (where the thread is not running: on it, or
+  // after a drain).
+  void take_answers(Ahead& ahead) {
+    second.swap(ahead.answers);
+    broken = ahead.broken;
+    stopped_at = ahead.stopped_at;
+  }
 };
 
 Runner::Ahead::~Ahead() = default;
@@ -610,26 +618,24 @@ void Runner::drop_deferred() {
   deferred_digests_ = 0;
 }
 
+bool Runner::compare_closed(std::unique_ptr<DeferredWindow> closed) {
+  if (!closed) return true;
+  ahead_->thread.wait_for(closed->ticket);
+  if (compare_window(*closed)) return true;
+  drop_deferred();  // the run's first failure is found: what was deferred after it is not compared
+  return false;
+}
+
 bool Runner::settle_deferred() {
-  // The window closed last first (its comparisons are older), then the one still open, which a
-  // difference in the older one leaves uncompared (the run's first failure is found).
-  if (ahead_ && ahead_->closed) {
-    const std::unique_ptr<DeferredWindow> closed = std::move(ahead_->closed);
-    ahead_->thread.wait_for(closed->ticket);
-    if (!compare_window(*closed)) {
-      drop_deferred();
-      return false;
-    }
-  }
+  // The window closed last first (its comparisons are older), then the one still open.
+  if (ahead_ && !compare_closed(std::move(ahead_->closed))) return false;
   if (deferred_.empty()) return true;
   DeferredWindow w = take_window();
   // Played ahead: everything posted has run, and its answers are this window's.
   if (ahead_) {
     ahead_->thread.drain();
-    w.second.swap(ahead_->answers);
+    w.take_answers(*ahead_);
     ahead_->posted = 0;
-    w.broken = ahead_->broken;
-    w.stopped_at = ahead_->stopped_at;
   }
   return compare_window(w);
 }
@@ -642,18 +648,14 @@ bool Runner::close_window() {
   // so the runner does not wait at every window's end for the second to catch up; the window
   // closed before this one is compared now. Comparisons stay in op order, and a failure names the
   // same op, step and check as in step.
+  const bool any_digest = deferred_digests_ != 0;
   auto window = std::make_unique<DeferredWindow>(take_window());
-  const bool any_digest = std::any_of(window->pending.begin(), window->pending.end(), [](const DeferredComparison& d) {
-    return d.kind != DeferredComparison::Kind::result;
-  });
   Ahead* ahead = ahead_.get();
   DeferredWindow* closing = window.get();
   Backend* backend = players_[1].backend;
   RunProfile* prof = profile_.get();
   closing->ticket = ahead->thread.post([ahead, closing, backend, any_digest, prof] {
-    closing->second.swap(ahead->answers);
-    closing->broken = ahead->broken;
-    closing->stopped_at = ahead->stopped_at;
+    closing->take_answers(*ahead);
     // A second that stopped queues nothing more: what it queued before is collected when the
     // window is compared (its answers name the failure first).
     if (!any_digest || ahead->broken) return;
@@ -666,12 +668,7 @@ bool Runner::close_window() {
     }
   });
   ahead->posted = 0;
-  const std::unique_ptr<DeferredWindow> previous = std::exchange(ahead->closed, std::move(window));
-  if (!previous) return true;
-  ahead->thread.wait_for(previous->ticket);
-  if (compare_window(*previous)) return true;
-  drop_deferred();  // the run's first failure is found: the window just closed is not compared
-  return false;
+  return compare_closed(std::exchange(ahead->closed, std::move(window)));
 }
 
 bool Runner::compare_window(DeferredWindow& w) {

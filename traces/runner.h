@@ -267,6 +267,9 @@ class Runner {
   bool compare_window(DeferredWindow& w);
   // Drops every comparison still deferred (a failure was found before them).
   void drop_deferred();
+  // Played ahead: waits for a closed window's close task and compares it (true when there is
+  // none); a difference drops everything deferred after it.
+  bool compare_closed(std::unique_ptr<DeferredWindow> closed);
   // Whether this run's digests of the second player are deferred (compare_window).
   bool defers() const;
   // The checks of one op (play() is this, then the deferred comparisons before a failure).
