@@ -30,6 +30,17 @@ std::string cuda_device_description() {
          std::to_string(runtime / 1000) + "." + std::to_string((runtime % 1000) / 10);
 }
 
+Status cuda_context_health() {
+  if (!cuda_device_available()) return ok_status();  // no device, no context to lose
+  // An error that is not sticky (a bad launch's configuration, say) is the last call's alone and
+  // is cleared here; a sticky one comes back from the synchronization (and every call after).
+  (void)cudaGetLastError();
+  const cudaError_t err = cudaDeviceSynchronize();
+  if (err == cudaSuccess) return ok_status();
+  return make_error(ErrorKind::environment, std::string("the CUDA context of this process is unusable (") +
+                                                cudaGetErrorName(err) + ": " + cudaGetErrorString(err) + ")");
+}
+
 std::unique_ptr<Backend> make_gpu_backend(const Faults& faults, const std::string& storage_parent) {
   auto pool = std::make_unique<GpuPool>(faults);
   pool->set_storage_parent(storage_parent);

@@ -21,6 +21,13 @@ bool cuda_device_available();
 // "NVIDIA H200, 132 SMs, 139.8 GiB, CUDA 13.0" or why there is none ("no CUDA device: ...").
 std::string cuda_device_description();
 
+// Whether this process can still use the device: ok, or the error every CUDA call now returns.
+// A kernel that faults (an illegal address, say) leaves the process's context unusable until the
+// process ends, so everything run after it fails at its first call for that reason alone; a
+// caller running many independent jobs in one process (kvtwin selftest) asks after each and
+// runs the rest elsewhere. It waits for the device's queued work.
+Status cuda_context_health();
+
 // A fresh CUDA backend (no pool yet: BuildPool first), with the given fault switches; its storage
 // tier makes its folder under `storage_parent` (empty: the system's temporary folder).
 std::unique_ptr<Backend> make_gpu_backend(const Faults& faults = {}, const std::string& storage_parent = "");

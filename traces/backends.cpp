@@ -311,9 +311,11 @@ std::string gpu_unavailable_reason() {
   if (gpu_device_available()) return "";
   return gpu::cuda_device_description() + "; use --backend model (or run where a CUDA device is)";
 }
+Status gpu_context_health() { return gpu::cuda_context_health(); }
 #else
 bool gpu_backend_built() { return false; }
 bool gpu_device_available() { return false; }
+Status gpu_context_health() { return ok_status(); }
 std::string gpu_unavailable_reason() {
   return "GPU backend not built: this kvtwin was configured without CUDA (KVTWIN_WITH_CUDA=OFF); use --backend "
          "model";

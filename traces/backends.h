@@ -44,6 +44,9 @@ bool gpu_backend_built();
 bool gpu_device_available();
 // Why the GPU backend cannot run here ("" when it can).
 std::string gpu_unavailable_reason();
+// Whether this process's CUDA context is still usable (gpu::cuda_context_health): ok without a
+// GPU backend or device.
+Status gpu_context_health();
 // Whether runs with the GPU play SPEC 8's host operations: yes unless KVTWIN_GPU_HOST_OPS=0
 // (BackendSet::host_ops).
 bool gpu_host_ops_requested();

@@ -120,6 +120,37 @@ TEST(Determinism, CheckGivesTheSameResultsAndTracesWithAnyThreadCountAndOnEveryR
   EXPECT_EQ(reports[0]["digest"], digests[0]);
 }
 
+// kvtwin selftest judges faults in fresh processes where one process cannot go on (a GPU fault
+// that leaves the device's context unusable); --isolate does it for every fault. Both ways give
+// the same rows, and the fresh processes' reports are not left behind.
+TEST(Determinism, SelftestGivesTheSameRowsWithEveryFaultInAFreshProcess) {
+  const fs::path dir = scratch();
+  fs::create_directories(dir / "empty");
+  std::vector<nlohmann::json> rows;
+  for (const bool isolate : {false, true}) {
+    const fs::path json = dir / (isolate ? "isolated.json" : "shared.json");
+    std::vector<std::string> args = {"selftest", "--backend", "model", "--skip-clean", "--only",
+                                     "model_stale_write,model_negative_not_sink,model_pairing_out_of_order", "--cases",
+                                     "1", "--random-cases", "3", "--ops", "40", "--seed", "5", "--traces-dir",
+                                     (dir / "empty").string(), "--out", (dir / "out").string(), "--json",
+                                     json.string()};
+    if (isolate) args.push_back("--isolate");
+    const CliRun r = kvtwin(args);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_THAT(r.out, HasSubstr("kvtwin selftest: PASS (3 caught"));
+    nlohmann::json j = nlohmann::json::parse(read_file(json));
+    ASSERT_EQ(j["rows"].size(), 3u) << j.dump(1);
+    for (auto& row : j["rows"]) {
+      EXPECT_EQ(row["state"], "caught") << row.dump();
+      row.erase("seconds");
+    }
+    rows.push_back(j["rows"]);
+  }
+  EXPECT_EQ(rows[1], rows[0]);
+  for (const auto& [name, bytes] : files_in(dir / "out" / "selftest"))
+    EXPECT_NE(name.rfind("part-", 0), 0u) << name << ": a fresh process's report is read, then removed";
+}
+
 TEST(Determinism, FuzzWritesTheSameReportAndTraceOnEveryRun) {
   const fs::path dir = scratch();
   std::vector<std::string> digests, reports;

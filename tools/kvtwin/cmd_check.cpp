@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -35,6 +36,7 @@
 #include "tools/kvtwin/check_report.h"
 #include "tools/kvtwin/html_report.h"
 #include "tools/kvtwin/command.h"
+#include "tools/kvtwin/fresh_process.h"
 #include "tools/kvtwin/shard_reports.h"
 #include "tools/kvtwin/trace_options.h"
 #include "props/fuzz.h"
@@ -747,6 +749,8 @@ struct SelftestOptions {
   std::string only;              // comma-separated fault names; empty: all
   double fault_seconds = 60;     // each fault's time limit
   bool skip_clean = false;
+  bool isolate = false;          // every fault in a fresh process of its own
+  bool as_part = false;          // run by another selftest for some of its faults: rows to --json, no table
   std::string json_file;
 };
 
@@ -822,9 +826,90 @@ void selftest_run(const CheckOptions& o, double seconds_limit, SelftestRow& row)
   if (!all_ran) row.why = "time limit reached before the gate finished";
 }
 
+// The command line of a selftest that judges `faults` (in catalogue order) for this one, in a
+// fresh process, and writes their rows to `json`: the same gate, the same seed and limits.
+std::vector<std::string> selftest_part_args(const SelftestOptions& so, const std::vector<std::string>& faults,
+                                            const std::string& json) {
+  std::string only;
+  for (const std::string& f : faults) only += (only.empty() ? "" : ",") + f;
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%.17g", so.fault_seconds);
+  std::vector<std::string> args = {"selftest", "--backend", so.gate.backend, "--seed", std::to_string(so.gate.seed),
+                                   "--fault-seconds", seconds, "--cases", std::to_string(so.gate.cases),
+                                   "--random-cases", std::to_string(so.gate.random_cases), "--ops",
+                                   std::to_string(so.gate.ops), "--out", so.gate.out, "--skip-clean", "--only", only,
+                                   "--json", json, "--as-part"};
+  if (so.gate.jobs != 0) args.insert(args.end(), {"--jobs", std::to_string(so.gate.jobs)});
+  if (!so.gate.traces_dir.empty()) args.insert(args.end(), {"--traces-dir", so.gate.traces_dir});
+  return args;
+}
+
+// The rows a selftest wrote with --json (selftest_part_args), by fault.
+std::map<std::string, SelftestRow> selftest_rows_from_json(const nlohmann::json& j) {
+  std::map<std::string, SelftestRow> rows;
+  if (!j.is_object() || !j.contains("rows") || !j["rows"].is_array()) return rows;
+  for (const nlohmann::json& r : j["rows"]) {
+    SelftestRow row;
+    row.fault = r.value("fault", "");
+    row.site = r.value("site", "");
+    row.spec_class = r.value("spec_class", "");
+    row.state = r.value("state", "");
+    row.why = r.value("why", "");
+    row.seconds = r.value("seconds", 0.0);
+    row.ops = r.value("ops", std::uint64_t{0});
+    row.reproducer_ops = r.value("reproducer_ops", std::uint64_t{0});
+    row.check = r.value("check", "");
+    row.reproduce = r.value("reproduce", "");
+    if (!row.fault.empty()) rows[row.fault] = row;
+  }
+  return rows;
+}
+
+// Judges `faults` in a fresh kvtwin process (selftest_part_args) and returns their rows; a fault
+// the process left without a row (it could not start, or ended early) is "not judged", which
+// fails the self-test like a miss.
+std::map<std::string, SelftestRow> selftest_in_fresh_process(const SelftestOptions& so,
+                                                             const std::vector<traces::FaultInfo>& faults) {
+  std::vector<std::string> names;
+  for (const traces::FaultInfo& f : faults) names.push_back(f.name);
+  const fs::path json = fs::path(so.gate.out) / "selftest" / ("part-" + names.front() + ".json");
+  std::error_code ec;
+  fs::create_directories(json.parent_path(), ec);
+  fs::remove(json, ec);
+  const std::vector<std::string> args = selftest_part_args(so, names, json.string());
+  Result<int> status = run_this_binary(args);
+  std::map<std::string, SelftestRow> rows;
+  std::string why;
+  if (!status.ok()) {
+    why = status.error().message;
+  } else if (*status == kExitBadInput || !fs::exists(json)) {
+    why = "the fresh kvtwin process ended with status " + std::to_string(*status) + " and no report";
+  } else {
+    {
+      std::ifstream in(json);
+      rows = selftest_rows_from_json(nlohmann::json::parse(in, nullptr, false));
+    }
+    fs::remove(json, ec);  // read: its rows are this run's now
+    why = "the fresh kvtwin process wrote no row for it (" + json.string() + ")";
+  }
+  for (const traces::FaultInfo& f : faults) {
+    if (rows.count(f.name) != 0) continue;
+    SelftestRow row;
+    row.fault = f.name;
+    row.site = std::string(traces::fault_site_name(f.site));
+    row.spec_class = f.spec_class;
+    row.state = "not judged";
+    row.why = why;
+    rows[f.name] = row;
+  }
+  return rows;
+}
+
 int run_selftest(const SelftestOptions& so) {
-  std::printf("kvtwin selftest: seed %llu\n", static_cast<unsigned long long>(so.gate.seed));
-  std::fflush(stdout);
+  if (!so.as_part) {
+    std::printf("kvtwin selftest: seed %llu\n", static_cast<unsigned long long>(so.gate.seed));
+    std::fflush(stdout);
+  }
   if (so.gate.backend != "auto" && so.gate.backend != "model" && so.gate.backend != "gpu" && so.gate.backend != "both")
     return bad_input("selftest", make_error(ErrorKind::invalid_argument,
                                             "unknown backend '" + so.gate.backend + "'; use auto, model, gpu or both"));
@@ -856,7 +941,28 @@ int run_selftest(const SelftestOptions& so) {
     selftest_run(o, 1e9, clean);
     rows.push_back(clean);
   }
-  for (const traces::FaultInfo& f : faults) {
+  // A planted fault can make a kernel fault (an illegal address), after which every CUDA call of
+  // this process fails: the faults after it would all be "caught" by the environment check at
+  // their first operation, falsely. So after every run that used the GPU the context is asked
+  // for; once it is lost, the GPU faults left run in a fresh process (which does the same).
+  std::string context_lost;  // why, once lost
+  const auto note_context = [&](const std::string& after, const std::string& backend) {
+    if (!context_lost.empty() || backend == "model") return;
+    if (Status h = traces::gpu_context_health(); !h.ok()) {
+      context_lost = h.error().message;
+      std::printf("%s: %s; the GPU faults after it run in a fresh kvtwin process\n", after.c_str(),
+                  context_lost.c_str());
+      std::fflush(stdout);
+    }
+  };
+  if (!so.skip_clean) note_context("the clean gate", rows.back().state == "skipped" ? "model" : "gpu");
+  std::map<std::string, SelftestRow> judged_elsewhere;
+  for (std::size_t k = 0; k < faults.size(); ++k) {
+    const traces::FaultInfo& f = faults[k];
+    if (auto it = judged_elsewhere.find(f.name); it != judged_elsewhere.end()) {
+      rows.push_back(it->second);
+      continue;
+    }
     SelftestRow row;
     row.fault = f.name;
     row.site = std::string(traces::fault_site_name(f.site));
@@ -876,6 +982,17 @@ int run_selftest(const SelftestOptions& so) {
     } else {
       o.backend = so.gate.backend == "gpu" ? "gpu" : "both";
     }
+    const bool uses_gpu = o.backend != "model";
+    if (so.isolate || (uses_gpu && !context_lost.empty())) {
+      // --isolate: this fault alone; a lost context: every GPU fault left, in one process.
+      std::vector<traces::FaultInfo> part = {f};
+      if (!so.isolate)
+        for (std::size_t j = k + 1; j < faults.size(); ++j)
+          if (faults[j].site != traces::FaultSite::model) part.push_back(faults[j]);
+      judged_elsewhere = selftest_in_fresh_process(so, part);
+      rows.push_back(judged_elsewhere[f.name]);
+      continue;
+    }
     selftest_run(o, so.fault_seconds, row);
     std::printf("%s on %s: %s in %.1f s (%s%s)\n", f.name.c_str(), o.backend.c_str(), row.state.c_str(), row.seconds,
                 row.check.empty() ? "" : ("check " + row.check + ", reproducer " + std::to_string(row.reproducer_ops) +
@@ -883,17 +1000,34 @@ int run_selftest(const SelftestOptions& so) {
                 row.why.c_str());
     std::fflush(stdout);
     rows.push_back(row);
+    note_context(f.name + "'s run", o.backend);
   }
   int fails = 0;
+  for (const SelftestRow& r : rows)
+    fails += r.state == "missed" || r.state == "false alarm" || r.state == "not judged";
+  if (so.as_part) {
+    // Rows only, for the selftest that started this one (selftest_in_fresh_process).
+    if (!so.json_file.empty()) {
+      nlohmann::json list = nlohmann::json::array();
+      for (const SelftestRow& r : rows)
+        list.push_back({{"fault", r.fault}, {"site", r.site}, {"spec_class", r.spec_class}, {"state", r.state},
+                        {"why", r.why}, {"seconds", r.seconds}, {"ops", r.ops}, {"reproducer_ops", r.reproducer_ops},
+                        {"check", r.check}, {"reproduce", r.reproduce}});
+      if (Status st = write_json_file(so.json_file, {{"seed", so.gate.seed}, {"rows", list}}); !st.ok())
+        return bad_input("selftest", st.error());
+    }
+    return fails == 0 ? kExitOk : kExitCheckFailed;
+  }
+  fails = 0;
   std::printf("\n%-28s %-5s %-6s %-11s %8s %10s %6s %-10s\n", "fault", "where", "SPEC10", "result", "seconds", "ops",
               "repro", "check");
   for (const SelftestRow& r : rows) {
-    const bool bad = r.state == "missed" || r.state == "false alarm";
+    const bool bad = r.state == "missed" || r.state == "false alarm" || r.state == "not judged";
     fails += bad;
     std::printf("%-28s %-5s %-6s %-11s %8.1f %10llu %6llu %-10s%s\n", r.fault.c_str(), r.site.c_str(),
                 r.spec_class.empty() ? "-" : r.spec_class.c_str(), r.state.c_str(), r.seconds,
                 static_cast<unsigned long long>(r.ops), static_cast<unsigned long long>(r.reproducer_ops),
-                r.check.c_str(), r.state == "skipped" ? ("  " + r.why).c_str() : "");
+                r.check.c_str(), r.state == "skipped" || r.state == "not judged" ? ("  " + r.why).c_str() : "");
   }
   for (const SelftestRow& r : rows)
     if (!r.reproduce.empty()) std::printf("%s: caught by %s; reproduce: %s\n", r.fault.c_str(), r.why.c_str(), r.reproduce.c_str());
@@ -941,6 +1075,12 @@ Command add_selftest_command(CLI::App& root) {
   app->add_option("--traces-dir", so->gate.traces_dir, "the shared request traces (default ../shared/traces-external)");
   app->add_option("--out", so->gate.out, "where shrunk failures are written")->capture_default_str();
   app->add_flag("--skip-clean", so->skip_clean, "do not run the clean gate first");
+  app->add_flag("--isolate", so->isolate,
+                "run each fault's gate in a fresh process of its own (without it, the faults share this process "
+                "until a GPU fault leaves the device's context unusable, and the GPU faults left then run in a "
+                "fresh one)");
+  app->add_flag("--as-part", so->as_part, "(internal) judge these faults for another selftest: rows to --json only")
+      ->group("");
   app->add_option("--json", so->json_file, "write a JSON report ('-': stdout)");
   Command c;
   c.app = app;
