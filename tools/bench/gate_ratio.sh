@@ -44,7 +44,10 @@ while [[ $# -gt 0 ]]; do
     --out) out="$2"; shift 2 ;;
     --backend) side_backend="$2"; shift 2 ;;
     --also)
-      [[ "$2" == *=* ]] || { echo "gate_ratio.sh: error: --also takes LABEL=PATH, got '$2'" >&2; exit 2; }
+      [[ "$2" =~ ^[A-Za-z0-9_.-]+= && "${2%%=*}" != model && "${2%%=*}" != side ]] ||
+        { echo "gate_ratio.sh: error: --also takes LABEL=PATH (a label of letters, digits, '.', '_' or '-', not model or side), got '$2'" >&2; exit 2; }
+      [[ " ${also_labels[*]} " != *" ${2%%=*} "* ]] ||
+        { echo "gate_ratio.sh: error: --also label '${2%%=*}' given twice" >&2; exit 2; }
       also_labels+=("${2%%=*}"); also_paths+=("${2#*=}"); shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
@@ -87,7 +90,7 @@ for ((r = 1; r <= rounds; ++r)); do
     note=""
     key="${bins[$i]}|${backends[$i]}"
     if [[ $rc -ne 0 ]]; then
-      note="  FAILED (exit $rc; see $log)"; failed=1
+      note="  FAILED (exit $rc; see $log)"
     elif [[ -z "$digest" ]]; then
       note="  no digest in $log"; failed=1
     elif [[ -z "${first_digest[$key]:-}" ]]; then
@@ -111,13 +114,12 @@ for label in "${labels[@]:1}"; do
   for ((r = 1; r <= rounds; ++r)); do
     ratios+=("$(awk -v s="${wall[$label,$r]}" -v m="${wall[model,$r]}" 'BEGIN { printf "%.3f", s / m }')")
   done
-  sorted=$(printf "%s\n" "${ratios[@]}" | sort -n)
-  summary=$(printf "%s\n" "$sorted" | awk '{ v[NR] = $1 } END {
+  summary=$(printf "%s\n" "${ratios[@]}" | sort -n | awk '{ v[NR] = $1 } END {
     med = (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2
     printf "lowest %.2f  median %.2f  highest %.2f", v[1], med, v[NR] }')
   printf "  %-12s %s   (%s)\n" "$label" "$summary" "${ratios[*]}"
 done
 if [[ $failed -ne 0 ]]; then
-  echo "gate_ratio: a run failed or changed its digest: the ratios above compare different work" >&2
+  echo "gate_ratio: a run left no digest or changed it: the ratios above compare different work" >&2
   exit 1
 fi
