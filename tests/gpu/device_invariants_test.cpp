@@ -37,7 +37,6 @@ std::vector<SideSnapshot> consistent() {
   full.p2v = {0, 3, 1, 2, -1, 6, -1, -1, -1, -1, -1};
   full.queue = {8, 9, 0, 0, 0, 0, 0, 4, 5, 7};
   full.hole_flags = {0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0};
-  full.marks.assign(11, 0);
 
   SideSnapshot swa;
   swa.name = "swa";
@@ -54,7 +53,6 @@ std::vector<SideSnapshot> consistent() {
   swa.v2p = {0, 11, 10, -1, -1, -1, -1, -1, -1, -1, -1};
   swa.p2v = {0, -1, -1, -1, -1, -1, -1, -1, -1, -1, 2, 1, -1};
   swa.hole_flags = {0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0};
-  swa.marks.assign(13, 0);
   return {full, swa};
 }
 
@@ -88,7 +86,6 @@ TEST(DeviceInvariants, EachBrokenCounterOrEntryIsReported) {
       {"watermark out of range", [](auto& s) { s[1].watermark = 12; }, "watermark counter 12"},
       {"hole flag on a bound page", [](auto& s) { s[0].hole_flags[2] = 1; }, "bound and flagged"},
       {"hole flag on the sink", [](auto& s) { s[0].hole_flags[0] = 1; }, "sink or sentinel row is flagged"},
-      {"a planning mark left set", [](auto& s) { s[1].marks[3] = 1; }, "planning mark"},
       {"eager side with holes", [](auto&) {}, "eager side has 1 holes"},
       {"queue counter", [](auto& s) { s[0].queue_count = 4; }, "queue counter 4 + allocated 4"},
       {"queue head", [](auto& s) { s[0].queue_head = 10; }, "do not fit its ring"},
