@@ -31,26 +31,32 @@ Status DeviceAllocator::init(const PoolConfig& config, const PoolDerived& derive
   // The full (or MLA) side owns the virtual ids; the SWA side's v2p has the same length.
   const std::int64_t num_virtual = static_cast<std::int64_t>(derived.geometry.sub_pools[0].num_pages);
   std::int64_t max_pages = 0;
+  copies_.resize(derived.geometry.sub_pools.size());
   for (std::size_t i = 0; i < derived.geometry.sub_pools.size(); ++i) {
     auto side = std::make_unique<DeviceSide>();
     KVTWIN_TRY_STATUS(side->init(derived.geometry.sub_pools[i], num_virtual, i == 0, stream,
                                  static_cast<std::int64_t>(derived.geometry.float_start_page)));
-    if (side->floats()) float_.init(derived.geometry.sub_pools[i], num_virtual, side->span_low());
+    if (side->floats())
+      float_.init(derived.geometry.sub_pools[i], num_virtual, side->span_low());
+    else
+      copies_[i].init(derived.geometry.sub_pools[i], num_virtual, i == 0);
     max_pages = std::max(max_pages, side->num_pages() + 1);
     sides_.push_back(std::move(side));
   }
-  max_pages = std::max(max_pages, num_virtual + 1);
-  KVTWIN_TRY_STATUS(select_.reserve(max_pages, stream));
-  KVTWIN_TRY_STATUS(unbound_flag_.init());
-  compaction_lists_.resize(sides_.size());
-  for (std::size_t i = 0; i < sides_.size(); ++i)
-    KVTWIN_TRY_STATUS(compaction_lists_[i].reserve(3 + 2 * static_cast<std::size_t>(sides_[i]->num_pages() + 1)));
+  // The lists sized once for the largest operation, so that no upload reallocates one a queued
+  // kernel still reads.
+  const auto most = static_cast<std::size_t>(std::max(max_pages, num_virtual + 1));
+  KVTWIN_TRY_STATUS(bound_virtual_.reserve(most));
+  KVTWIN_TRY_STATUS(bind_holes_.reserve(most));
+  KVTWIN_TRY_STATUS(freed_virtual_.reserve(most));
+  KVTWIN_TRY_STATUS(new_holes_.reserve(most));
+  KVTWIN_TRY_STATUS(compaction_moves_.reserve(2 * most));
   return ok_status();
 }
 
 void DeviceAllocator::reset() {
   sides_.clear();
-  compaction_lists_.clear();
+  copies_.clear();
   config_ = nullptr;
   derived_ = nullptr;
 }
@@ -102,19 +108,42 @@ bool DeviceAllocator::fits(std::int64_t k, std::uint64_t low_end_bytes) const {
   return need_full * epp_full + need_swa * epp_swa <= gap;
 }
 
+SideCopy& DeviceAllocator::copy(std::size_t side) {
+  KVTWIN_CHECK(!sides_[side]->floats(), "a float's host copy is float_");
+  return copies_[side];
+}
+
+const SideCopy& DeviceAllocator::copy(std::size_t side) const {
+  KVTWIN_CHECK(!sides_[side]->floats(), "a float's host copy is float_");
+  return copies_[side];
+}
+
+Status DeviceAllocator::bind_side(std::size_t side, const std::vector<std::int64_t>& vpages, const std::int64_t* dv,
+                                  cudaStream_t stream) {
+  SideCopy& c = copy(side);
+  const auto k = static_cast<std::int64_t>(vpages.size());
+  // docs/decisions.md "Lazy mode, alloc": the lowest holes first (their list goes up), then the
+  // band, which the device numbers itself.
+  const std::vector<std::int64_t> pages = c.pages_for(k);
+  const std::int64_t h = std::min<std::int64_t>(k, static_cast<std::int64_t>(c.holes().size()));
+  const std::int64_t* holes = nullptr;
+  if (h > 0) {
+    KVTWIN_TRY(holes, upload_ids(bind_holes_, {pages.begin(), pages.begin() + h}, stream));
+  }
+  KVTWIN_TRY_STATUS(sides_[side]->bind(dv, k, holes, h, stream));
+  c.bind(vpages, pages);
+  return ok_status();
+}
+
 Result<std::vector<std::int64_t>> DeviceAllocator::alloc(std::int64_t k, cudaStream_t stream) {
-  // take_virtual writes all k ids: the buffer needs no upload.
-  KVTWIN_TRY_STATUS(bound_virtual_.reserve(static_cast<std::size_t>(std::max<std::int64_t>(k, 1))));
-  std::int64_t* vpages = bound_virtual_.get();
-  // The hole list of a side (selected whole, then its first k used) fits in num_pages + 1.
-  std::int64_t most_pages = k;
-  for (const auto& side : sides_) most_pages = std::max(most_pages, side->p2v_len());
-  KVTWIN_TRY_STATUS(bind_holes_.reserve(static_cast<std::size_t>(most_pages)));
-  // The k virtual pages from the queue front, bound in order to the side's pages (SPEC 4).
-  KVTWIN_TRY_STATUS(sides_[0]->take_virtual(k, vpages, stream));
-  KVTWIN_TRY_STATUS(sides_[0]->bind(vpages, k, select_, bind_holes_.get(), stream));
-  if (sides_.size() == 2) KVTWIN_TRY_STATUS(sides_[1]->bind(vpages, k, select_, bind_holes_.get(), stream));
-  return download_ids(vpages, k, stream);
+  // The k virtual pages from the queue front, bound in order to the side's pages (SPEC 4): the
+  // device takes them off its queue (no upload), the host off its copy.
+  std::vector<std::int64_t> vpages = copy(0).queue_front(k);
+  std::int64_t* dv = bound_virtual_.get();
+  KVTWIN_TRY_STATUS(sides_[0]->take_virtual(k, dv, stream));
+  copy(0).take_virtual(k);
+  for (std::size_t i = 0; i < sides_.size(); ++i) KVTWIN_TRY_STATUS(bind_side(i, vpages, dv, stream));
+  return vpages;
 }
 
 // ---------------------------------------------------------------- the tri-pool's float (SPEC 11)
@@ -154,14 +183,12 @@ Result<std::vector<std::int64_t>> DeviceAllocator::commit_chain_alloc(const Chai
   KVTWIN_CHECK(plan.fits && floats(), "commit_chain_alloc commits a tri-pool plan that fits");
   if (plan.relocation) KVTWIN_TRY_STATUS(relocate_float(*plan.relocation, bytes, faults, stream));
   const std::int64_t k = plan.k;
-  // take_virtual writes all k ids: the buffer needs no upload.
-  KVTWIN_TRY_STATUS(bound_virtual_.reserve(static_cast<std::size_t>(std::max<std::int64_t>(k, 1))));
-  std::int64_t* vpages = bound_virtual_.get();
-  KVTWIN_TRY_STATUS(bind_holes_.reserve(static_cast<std::size_t>(std::max(k, sides_[0]->p2v_len()))));
   // SPEC 4.3: the owner first, then the float on the same virtual pages.
+  std::vector<std::int64_t> virtual_pages = copy(0).queue_front(k);
+  std::int64_t* vpages = bound_virtual_.get();
   KVTWIN_TRY_STATUS(sides_[0]->take_virtual(k, vpages, stream));
-  KVTWIN_TRY_STATUS(sides_[0]->bind(vpages, k, select_, bind_holes_.get(), stream));
-  KVTWIN_TRY(std::vector<std::int64_t> virtual_pages, download_ids(vpages, k, stream));
+  copy(0).take_virtual(k);
+  KVTWIN_TRY_STATUS(bind_side(0, virtual_pages, vpages, stream));
   const std::int64_t from_holes = float_.bind(virtual_pages, plan.float_pages);
   KVTWIN_TRY(const std::int64_t* pages, upload_ids(float_pages_, plan.float_pages, stream));
   KVTWIN_TRY_STATUS(sides_[1]->bind_at(vpages, pages, k, from_holes, float_.low(), float_.high(), stream));
@@ -298,172 +325,131 @@ Result<std::vector<std::int64_t>> DeviceAllocator::virtual_pages_of(IdUnit unit,
   return pages;
 }
 
-// ---------------------------------------------------------------- compaction plans (SPEC 4.1, 4.2)
+// ---------------------------------------------------------------- compactions (SPEC 4.1, 4.2)
 
-Result<DeviceAllocator::SideCompaction> DeviceAllocator::plan_compaction(std::size_t index, const std::int64_t* freed,
-                                                                         std::int64_t count, const Faults& faults,
-                                                                         cudaStream_t stream, bool check_bound) {
-  DeviceSide& side = *sides_[index];
+DeviceAllocator::SideCompaction DeviceAllocator::plan_compaction(std::size_t index, const std::vector<std::int64_t>& freed,
+                                                                 const Faults& faults) const {
   SideCompaction plan;
   plan.side = index;
-  plan.freed = freed != nullptr ? count : side.holes();
-  const std::int64_t k = plan.freed;
-  std::int64_t* lists = compaction_lists_[index].get();
-  if (check_bound && freed != nullptr) {
-    KVTWIN_CUDA_TRY(cudaMemsetAsync(lists, 0, sizeof *lists, stream));
-    KVTWIN_TRY_STATUS(flag_outside(freed, count, 0, INT64_MAX, reinterpret_cast<std::uint32_t*>(lists), stream));
-  }
-  const std::uint8_t* flags = side.hole_flags();
-  if (freed != nullptr) {
-    KVTWIN_TRY_STATUS(set_flags(side.marks(), freed, count, 1, stream));
-    flags = side.marks();
-  }
-  // SPEC 4.1: grow-up new_wm = wm - K, survivors in [new_wm, wm), holes below new_wm; grow-down
-  // new_wm = wm + K, survivors in (wm, new_wm], holes above new_wm; both ascending, paired in order.
-  std::int64_t survivors_lo = 0, survivors_hi = 0, holes_lo = 0, holes_hi = 0;
-  if (side.grows_up()) {
-    plan.new_watermark = side.watermark() - k;
-    survivors_lo = plan.new_watermark, survivors_hi = side.watermark();
-    holes_lo = side.min_page(), holes_hi = plan.new_watermark;
-  } else {
-    plan.new_watermark = side.watermark() + k;
-    survivors_lo = side.watermark() + 1, survivors_hi = plan.new_watermark + 1;
-    holes_lo = plan.new_watermark + 1, holes_hi = side.num_pages();
-  }
-  // Both selections, their counts and lists in one block, read back in one copy (one
-  // synchronization for the plan, where a count and a list each took one).
-  std::int64_t* src = lists + 3;
-  std::int64_t* dst = lists + 3 + k;
-  KVTWIN_TRY_STATUS(select_pages_into({side.p2v(), flags, true}, survivors_lo, survivors_hi, src, lists + 1, select_, stream));
-  KVTWIN_TRY_STATUS(select_pages_into({nullptr, flags, false}, holes_lo, holes_hi, dst, lists + 2, select_, stream));
-  if (freed != nullptr) KVTWIN_TRY_STATUS(set_flags(side.marks(), freed, count, 0, stream));
-  KVTWIN_TRY(const std::vector<std::int64_t> block, download_ids(lists, 3 + 2 * k, stream));
-  plan.unbound = check_bound && freed != nullptr && block[0] != 0;
-  if (plan.unbound) return plan;  // refused: the selections saw only the bound pages
-  const std::int64_t survivors = block[1], holes = block[2];
-  KVTWIN_CHECK(survivors == holes && survivors >= 0 && survivors <= k, "compaction: survivors and holes differ in number");
-  plan.sources.assign(block.begin() + 3, block.begin() + 3 + survivors);
-  plan.destinations.assign(block.begin() + 3 + k, block.begin() + 3 + k + holes);
-  if (faults.pairing_out_of_order) {  // fault 11: the holes paired in the wrong order
-    KVTWIN_TRY_STATUS(reverse_in_place(dst, holes, stream));
-    std::reverse(plan.destinations.begin(), plan.destinations.end());
-  }
-  plan.device_sources = src;
-  plan.device_destinations = dst;
+  plan.moves = copy(index).plan_compaction(freed);
+  // Fault 11: the holes paired with the survivors in the wrong order.
+  if (faults.pairing_out_of_order) std::reverse(plan.moves.destinations.begin(), plan.moves.destinations.end());
   return plan;
 }
 
 Status DeviceAllocator::commit_compaction(const SideCompaction& plan, bool clears_holes, const DevicePoolBytes& bytes,
                                           const Faults& faults, cudaStream_t stream) {
-  DeviceSide& side = *sides_[plan.side];
-  const std::int64_t n = static_cast<std::int64_t>(plan.sources.size());
-  const std::int64_t* src = plan.device_sources;
-  const std::int64_t* dst = plan.device_destinations;
+  const SideMoves& moves = plan.moves;
+  const auto n = static_cast<std::int64_t>(moves.sources.size());
+  const std::int64_t* src = nullptr;
+  const std::int64_t* dst = nullptr;
+  if (n > 0) {
+    // The sources, then the destinations, in one upload.
+    std::vector<std::int64_t> lists = moves.sources;
+    lists.insert(lists.end(), moves.destinations.begin(), moves.destinations.end());
+    KVTWIN_TRY(src, upload_ids(compaction_moves_, lists, stream));
+    dst = src + n;
+  }
   // Each move copies the whole page envelope, then v2p[p2v[src]] = dst, p2v[dst] = v, p2v[src] = -1.
   KVTWIN_TRY_STATUS(bytes.move_pages(plan.side, src, dst, n, faults, stream));
-  return side.apply_compaction(src, dst, n, plan.new_watermark, clears_holes, stream);
+  KVTWIN_TRY_STATUS(sides_[plan.side]->apply_compaction(src, dst, n, moves.new_watermark, clears_holes, stream));
+  copy(plan.side).apply(moves, clears_holes);
+  return ok_status();
 }
 
 void DeviceAllocator::append_moves(Compaction& out, const SideCompaction& plan) const {
-  for (std::size_t i = 0; i < plan.sources.size(); ++i)
-    out.moves.push_back(PageMove{side_name(plan.side), plan.sources[i], plan.destinations[i]});
+  for (std::size_t i = 0; i < plan.moves.sources.size(); ++i)
+    out.moves.push_back(PageMove{side_name(plan.side), plan.moves.sources[i], plan.moves.destinations[i]});
+}
+
+Result<std::int64_t> DeviceAllocator::unbind_side(std::size_t side, const std::vector<std::int64_t>& vpages,
+                                                  const std::int64_t* dv, bool only_positive, bool as_holes,
+                                                  cudaStream_t stream) {
+  const std::vector<std::int64_t> released = copy(side).unbind(vpages, only_positive);
+  const auto n = static_cast<std::int64_t>(released.size());
+  KVTWIN_TRY_STATUS(sides_[side]->unbind(dv, static_cast<std::int64_t>(vpages.size()), only_positive, n, stream));
+  if (as_holes && n > 0) {  // SPEC 4.2
+    KVTWIN_TRY(const std::int64_t* holes, upload_ids(new_holes_, released, stream));
+    KVTWIN_TRY_STATUS(sides_[side]->add_holes(holes, n, stream));
+    copy(side).add_holes(released);
+  }
+  return n;
 }
 
 // ---------------------------------------------------------------- free, free_swa, flush
 
 Result<DeviceAllocator::FreePlan> DeviceAllocator::plan_free(const std::vector<std::int64_t>& vpages,
-                                                            const Faults& faults, cudaStream_t stream) {
+                                                            const Faults& faults) const {
   FreePlan plan;
   plan.kind = FreePlan::Kind::free;
-  const std::int64_t n = static_cast<std::int64_t>(vpages.size());
-  plan.pages = n;
+  plan.pages = static_cast<std::int64_t>(vpages.size());
   plan.virtual_pages = vpages;
-  if (n == 0) return plan;
-  DeviceSide& full = *sides_[0];
-  KVTWIN_TRY(std::int64_t * dv, upload_ids(freed_virtual_, vpages, stream));
-  KVTWIN_TRY_STATUS(freed_full_pages_.reserve(static_cast<std::size_t>(n)));
-  std::int64_t* full_pages = freed_full_pages_.get();
-  KVTWIN_TRY_STATUS(gather_values(full.v2p(), dv, n, full_pages, stream));
+  if (vpages.empty()) return plan;
   // SPEC 4: any v2p[v] < 0 is "double free or never allocated", and nothing changes.
-  const auto refuse_unbound = [&]() -> Result<FreePlan> {
-    KVTWIN_TRY(std::vector<std::int64_t> pages, download_ids(full_pages, n, stream));
-    std::vector<std::int64_t> bad;
-    for (std::size_t i = 0; i < pages.size(); ++i)
-      if (pages[i] < 0) bad.push_back(vpages[i]);
-    return make_refusal(ErrorKind::double_free, reason::not_allocated,
-                        "free: virtual pages " + list_ids(bad) +
-                            " are not allocated (double free or never allocated); nothing was freed");
-  };
-  const bool eager = config_->mode == CompactionMode::eager;
-  if (eager && sides_.size() == 1) {
-    // One side, eager: the check comes back with the compaction's plan, in one copy.
-    KVTWIN_TRY(SideCompaction c, plan_compaction(0, full_pages, n, faults, stream, /*check_bound=*/true));
-    if (c.unbound) return refuse_unbound();
-    plan.compactions.push_back(std::move(c));
-    return plan;
+  std::vector<std::int64_t> full_pages, unbound;
+  for (std::int64_t v : vpages) {
+    const std::int64_t p = copy(0).physical_of(v);
+    if (p < 0) unbound.push_back(v);
+    full_pages.push_back(p);
   }
-  KVTWIN_TRY(bool unbound, unbound_flag_.any_outside(full_pages, n, 0, INT64_MAX, stream));
-  if (unbound) return refuse_unbound();
+  if (!unbound.empty())
+    return make_refusal(ErrorKind::double_free, reason::not_allocated,
+                        "free: virtual pages " + list_ids(unbound) +
+                            " are not allocated (double free or never allocated); nothing was freed");
+  const bool eager = config_->mode == CompactionMode::eager;
   if (sides_.size() == 2) {
     // SPEC 4.3: free SWA only where swa_v2p[v] > 0, first.
-    KVTWIN_TRY_STATUS(freed_swa_rows_.reserve(static_cast<std::size_t>(n)));
-    KVTWIN_TRY_STATUS(freed_swa_pages_.reserve(static_cast<std::size_t>(n)));
-    KVTWIN_TRY_STATUS(gather_values(sides_[1]->v2p(), dv, n, freed_swa_rows_.get(), stream));
-    KVTWIN_TRY(plan.swa_freed, select_positive(freed_swa_rows_.get(), n, freed_swa_pages_.get(), select_, stream));
-    if (eager && !floats()) {  // SPEC 11: a float never compacts on a free
-      KVTWIN_TRY(SideCompaction c, plan_compaction(1, freed_swa_pages_.get(), plan.swa_freed, faults, stream));
-      plan.compactions.push_back(std::move(c));
+    std::vector<std::int64_t> swa_pages;
+    for (std::int64_t v : vpages) {
+      const std::int64_t p = floats() ? float_.physical_of(v) : copy(1).physical_of(v);
+      if (p > 0) swa_pages.push_back(p);
     }
+    plan.swa_freed = static_cast<std::int64_t>(swa_pages.size());
+    if (eager && !floats()) plan.compactions.push_back(plan_compaction(1, swa_pages, faults));  // SPEC 11: a float never compacts on a free
   }
-  if (eager) {
-    KVTWIN_TRY(SideCompaction c, plan_compaction(0, full_pages, n, faults, stream));
-    plan.compactions.push_back(std::move(c));
-  }
+  if (eager) plan.compactions.push_back(plan_compaction(0, full_pages, faults));
   return plan;
 }
 
 Result<DeviceAllocator::FreePlan> DeviceAllocator::plan_free_swa(const std::vector<std::int64_t>& vpages,
-                                                                const Faults& faults, cudaStream_t stream) {
+                                                                const Faults& faults) const {
   FreePlan plan;
   plan.kind = FreePlan::Kind::free_swa;
-  const std::int64_t n = static_cast<std::int64_t>(vpages.size());
-  plan.pages = n;
+  plan.pages = static_cast<std::int64_t>(vpages.size());
   plan.virtual_pages = vpages;
-  if (n == 0) return plan;
-  DeviceSide& swa = *sides_[1];
-  KVTWIN_TRY(std::int64_t * dv, upload_ids(freed_virtual_, vpages, stream));
-  KVTWIN_TRY_STATUS(freed_full_pages_.reserve(static_cast<std::size_t>(n)));
-  KVTWIN_TRY_STATUS(freed_swa_rows_.reserve(static_cast<std::size_t>(n)));
-  KVTWIN_TRY_STATUS(gather_values(sides_[0]->v2p(), dv, n, freed_full_pages_.get(), stream));
-  KVTWIN_TRY_STATUS(gather_values(swa.v2p(), dv, n, freed_swa_rows_.get(), stream));
+  if (vpages.empty()) return plan;
   // docs/decisions.md: a virtual page not allocated, or an SWA page already a tombstone, is a
-  // double free.
-  KVTWIN_TRY(bool full_unbound, unbound_flag_.any_outside(freed_full_pages_.get(), n, 0, INT64_MAX, stream));
-  KVTWIN_TRY(bool swa_unbound, unbound_flag_.any_outside(freed_swa_rows_.get(), n, 1, INT64_MAX, stream));
-  // A page not allocated at all comes first; then an SWA tombstone (core/reasons.h).
-  if (full_unbound)
-    return make_refusal(ErrorKind::double_free, reason::not_allocated,
-                        "free_swa: some of virtual pages " + list_ids(vpages) + " are not allocated; nothing was freed");
-  if (swa_unbound)
-    return make_refusal(ErrorKind::double_free, reason::left_window,
-                        "free_swa: some of virtual pages " + list_ids(vpages) +
-                            " already left the window (their SWA pages are tombstones); nothing was freed");
-  if (config_->mode == CompactionMode::eager && !floats()) {  // SPEC 11: a float never compacts on a free
-    KVTWIN_TRY(SideCompaction c, plan_compaction(1, freed_swa_rows_.get(), n, faults, stream));
-    plan.compactions.push_back(std::move(c));
+  // double free; a page not allocated at all names the reason first (core/reasons.h).
+  std::vector<std::int64_t> swa_pages, unallocated, tombstoned;
+  for (std::int64_t v : vpages) {
+    const std::int64_t p = floats() ? float_.physical_of(v) : copy(1).physical_of(v);
+    if (copy(0).physical_of(v) < 0)
+      unallocated.push_back(v);
+    else if (p < 1)
+      tombstoned.push_back(v);
+    swa_pages.push_back(p);
   }
+  if (!unallocated.empty())
+    return make_refusal(ErrorKind::double_free, reason::not_allocated,
+                        "free_swa: virtual pages " + list_ids(unallocated) + " are not allocated; nothing was freed");
+  if (!tombstoned.empty())
+    return make_refusal(ErrorKind::double_free, reason::left_window,
+                        "free_swa: virtual pages " + list_ids(tombstoned) +
+                            " already left the window (their SWA pages are tombstones); nothing was freed");
+  if (config_->mode == CompactionMode::eager && !floats())  // SPEC 11: a float never compacts on a free
+    plan.compactions.push_back(plan_compaction(1, swa_pages, faults));
   return plan;
 }
 
-Result<DeviceAllocator::FreePlan> DeviceAllocator::plan_flush(const Faults& faults, cudaStream_t stream) {
+DeviceAllocator::FreePlan DeviceAllocator::plan_flush(const Faults& faults) const {
   // SPEC 4.2: compacts every side exactly as 4.1, with the holes as the freed pages. SWA side
   // first, as in free.
   FreePlan plan;
   plan.kind = FreePlan::Kind::flush;
   for (std::size_t i = sides_.size(); i-- > 0;) {
     if (sides_[i]->holes() == 0 || sides_[i]->floats()) continue;  // SPEC 11: a float's flush absorbs, moving nothing
-    KVTWIN_TRY(SideCompaction c, plan_compaction(i, nullptr, 0, faults, stream));
-    plan.compactions.push_back(std::move(c));
+    const std::set<std::int64_t>& holes = copy(i).holes();
+    plan.compactions.push_back(plan_compaction(i, {holes.begin(), holes.end()}, faults));
   }
   return plan;
 }
@@ -471,50 +457,47 @@ Result<DeviceAllocator::FreePlan> DeviceAllocator::plan_flush(const Faults& faul
 Result<Compaction> DeviceAllocator::commit(const FreePlan& plan, const DevicePoolBytes& bytes, const Faults& faults,
                                            cudaStream_t stream) {
   Compaction out;
-  const bool eager = config_->mode == CompactionMode::eager;
+  const bool lazy = config_->mode == CompactionMode::lazy;
   const std::int64_t n = plan.pages;
   switch (plan.kind) {
     case FreePlan::Kind::free: {
       if (n == 0) return out;
-      DeviceSide& full = *sides_[0];
-      const std::int64_t* dv = freed_virtual_.get();
+      KVTWIN_TRY(const std::int64_t* dv, upload_ids(freed_virtual_, plan.virtual_pages, stream));
       // Commit: SWA side first, then the full side (docs/decisions.md).
       if (floats()) {
         KVTWIN_TRY_STATUS(free_float_pages(plan.virtual_pages, dv, n, stream));
       } else if (sides_.size() == 2) {
-        DeviceSide& swa = *sides_[1];
-        KVTWIN_TRY_STATUS(swa.unbind(dv, n, true, plan.swa_freed, stream));
-        if (eager) {
+        KVTWIN_TRY(const std::int64_t released, unbind_side(1, plan.virtual_pages, dv, true, lazy, stream));
+        KVTWIN_CHECK(released == plan.swa_freed, "free: the SWA pages released are the ones planned");
+        if (!lazy) {
           KVTWIN_TRY_STATUS(commit_compaction(plan.compactions.front(), false, bytes, faults, stream));
           append_moves(out, plan.compactions.front());
-        } else {
-          KVTWIN_TRY_STATUS(swa.add_holes(freed_swa_pages_.get(), plan.swa_freed, stream));  // SPEC 4.2
         }
       }
-      KVTWIN_TRY_STATUS(full.unbind(dv, n, false, n, stream));
-      if (eager) {
+      KVTWIN_TRY(const std::int64_t released, unbind_side(0, plan.virtual_pages, dv, false, lazy, stream));
+      KVTWIN_CHECK(released == n, "free: every page planned is released");
+      if (!lazy) {
         KVTWIN_TRY_STATUS(commit_compaction(plan.compactions.back(), false, bytes, faults, stream));
         append_moves(out, plan.compactions.back());
-      } else {
-        KVTWIN_TRY_STATUS(full.add_holes(freed_full_pages_.get(), n, stream));
       }
       // Freed virtual ids go to the back of the queue, ascending.
-      KVTWIN_TRY_STATUS(full.put_virtual(dv, n, stream));
+      KVTWIN_TRY_STATUS(sides_[0]->put_virtual(dv, n, stream));
+      copy(0).put_virtual(plan.virtual_pages);
       break;
     }
     case FreePlan::Kind::free_swa: {
       if (n == 0) return out;
-      DeviceSide& swa = *sides_[1];
+      KVTWIN_TRY(const std::int64_t* dv, upload_ids(freed_virtual_, plan.virtual_pages, stream));
       if (floats()) {
-        KVTWIN_TRY_STATUS(free_float_pages(plan.virtual_pages, freed_virtual_.get(), n, stream));
+        KVTWIN_TRY_STATUS(free_float_pages(plan.virtual_pages, dv, n, stream));
         break;
       }
-      KVTWIN_TRY_STATUS(swa.unbind(freed_virtual_.get(), n, false, n, stream));  // swa_v2p[v] = -1: a tombstone
-      if (eager) {
+      // swa_v2p[v] = -1: a tombstone.
+      KVTWIN_TRY(const std::int64_t released, unbind_side(1, plan.virtual_pages, dv, false, lazy, stream));
+      KVTWIN_CHECK(released == n, "free_swa: every page planned is released");
+      if (!lazy) {
         KVTWIN_TRY_STATUS(commit_compaction(plan.compactions.front(), false, bytes, faults, stream));
         append_moves(out, plan.compactions.front());
-      } else {
-        KVTWIN_TRY_STATUS(swa.add_holes(freed_swa_rows_.get(), n, stream));
       }
       break;
     }
@@ -553,18 +536,14 @@ Result<DeviceAllocator::RawMove> DeviceAllocator::plan_raw_move(std::size_t inde
   move.side = index;
   move.pages = static_cast<std::int64_t>(op.dst.size());
   if (move.pages == 0) return move;
-  const std::int64_t n = move.pages;
-  KVTWIN_TRY(move.destinations, upload_ids(raw_move_destinations_, op.dst, stream));
-  KVTWIN_TRY(move.sources, upload_ids(raw_move_sources_, op.src, stream));
-  KVTWIN_TRY_STATUS(raw_move_owners_.reserve(static_cast<std::size_t>(n)));
-  KVTWIN_TRY_STATUS(gather_values(side.p2v(), move.destinations, n, raw_move_owners_.get(), stream));
-  KVTWIN_TRY(std::vector<std::int64_t> owners, download_ids(raw_move_owners_.get(), n, stream));
   const std::uint64_t page_bytes = side.geometry().page_bytes;
-  for (std::size_t i = 0; i < owners.size(); ++i) {
+  for (std::size_t i = 0; i < op.dst.size(); ++i) {
     // docs/decisions.md: every dst is an unbound page, and its bytes lie outside the other side's band.
-    if (owners[i] >= 0)
+    const std::size_t page = static_cast<std::size_t>(op.dst[i]);
+    const std::int64_t owner = side.floats() ? float_.p2v()[page] : copy(index).p2v()[page];
+    if (owner >= 0)
       return invalid("move_pages: destination page " + std::to_string(op.dst[i]) + " of sub-pool '" + op.sub_pool +
-                     "' is bound to virtual page " + std::to_string(owners[i]) +
+                     "' is bound to virtual page " + std::to_string(owner) +
                      "; a raw move may only overwrite an unbound page");
     if (sides_.size() == 2) {
       const std::size_t other = 1 - index;
@@ -575,6 +554,8 @@ Result<DeviceAllocator::RawMove> DeviceAllocator::plan_raw_move(std::size_t inde
                        "'; choose a destination in the gap");
     }
   }
+  KVTWIN_TRY(move.destinations, upload_ids(raw_move_destinations_, op.dst, stream));
+  KVTWIN_TRY(move.sources, upload_ids(raw_move_sources_, op.src, stream));
   return move;
 }
 
@@ -637,7 +618,9 @@ Result<std::uint64_t> DeviceAllocator::tables_digest(cudaStream_t stream, const 
 Status DeviceAllocator::verify(cudaStream_t stream, PoolTables* tables_read) const {
   KVTWIN_TRY(std::vector<SideSnapshot> s, snapshots(stream));
   KVTWIN_TRY_STATUS(check_device_sides(s, config_->mode == CompactionMode::lazy));
-  if (floats()) KVTWIN_TRY_STATUS(verify_float_copy(s[1]));
+  // The host copies every plan is made from, against the tables they must mirror.
+  for (std::size_t i = 0; i < sides_.size(); ++i)
+    KVTWIN_TRY_STATUS(sides_[i]->floats() ? verify_float_copy(s[i]) : check_side_copy(copy(i), s[i]));
   if (tables_read != nullptr) *tables_read = tables_of(std::move(s));
   return ok_status();
 }

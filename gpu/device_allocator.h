@@ -1,16 +1,23 @@
 // The page allocator on the device (SPEC.md section 4): the chain of one or two DeviceSides (the
 // full or MLA side growing up and owning the virtual ids and their free queue, the SWA side
 // growing down; on a hybrid chain, SPEC 11, the owner grows down and a tri-pool's SWA side is the
-// float middle, planned on the host from its copy in float_span.h), the joint capacity of a full + SWA composite, and free / free_swa / flush as a
-// *plan* and a *commit*, as sim/page_allocator.h splits them. A plan checks the operation against
-// the device tables (a double free is refused here) and selects the compaction's survivors and
-// holes on the device; nothing changes until the commit, so the pool can check the plan against
-// its readers (readers.h) first and a refused operation leaves the tables as they were.
+// float middle), the joint capacity of a full + SWA composite, and free / free_swa / flush as a
+// *plan* and a *commit*, as sim/page_allocator.h splits them.
+//
+// Every decision is the host's, made on its copy of each side's tables (side_copy.h; the float's
+// in float_span.h): which virtual pages an alloc returns and which pages it binds, whether a free
+// is a double free, which survivors a compaction moves into which holes. The device applies each
+// decision to its tables, and the copy changes with it, so no answer waits for the device: an
+// alloc, a free, a flush and a raw move's check synchronize nothing (docs/gpu.md
+// "Synchronization"). The device tables stay what every checker reads (tables(), the tables
+// digest), and verify() holds each copy against them (device_invariants.h). A plan changes
+// nothing until its commit, so the pool can check it against its readers (readers.h) first and a
+// refused operation leaves the tables as they were.
 //
 // State: the sides (their tables on the device, their host counters private to DeviceSide and
-// checked against the tables by verify(), device_invariants.h), CUB's selection scratch, and named
-// scratch lists, each holding one thing between a plan and its commit (below). The page bytes of
-// a compaction move with DevicePoolBytes::move_pages (pool_bytes.h), called by the commit.
+// checked against the tables by verify()), the host copies, and named device lists, each holding
+// one thing between an upload and the kernel that reads it (below). The page bytes of a
+// compaction move with DevicePoolBytes::move_pages (pool_bytes.h), called by the commit.
 //
 // Fault switches that live here: pairing_out_of_order (plan). alloc_many_partial is the pool's
 // (gpu_pool.cpp), move_under_reader the readers', the move faults the bytes'.
@@ -33,6 +40,7 @@
 #include "gpu/faults.h"
 #include "gpu/float_span.h"
 #include "gpu/pool_bytes.h"
+#include "gpu/side_copy.h"
 
 namespace kvtwin::gpu {
 
@@ -40,20 +48,13 @@ class DeviceStatePool;
 
 class DeviceAllocator {
  public:
-  // One side's planned compaction (SPEC 4.1): moves sources[i] -> destinations[i] (host copies;
-  // the device lists are in that side's compaction buffers until the commit).
+  // One side's planned compaction (SPEC 4.1): moves sources[i] -> destinations[i], planned on the
+  // side's host copy; the commit uploads the lists.
   struct SideCompaction {
     std::size_t side = 0;
-    std::int64_t freed = 0;
-    std::int64_t new_watermark = 0;
-    std::vector<std::int64_t> sources, destinations;
-    // The same lists on the device, in the side's compaction_lists_.
-    const std::int64_t* device_sources = nullptr;
-    const std::int64_t* device_destinations = nullptr;
-    bool unbound = false;  // with check_bound: a freed page is not bound (the free is refused)
+    SideMoves moves;
   };
-  // A free, free_swa or flush, checked and planned; the device lists it commits stay in the
-  // allocator's freed_* buffers.
+  // A free, free_swa or flush, checked and planned on the host copies; nothing on the device yet.
   struct FreePlan {
     enum class Kind { free, free_swa, flush };
     Kind kind = Kind::free;
@@ -93,7 +94,7 @@ class DeviceAllocator {
   // `low_end_bytes`, the state sub-pool's frontier, and no further.
   bool fits(std::int64_t pages, std::uint64_t low_end_bytes = 0) const;
   // Binds k pages that fit: the k virtual pages at the queue front, bound in order on every side
-  // (owner first). Returns the virtual pages (synchronizes: the host returns them).
+  // (owner first). Returns the virtual pages (read off the host copy: no synchronization).
   Result<std::vector<std::int64_t>> alloc(std::int64_t pages, cudaStream_t stream);
 
   // ---- SPEC 11's tri-pool [state up | swa float | owner down]: the float middle (float_span.h).
@@ -131,16 +132,18 @@ class DeviceAllocator {
                                                      std::string_view what) const;
 
   // Plans (nothing changes): free of `vpages` (sorted unique, in range), free_swa of them, flush.
-  Result<FreePlan> plan_free(const std::vector<std::int64_t>& vpages, const Faults& faults, cudaStream_t stream);
-  Result<FreePlan> plan_free_swa(const std::vector<std::int64_t>& vpages, const Faults& faults, cudaStream_t stream);
-  Result<FreePlan> plan_flush(const Faults& faults, cudaStream_t stream);
-  // Commits the plan made just before (no other allocator call in between): unbinds, compacts
-  // (moving the page bytes), returns the freed virtual ids to the queue; the moves as the answer.
+  // Host work only: a double free is refused here, from the host copies.
+  Result<FreePlan> plan_free(const std::vector<std::int64_t>& vpages, const Faults& faults) const;
+  Result<FreePlan> plan_free_swa(const std::vector<std::int64_t>& vpages, const Faults& faults) const;
+  FreePlan plan_flush(const Faults& faults) const;
+  // Commits the plan made just before (no other allocator call in between): uploads its lists,
+  // unbinds, compacts (moving the page bytes), returns the freed virtual ids to the queue, on the
+  // device and in the host copies; the moves as the answer.
   Result<Compaction> commit(const FreePlan& plan, const DevicePoolBytes& bytes, const Faults& faults,
                             cudaStream_t stream);
 
-  // move_pages of side `side` checked (docs/decisions.md: disjoint usable pages, every destination
-  // unbound and outside the other side's band) and uploaded; no table changes.
+  // move_pages of side `side` checked on the host copy (docs/decisions.md: disjoint usable pages,
+  // every destination unbound and outside the other side's band) and uploaded; no table changes.
   Result<RawMove> plan_raw_move(std::size_t side, const MovePages& op, cudaStream_t stream);
 
   // What a checker compares (core/backend.h), the device digest of it, and the backend's own
@@ -160,14 +163,23 @@ class DeviceAllocator {
   Status verify(cudaStream_t stream, PoolTables* tables_read = nullptr) const;
 
  private:
-  // Plans one side's compaction: `freed` a device list of its freed physical pages (eager), or
-  // nullptr to compact the side's holes (flush). Selects into the side's compaction buffers.
-  // With `check_bound`, whether every freed page is bound (freed[i] >= 0) comes back in the same
-  // copy as the plan (SideCompaction::unbound); the plan is then meaningless when one is not.
-  Result<SideCompaction> plan_compaction(std::size_t side, const std::int64_t* freed, std::int64_t count,
-                                         const Faults& faults, cudaStream_t stream, bool check_bound = false);
+  // The host copy of a grow-up or grow-down side (the float's is float_).
+  SideCopy& copy(std::size_t side);
+  const SideCopy& copy(std::size_t side) const;
+  // Binds vpages (on the device: `dv`) on one grow-up or grow-down side, the device and the copy.
+  Status bind_side(std::size_t side, const std::vector<std::int64_t>& vpages, const std::int64_t* dv,
+                   cudaStream_t stream);
+  // One side's compaction once `freed` (its physical pages; the holes for a flush) are gone;
+  // fault pairing_out_of_order pairs the holes in reverse.
+  SideCompaction plan_compaction(std::size_t side, const std::vector<std::int64_t>& freed, const Faults& faults) const;
+  // Uploads the moves (one copy), moves the page bytes, applies the moves to the device tables
+  // and to the copy.
   Status commit_compaction(const SideCompaction& plan, bool clears_holes, const DevicePoolBytes& bytes,
                            const Faults& faults, cudaStream_t stream);
+  // Unbinds vpages (device list `dv`) on a grow-up or grow-down side; in lazy mode (`as_holes`)
+  // the released pages become holes. Returns how many were released.
+  Result<std::int64_t> unbind_side(std::size_t side, const std::vector<std::int64_t>& vpages, const std::int64_t* dv,
+                                   bool only_positive, bool as_holes, cudaStream_t stream);
   void append_moves(Compaction& out, const SideCompaction& plan) const;
   // The float's part of a free or free_swa (SPEC 11): its bound pages among `vpages` (device copy
   // `dv`) unbound, each a hole; then, in eager mode or when the float is left empty, the holes at
@@ -184,24 +196,19 @@ class DeviceAllocator {
   const PoolConfig* config_ = nullptr;
   const PoolDerived* derived_ = nullptr;
   std::vector<std::unique_ptr<DeviceSide>> sides_;  // chain order: full/mla (up), swa (down)
-  mutable SelectScratch select_;                    // CUB's scratch for every page selection
-  RangeFlag unbound_flag_;                          // a free's "some page is not bound" check
+  std::vector<SideCopy> copies_;                    // per side; a float's entry unused (float_)
   mutable DeviceBuffer<unsigned long long> digest_sum_;  // tables_digest()'s device accumulator
 
-  // Named scratch lists (device), each valid from the call that fills it to the commit that reads it.
-  DeviceBuffer<std::int64_t> bound_virtual_;      // alloc: the virtual pages taken from the queue front
-  DeviceBuffer<std::int64_t> bind_holes_;         // alloc: a side's holes, ascending, that the bind fills first
-  DeviceBuffer<std::int64_t> freed_virtual_;      // free, free_swa: the virtual pages freed
-  DeviceBuffer<std::int64_t> freed_full_pages_;   // free, free_swa: owner v2p of each (free: the pages released)
-  DeviceBuffer<std::int64_t> freed_swa_rows_;     // free, free_swa: SWA v2p of each (free_swa: the pages released)
-  DeviceBuffer<std::int64_t> freed_swa_pages_;    // free on a composite: the rows > 0, the SWA pages released
-  // Per side, a compaction's plan as one block the host reads back in one copy: a status word
-  // (a freed page not bound), the survivors' and the holes' counts, then the K survivors that
-  // move, then the K holes they fill (K the pages freed: neither list is longer).
-  std::vector<DeviceBuffer<std::int64_t>> compaction_lists_;
+  // Named device lists, each valid from its upload (or the kernel that fills it) to the kernel
+  // that reads it; later uploads into the same list are ordered after that kernel on the stream.
+  DeviceBuffer<std::int64_t> bound_virtual_;  // alloc: the virtual pages taken from the queue front
+  DeviceBuffer<std::int64_t> bind_holes_;     // alloc: a side's holes, ascending, that the bind fills first
+  DeviceBuffer<std::int64_t> freed_virtual_;  // free, free_swa: the virtual pages freed
+  DeviceBuffer<std::int64_t> new_holes_;      // free, free_swa in lazy mode: a side's released pages
+  // A compaction's moves: the K sources, then the K destinations (one upload).
+  DeviceBuffer<std::int64_t> compaction_moves_;
   DeviceBuffer<std::int64_t> raw_move_sources_;       // move_pages: src
   DeviceBuffer<std::int64_t> raw_move_destinations_;  // move_pages: dst
-  DeviceBuffer<std::int64_t> raw_move_owners_;        // move_pages: p2v of each dst (must be unbound)
   // The tri-pool's float: the host copy it is planned from, and one operation's device lists.
   FloatSpan float_;
   DeviceBuffer<std::int64_t> float_pages_;    // a bind's pages, a free's holes, an absorption's pages

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "gpu/side_copy.h"
+
 namespace kvtwin::gpu {
 namespace {
 
@@ -36,9 +38,9 @@ Status check_shapes(const SideSnapshot& s) {
   if (rows(s.v2p) != s.num_virtual + 1)
     return broken(s, "v2p has " + num(rows(s.v2p)) + " rows on the device; SPEC 4 sizes it num_virtual + 1 = " +
                          num(s.num_virtual + 1));
-  if (rows(s.p2v) != s.num_pages + 1 || rows(s.hole_flags) != s.num_pages + 1 || rows(s.marks) != s.num_pages + 1)
-    return broken(s, "p2v, hole flags and marks have " + num(rows(s.p2v)) + ", " + num(rows(s.hole_flags)) + " and " +
-                         num(rows(s.marks)) + " rows; each must have num_pages + 1 = " + num(s.num_pages + 1));
+  if (rows(s.p2v) != s.num_pages + 1 || rows(s.hole_flags) != s.num_pages + 1)
+    return broken(s, "p2v and hole flags have " + num(rows(s.p2v)) + " and " + num(rows(s.hole_flags)) +
+                         " rows; each must have num_pages + 1 = " + num(s.num_pages + 1));
   if (s.owner && rows(s.queue) != std::max<std::int64_t>(s.num_virtual, 1))
     return broken(s, "the free queue's ring has " + num(rows(s.queue)) + " entries, not num_virtual " + num(s.num_virtual));
   return ok_status();
@@ -98,8 +100,6 @@ Status check_side(const SideSnapshot& s, bool lazy) {
   }
   if (s.hole_flags[0] != 0 || s.hole_flags[static_cast<std::size_t>(N)] != 0)
     return broken(s, "the sink or sentinel row is flagged as a hole");
-  if (std::any_of(s.marks.begin(), s.marks.end(), [](std::uint8_t m) { return m != 0; }))
-    return broken(s, "a planning mark is left set between operations");
   // The other host counters against the tables.
   if (s.allocated != bound || s.allocated != bound_pages)
     return broken(s, "allocated counter is " + num(s.allocated) + " but v2p binds " + num(bound) + " pages and p2v " +
@@ -210,6 +210,55 @@ Status check_device_sides(const std::vector<SideSnapshot>& sides, bool lazy) {
   if (full_end > swa_begin)
     return broken(swa, "its band starts at byte " + std::to_string(swa_begin) + ", before the full band ends at byte " +
                            std::to_string(full_end));
+  return ok_status();
+}
+
+
+Status check_side_copy(const SideCopy& copy, const SideSnapshot& device) {
+  const auto differs = [&](const std::string& what) {
+    return broken(device, "the allocator's host copy of " + what + " differs from the device tables");
+  };
+  const auto first_row = [](const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& b) {
+    std::size_t i = 0;
+    while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
+    return i;
+  };
+  if (copy.v2p() != device.v2p) {
+    const std::size_t v = first_row(copy.v2p(), device.v2p);
+    return differs("v2p (first at virtual page " + num(static_cast<std::int64_t>(v)) + ": the copy " +
+                   (v < copy.v2p().size() ? num(copy.v2p()[v]) : "ends") + ", the device " +
+                   (v < device.v2p.size() ? num(device.v2p[v]) : "ends") + ")");
+  }
+  if (copy.p2v() != device.p2v) {
+    const std::size_t p = first_row(copy.p2v(), device.p2v);
+    return differs("p2v (first at page " + num(static_cast<std::int64_t>(p)) + ": the copy " +
+                   (p < copy.p2v().size() ? num(copy.p2v()[p]) : "ends") + ", the device " +
+                   (p < device.p2v.size() ? num(device.p2v[p]) : "ends") + ")");
+  }
+  if (copy.watermark() != device.watermark || copy.allocated() != device.allocated)
+    return differs("the watermark and the allocated count (the copy " + num(copy.watermark()) + " and " +
+                   num(copy.allocated()) + ", the device " + num(device.watermark) + " and " + num(device.allocated) + ")");
+  std::vector<std::int64_t> flagged;
+  for (std::size_t p = 0; p < device.hole_flags.size(); ++p)
+    if (device.hole_flags[p] != 0) flagged.push_back(static_cast<std::int64_t>(p));
+  const std::vector<std::int64_t> holes(copy.holes().begin(), copy.holes().end());
+  if (holes != flagged) {
+    const std::size_t i = first_row(holes, flagged);
+    return differs("the holes (" + num(static_cast<std::int64_t>(holes.size())) + " in the copy, " +
+                   num(static_cast<std::int64_t>(flagged.size())) + " flagged on the device; the first that differs: " +
+                   (i < holes.size() ? "the copy's " + num(holes[i]) : "the device's " + num(flagged[i])) + ")");
+  }
+  if (copy.owner() != device.owner) return differs("which side owns the free queue");
+  if (copy.owner()) {
+    const std::vector<std::int64_t> queue(copy.queue().begin(), copy.queue().end());
+    const std::vector<std::int64_t> ring = free_queue_of(device);
+    if (queue != ring) {
+      const std::size_t i = first_row(queue, ring);
+      return differs("the free queue (" + num(static_cast<std::int64_t>(queue.size())) + " ids in the copy, " +
+                     num(static_cast<std::int64_t>(ring.size())) + " on the device; first different at position " +
+                     num(static_cast<std::int64_t>(i)) + ")");
+    }
+  }
   return ok_status();
 }
 

@@ -22,6 +22,8 @@
 
 namespace kvtwin::gpu {
 
+class SideCopy;
+
 // One side's host counters and device tables, copied to the host.
 struct SideSnapshot {
   std::string name;
@@ -45,7 +47,6 @@ struct SideSnapshot {
   std::vector<std::int64_t> p2v;         // num_pages + 1
   std::vector<std::int64_t> queue;       // the whole ring (owner side; max(num_virtual, 1) entries)
   std::vector<std::uint8_t> hole_flags;  // num_pages + 1
-  std::vector<std::uint8_t> marks;       // num_pages + 1; planning scratch, all 0 between operations
 };
 
 // What tables() shows of a side, read off its snapshot as the device holds it: the free queue
@@ -61,5 +62,11 @@ SideTables side_tables_of(std::string name, SideSnapshot&& s);
 // ErrorKind::internal Error names the side, the field and the numbers; ok when all hold.
 // `lazy`: the pool is in lazy compaction mode (an eager side has no holes).
 Status check_device_sides(const std::vector<SideSnapshot>& sides, bool lazy);
+
+// The allocator's host copy of a grow-up or grow-down side (side_copy.h) against that side's
+// device tables: v2p, p2v, the holes, the watermark, the allocated count and (owner) the free
+// queue, front first. An ErrorKind::internal Error names the side, the field and the first row
+// that differs; ok when the copy is the device's.
+Status check_side_copy(const SideCopy& copy, const SideSnapshot& device);
 
 }  // namespace kvtwin::gpu

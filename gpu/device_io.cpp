@@ -36,16 +36,4 @@ Result<std::vector<std::int64_t>> download_ids(const std::int64_t* device, std::
   return out;
 }
 
-Status RangeFlag::init() { return word_.reserve(1); }
-
-Result<bool> RangeFlag::any_outside(const std::int64_t* values, std::int64_t n, std::int64_t lower, std::int64_t upper,
-                                    cudaStream_t stream) {
-  KVTWIN_CUDA_TRY(cudaMemsetAsync(word_.get(), 0, sizeof(std::uint32_t), stream));
-  KVTWIN_TRY_STATUS(flag_outside(values, n, lower, upper, word_.get(), stream));
-  std::uint32_t flag = 0;
-  // Into pageable memory: the copy has landed when the call returns (device_io.h).
-  KVTWIN_CUDA_COPY_TO_PAGEABLE(&flag, word_.get(), sizeof flag, stream);
-  return flag != 0;
-}
-
 }  // namespace kvtwin::gpu

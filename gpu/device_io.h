@@ -34,17 +34,4 @@ Result<DeviceBuffer<std::int64_t>> device_copy(const std::vector<std::int64_t>& 
 // n ids from the device once the stream has reached them (synchronizes the stream).
 Result<std::vector<std::int64_t>> download_ids(const std::int64_t* device, std::int64_t n, cudaStream_t stream);
 
-// One device status word: whether any of n values lies outside [lower, upper).
-class RangeFlag {
- public:
-  // Allocates the word (once).
-  Status init();
-  // True when a value is < lower or >= upper; synchronizes the stream (the answer is the host's).
-  Result<bool> any_outside(const std::int64_t* values, std::int64_t n, std::int64_t lower, std::int64_t upper,
-                           cudaStream_t stream);
-
- private:
-  DeviceBuffer<std::uint32_t> word_;
-};
-
 }  // namespace kvtwin::gpu

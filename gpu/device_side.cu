@@ -7,8 +7,6 @@
 #include <algorithm>
 
 #include <cub/device/device_radix_sort.cuh>
-#include <cub/device/device_select.cuh>
-#include <thrust/iterator/counting_iterator.h>
 
 namespace kvtwin::gpu {
 namespace {
@@ -22,18 +20,6 @@ unsigned blocks_for(std::int64_t n) {
 #define KVTWIN_FOR_EACH(i, n)                                                                       \
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
-
-struct PageSelector {
-  PagePredicate pred;
-  __device__ bool operator()(std::int64_t p) const {
-    if (pred.bound_unflagged) return pred.p2v[p] >= 0 && !(pred.flags != nullptr && pred.flags[p] != 0);
-    return pred.flags[p] != 0;
-  }
-};
-
-struct Positive {
-  __device__ bool operator()(std::int64_t v) const { return v > 0; }
-};
 
 __global__ void iota_kernel(std::int64_t* out, std::int64_t n, std::int64_t first) {
   KVTWIN_FOR_EACH(i, n) out[i] = first + i;
@@ -114,9 +100,7 @@ __global__ void gather_kernel(const std::int64_t* table, const std::int64_t* ind
 }
 
 __global__ void set_flags_kernel(std::uint8_t* flags, const std::int64_t* pages, std::int64_t n, std::uint8_t value) {
-  // A negative page (an unbound virtual page's v2p, its free refused once the plan is read back)
-  // flags nothing.
-  KVTWIN_FOR_EACH(i, n) if (pages[i] >= 0) flags[pages[i]] = value;
+  KVTWIN_FOR_EACH(i, n) flags[pages[i]] = value;
 }
 
 __global__ void flag_outside_kernel(const std::int64_t* values, std::int64_t n, std::int64_t lower, std::int64_t upper,
@@ -129,14 +113,6 @@ __global__ void flag_outside_kernel(const std::int64_t* values, std::int64_t n, 
 __global__ void adjacent_duplicate_kernel(const std::int64_t* sorted, std::int64_t n, std::uint32_t* status) {
   KVTWIN_FOR_EACH(i, n - 1) {
     if (sorted[i] != 0 && sorted[i] == sorted[i + 1]) atomicOr(status, 1u);
-  }
-}
-
-__global__ void reverse_kernel(std::int64_t* values, std::int64_t n) {
-  KVTWIN_FOR_EACH(i, n / 2) {
-    const std::int64_t a = values[i];
-    values[i] = values[n - 1 - i];
-    values[n - 1 - i] = a;
   }
 }
 
@@ -186,55 +162,7 @@ __global__ void flag_unallocated_kernel(const std::int64_t* tokens, std::int64_t
   }
 }
 
-Result<std::int64_t> read_count(const SelectScratch& scratch, cudaStream_t stream) {
-  std::int64_t count = 0;
-  // Into pageable memory: the copy has landed when the call returns (device_io.h).
-  KVTWIN_CUDA_COPY_TO_PAGEABLE(&count, scratch.count.get(), sizeof count, stream);
-  return count;
-}
-
 }  // namespace
-
-Status SelectScratch::reserve(std::int64_t max_items, cudaStream_t stream) {
-  if (count.size() == 0) KVTWIN_TRY_STATUS(count.allocate(1));
-  std::size_t a = 0, b = 0;
-  const int n = static_cast<int>(std::max<std::int64_t>(max_items, 1));
-  KVTWIN_CUDA_TRY(cub::DeviceSelect::If(nullptr, a, thrust::counting_iterator<std::int64_t>(0),
-                                        static_cast<std::int64_t*>(nullptr), count.get(), n, PageSelector{}, stream));
-  KVTWIN_CUDA_TRY(cub::DeviceSelect::If(nullptr, b, static_cast<const std::int64_t*>(nullptr),
-                                        static_cast<std::int64_t*>(nullptr), count.get(), n, Positive{}, stream));
-  return temp.reserve(std::max(a, b));
-}
-
-Result<std::int64_t> select_pages(const PagePredicate& pred, std::int64_t lo, std::int64_t hi, std::int64_t* out,
-                                  SelectScratch& scratch, cudaStream_t stream) {
-  if (hi <= lo) return std::int64_t{0};
-  std::size_t bytes = scratch.temp.bytes();
-  KVTWIN_CUDA_TRY(cub::DeviceSelect::If(scratch.temp.get(), bytes, thrust::counting_iterator<std::int64_t>(lo), out,
-                                        scratch.count.get(), static_cast<int>(hi - lo), PageSelector{pred}, stream));
-  return read_count(scratch, stream);
-}
-
-Status select_pages_into(const PagePredicate& pred, std::int64_t lo, std::int64_t hi, std::int64_t* out,
-                         std::int64_t* count, SelectScratch& scratch, cudaStream_t stream) {
-  if (hi <= lo) {
-    KVTWIN_CUDA_TRY(cudaMemsetAsync(count, 0, sizeof *count, stream));
-    return ok_status();
-  }
-  std::size_t bytes = scratch.temp.bytes();
-  KVTWIN_CUDA_TRY(cub::DeviceSelect::If(scratch.temp.get(), bytes, thrust::counting_iterator<std::int64_t>(lo), out, count,
-                                        static_cast<int>(hi - lo), PageSelector{pred}, stream));
-  return ok_status();
-}
-
-Result<std::int64_t> select_positive(const std::int64_t* values, std::int64_t n, std::int64_t* out,
-                                     SelectScratch& scratch, cudaStream_t stream) {
-  if (n <= 0) return std::int64_t{0};
-  std::size_t bytes = scratch.temp.bytes();
-  KVTWIN_CUDA_TRY(cub::DeviceSelect::If(scratch.temp.get(), bytes, values, out, scratch.count.get(), static_cast<int>(n),
-                                        Positive{}, stream));
-  return read_count(scratch, stream);
-}
 
 Status flag_nonzero_duplicate(const std::int64_t* values, std::int64_t n, std::int64_t* sorted,
                               DeviceBuffer<std::uint8_t>& temp, std::uint32_t* status, cudaStream_t stream) {
@@ -269,7 +197,6 @@ Status DeviceSide::init(const SubPoolGeometry& geometry, std::int64_t num_virtua
   KVTWIN_TRY_STATUS(v2p_.allocate(static_cast<std::size_t>(num_virtual + 1)));
   KVTWIN_TRY_STATUS(p2v_.allocate(static_cast<std::size_t>(pages + 1)));
   KVTWIN_TRY_STATUS(hole_flags_.allocate(static_cast<std::size_t>(pages + 1)));
-  KVTWIN_TRY_STATUS(marks_.allocate(static_cast<std::size_t>(pages + 1)));
   // SPEC 4: all -1, except v2p[0] = p2v[0] = 0 (the sink); the last row is the -1 sentinel.
   fill_kernel<<<blocks_for(num_virtual + 1), kThreads, 0, stream>>>(v2p_.get(), num_virtual + 1, -1);
   KVTWIN_CUDA_LAUNCHED();
@@ -278,7 +205,6 @@ Status DeviceSide::init(const SubPoolGeometry& geometry, std::int64_t num_virtua
   KVTWIN_CUDA_TRY(cudaMemsetAsync(v2p_.get(), 0, sizeof(std::int64_t), stream));
   KVTWIN_CUDA_TRY(cudaMemsetAsync(p2v_.get(), 0, sizeof(std::int64_t), stream));
   KVTWIN_CUDA_TRY(cudaMemsetAsync(hole_flags_.get(), 0, hole_flags_.bytes(), stream));
-  KVTWIN_CUDA_TRY(cudaMemsetAsync(marks_.get(), 0, marks_.bytes(), stream));
   watermark_ = grows_up() ? min_page() : pages - 1;
   span_low_ = 0;
   // SPEC 11: a float's span [span_low, watermark) starts empty at the middle of the buffer.
@@ -321,21 +247,14 @@ Status DeviceSide::put_virtual(const std::int64_t* pages, std::int64_t n, cudaSt
   return ok_status();
 }
 
-Status DeviceSide::bind(const std::int64_t* vpages, std::int64_t k, SelectScratch& scratch, std::int64_t* hole_scratch,
+Status DeviceSide::bind(const std::int64_t* vpages, std::int64_t k, const std::int64_t* holes, std::int64_t h,
                         cudaStream_t stream) {
   KVTWIN_CHECK(!floats(), "a float binds the pages its plan chose (bind_at)");
+  KVTWIN_CHECK(h == std::min(k, holes_), "a bind fills the lowest min(k, holes) holes first");
   if (k == 0) return ok_status();
-  const std::int64_t h = std::min(k, holes_);
-  if (h > 0) {
-    // Holes lie inside the band: up [min_page, wm), down (wm, num_pages).
-    const std::int64_t lo = grows_up() ? min_page() : watermark_ + 1;
-    const std::int64_t hi = grows_up() ? watermark_ : num_pages();
-    KVTWIN_TRY(std::int64_t found, select_pages({nullptr, hole_flags_.get(), false}, lo, hi, hole_scratch, scratch, stream));
-    KVTWIN_CHECK(found == holes_, "hole flags and the hole count disagree");
-  }
   const std::int64_t band = k - h;
   const std::int64_t band_start = grows_up() ? watermark_ : watermark_ - band + 1;
-  bind_kernel<<<blocks_for(k), kThreads, 0, stream>>>(v2p_.get(), p2v_.get(), hole_flags_.get(), vpages, hole_scratch, h,
+  bind_kernel<<<blocks_for(k), kThreads, 0, stream>>>(v2p_.get(), p2v_.get(), hole_flags_.get(), vpages, holes, h,
                                                       band_start, k);
   KVTWIN_CUDA_LAUNCHED();
   watermark_ = grows_up() ? watermark_ + band : watermark_ - band;
@@ -465,12 +384,10 @@ Result<SideSnapshot> DeviceSide::snapshot(std::int64_t first_virtual, cudaStream
   s.v2p.resize(v2p_.size());
   s.p2v.resize(p2v_.size());
   s.hole_flags.resize(hole_flags_.size());
-  s.marks.resize(marks_.size());
   if (owner_) s.queue.resize(queue_.size());
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(s.v2p.data(), v2p_.get(), v2p_.bytes(), cudaMemcpyDeviceToHost, stream));
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(s.p2v.data(), p2v_.get(), p2v_.bytes(), cudaMemcpyDeviceToHost, stream));
   KVTWIN_CUDA_TRY(cudaMemcpyAsync(s.hole_flags.data(), hole_flags_.get(), hole_flags_.bytes(), cudaMemcpyDeviceToHost, stream));
-  KVTWIN_CUDA_TRY(cudaMemcpyAsync(s.marks.data(), marks_.get(), marks_.bytes(), cudaMemcpyDeviceToHost, stream));
   if (owner_)
     KVTWIN_CUDA_TRY(cudaMemcpyAsync(s.queue.data(), queue_.get(), queue_.bytes(), cudaMemcpyDeviceToHost, stream));
   KVTWIN_CUDA_SYNC(stream);
@@ -481,13 +398,6 @@ Status gather_values(const std::int64_t* table, const std::int64_t* index, std::
                      cudaStream_t stream) {
   if (n == 0) return ok_status();
   gather_kernel<<<blocks_for(n), kThreads, 0, stream>>>(table, index, n, out);
-  KVTWIN_CUDA_LAUNCHED();
-  return ok_status();
-}
-
-Status set_flags(std::uint8_t* flags, const std::int64_t* pages, std::int64_t n, std::uint8_t value, cudaStream_t stream) {
-  if (n == 0) return ok_status();
-  set_flags_kernel<<<blocks_for(n), kThreads, 0, stream>>>(flags, pages, n, value);
   KVTWIN_CUDA_LAUNCHED();
   return ok_status();
 }
@@ -506,13 +416,6 @@ Status check_write_loc(const std::int64_t* loc, const std::int64_t* final_loc, s
                                                               std::to_string(kWriteCheckMaxLanes) + " lanes, not " +
                                                               std::to_string(lanes));
   write_loc_check_kernel<<<1, kWriteCheckMaxLanes, 0, stream>>>(loc, final_loc, lanes, slots, sink_end, flags);
-  KVTWIN_CUDA_LAUNCHED();
-  return ok_status();
-}
-
-Status reverse_in_place(std::int64_t* values, std::int64_t n, cudaStream_t stream) {
-  if (n < 2) return ok_status();
-  reverse_kernel<<<blocks_for(n / 2), kThreads, 0, stream>>>(values, n);
   KVTWIN_CUDA_LAUNCHED();
   return ok_status();
 }

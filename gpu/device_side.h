@@ -1,15 +1,16 @@
 // One sub-pool's allocator on the device (SPEC.md section 4): its tables v2p, p2v, the owner's
 // free queue (a ring) and the lazy-mode hole flags live in device memory, as they would in a
-// server; the host keeps only scalar counters (watermark, counts, the queue's head). The counters
-// are private: they change only with the device work that changes the tables (the methods below),
-// and snapshot() copies both out for GpuPool::verify() (device_invariants.h) to hold against
-// each other.
+// server; this class keeps beside them only scalar counters (watermark, counts, the queue's head).
+// The counters are private: they change only with the device work that changes the tables (the
+// methods below), and snapshot() copies both out for GpuPool::verify() (device_invariants.h) to
+// hold against each other.
 //
-// The device work here: binding pages (alloc), unbinding them (free), planning a compaction
-// (the survivors and the holes, each selected in ascending order with CUB and paired by
-// position) and applying the planned moves to the tables. The page bytes themselves move with
-// launch_move_pages (kernels.cuh). DeviceAllocator (device_allocator.h) orders these steps so that a
-// failed operation changes nothing: plan and check first, commit after.
+// The device work here: binding pages (alloc), unbinding them (free), marking holes and applying
+// a compaction's moves to the tables. What to bind and which moves to make are planned on the
+// host, from the allocator's copy of the tables (side_copy.h, float_span.h), so that no answer
+// waits for the device; the page bytes themselves move with launch_move_pages (kernels.cuh).
+// DeviceAllocator (device_allocator.h) orders these steps so that a failed operation changes
+// nothing: plan and check first, commit after.
 #pragma once
 
 #include <cstddef>
@@ -26,30 +27,6 @@
 
 namespace kvtwin::gpu {
 
-// Which pages a selection keeps: bound pages not flagged, or flagged pages.
-struct PagePredicate {
-  const std::int64_t* p2v = nullptr;
-  const std::uint8_t* flags = nullptr;
-  bool bound_unflagged = true;  // true: p2v[p] >= 0 && !(flags && flags[p]); false: flags[p] != 0
-};
-
-// Scratch shared by every selection of a pool: CUB's temporary storage and a device counter.
-struct SelectScratch {
-  DeviceBuffer<std::uint8_t> temp;
-  DeviceBuffer<std::int64_t> count;
-  Status reserve(std::int64_t max_items, cudaStream_t stream);
-};
-
-// Pages p in [lo, hi) with pred(p), ascending, into out; returns how many (synchronously).
-Result<std::int64_t> select_pages(const PagePredicate& pred, std::int64_t lo, std::int64_t hi, std::int64_t* out,
-                                  SelectScratch& scratch, cudaStream_t stream);
-// The same without reading the count back: CUB writes it to *count on the device (the caller
-// reads it with other answers in one copy).
-Status select_pages_into(const PagePredicate& pred, std::int64_t lo, std::int64_t hi, std::int64_t* out,
-                         std::int64_t* count, SelectScratch& scratch, cudaStream_t stream);
-// Values v[i] > 0, in order, into out; returns how many (synchronously).
-Result<std::int64_t> select_positive(const std::int64_t* values, std::int64_t n, std::int64_t* out,
-                                     SelectScratch& scratch, cudaStream_t stream);
 // True when two of the n values are equal and non-zero (sorts a copy in `sorted`, n long).
 Result<bool> has_nonzero_duplicate(const std::int64_t* values, std::int64_t n, std::int64_t* sorted,
                                    DeviceBuffer<std::uint8_t>& temp, std::uint32_t* status, cudaStream_t stream);
@@ -89,7 +66,6 @@ class DeviceSide {
   std::int64_t* v2p() const { return v2p_.get(); }
   std::int64_t* p2v() const { return p2v_.get(); }
   const std::uint8_t* hole_flags() const { return hole_flags_.get(); }
-  std::uint8_t* marks() const { return marks_.get(); }  // planning scratch: all 0 between operations
 
   // Host counters (read only; see the class comment).
   std::int64_t watermark() const { return watermark_; }
@@ -106,12 +82,13 @@ class DeviceSide {
   Status take_virtual(std::int64_t k, std::int64_t* out, cudaStream_t stream);
   // Appends n virtual pages (ascending) at the queue's back (owner side).
   Status put_virtual(const std::int64_t* pages, std::int64_t n, cudaStream_t stream);
-  // Binds vpages[i] to the i-th physical page: the first min(k, holes) holes ascending, then the
-  // band (SPEC 4, docs/decisions.md "Lazy mode, alloc").
-  Status bind(const std::int64_t* vpages, std::int64_t k, SelectScratch& scratch, std::int64_t* hole_scratch,
+  // Binds vpages[i] to the i-th physical page: holes[0 .. h) (the lowest min(k, holes) holes,
+  // ascending, chosen by the host's copy), then the band (SPEC 4, docs/decisions.md "Lazy mode,
+  // alloc"). `holes` is a device list; h must be min(k, holes()).
+  Status bind(const std::int64_t* vpages, std::int64_t k, const std::int64_t* holes, std::int64_t h,
               cudaStream_t stream);
   // v2p[v] = -1 and p2v[old page] = -1 for each v (only where v2p[v] > 0 when only_positive);
-  // `bound` of them are bound (the caller checked, on the device): the allocated count drops by it.
+  // `bound` of them are bound (the caller counted them on its host copy): the allocated count drops by it.
   Status unbind(const std::int64_t* vpages, std::int64_t n, bool only_positive, std::int64_t bound, cudaStream_t stream);
   // Lazy mode (SPEC 4.2): the n freed physical pages become holes (a float's freed pages always).
   Status add_holes(const std::int64_t* pages, std::int64_t n, cudaStream_t stream);
@@ -159,17 +136,14 @@ class DeviceSide {
   DeviceBuffer<std::int64_t> p2v_;
   DeviceBuffer<std::int64_t> queue_;  // ring of num_virtual entries (owner side)
   DeviceBuffer<std::uint8_t> hole_flags_;
-  DeviceBuffer<std::uint8_t> marks_;  // scratch flags for planning (all 0 between operations)
 };
 
 // Small device helpers used by the pool.
 Status gather_values(const std::int64_t* table, const std::int64_t* index, std::int64_t n, std::int64_t* out,
                      cudaStream_t stream);  // out[i] = table[index[i]]
-Status set_flags(std::uint8_t* flags, const std::int64_t* pages, std::int64_t n, std::uint8_t value, cudaStream_t stream);
 // status[slot] |= 1 when any of the n values is < 0 (or, with `upper`, >= upper).
 Status flag_outside(const std::int64_t* values, std::int64_t n, std::int64_t lower, std::int64_t upper,
                     std::uint32_t* status, cudaStream_t stream);
-Status reverse_in_place(std::int64_t* values, std::int64_t n, cudaStream_t stream);
 // out[i] = values[i] < sink_end ? 0 : values[i] (sink lanes all become the sink id 0).
 Status sink_to_zero(const std::int64_t* values, std::int64_t n, std::int64_t sink_end, std::int64_t* out,
                     cudaStream_t stream);

@@ -520,14 +520,14 @@ OpResult GpuPool::commit_checked(const DeviceAllocator::FreePlan& plan) {
     KVTWIN_TRY_STATUS(check_not_in_transfer(plan.virtual_pages, 1, "free_swa"));
   }
   for (const DeviceAllocator::SideCompaction& c : plan.compactions)
-    KVTWIN_TRY_STATUS(check_moves(c.side, c.sources, c.destinations));
+    KVTWIN_TRY_STATUS(check_moves(c.side, c.moves.sources, c.moves.destinations));
   KVTWIN_TRY(Compaction out, allocator_.commit(plan, bytes_, faults_, stream_));
   return ok(std::move(out));
 }
 
 OpResult GpuPool::free_pages(const Free& op) {
   KVTWIN_TRY(std::vector<std::int64_t> vpages, allocator_.virtual_pages_of(op.unit, op.ids, "free"));
-  KVTWIN_TRY(DeviceAllocator::FreePlan plan, allocator_.plan_free(vpages, faults_, stream_));
+  KVTWIN_TRY(DeviceAllocator::FreePlan plan, allocator_.plan_free(vpages, faults_));
   return commit_checked(plan);
 }
 
@@ -536,16 +536,16 @@ OpResult GpuPool::free_swa(const FreeSwa& op) {
     return invalid("free_swa: this pool has no sliding-window side (model '" + config_.shape.name +
                    "'); free_swa needs a model with full and sliding-window layers");
   KVTWIN_TRY(std::vector<std::int64_t> vpages, allocator_.virtual_pages_of(op.unit, op.ids, "free_swa"));
-  KVTWIN_TRY(DeviceAllocator::FreePlan plan, allocator_.plan_free_swa(vpages, faults_, stream_));
+  KVTWIN_TRY(DeviceAllocator::FreePlan plan, allocator_.plan_free_swa(vpages, faults_));
   return commit_checked(plan);
 }
 
 OpResult GpuPool::flush(const Flush&) {
-  KVTWIN_TRY(DeviceAllocator::FreePlan plan, allocator_.plan_flush(faults_, stream_));
+  const DeviceAllocator::FreePlan plan = allocator_.plan_flush(faults_);
   if (!state_.built()) return commit_checked(plan);
   // SPEC 11: the state sub-pool's holes too, after the token side; both checked before either commits.
   for (const DeviceAllocator::SideCompaction& c : plan.compactions)
-    KVTWIN_TRY_STATUS(check_moves(c.side, c.sources, c.destinations));
+    KVTWIN_TRY_STATUS(check_moves(c.side, c.moves.sources, c.moves.destinations));
   const DeviceStatePool::Moves state_moves = state_.plan_flush();
   KVTWIN_TRY_STATUS(check_state_moves(state_moves));
   KVTWIN_TRY(Compaction out, allocator_.commit(plan, bytes_, faults_, stream_));

@@ -29,7 +29,6 @@ Status DeviceStatePool::init(const PoolConfig& config, const PoolDerived& derive
   KVTWIN_CHECK(g.page_size == 1 && g.direction == GrowDirection::up, "the state sub-pool is slot-granular and grows up");
   // SPEC 11: its own v2p / p2v and FIFO queue of virtual slot ids, min_slot .. num_slots - 1.
   KVTWIN_TRY_STATUS(slots_.init(g, static_cast<std::int64_t>(g.num_pages), true, stream));
-  KVTWIN_TRY_STATUS(select_.reserve(slots_.p2v_len(), stream));
   KVTWIN_TRY_STATUS(scratch_a_.reserve(static_cast<std::size_t>(slots_.p2v_len())));
   KVTWIN_TRY_STATUS(scratch_b_.reserve(static_cast<std::size_t>(slots_.p2v_len())));
   if (!config.tables_only) KVTWIN_TRY_STATUS(staging_.allocate(derived.state_layout->entry_bytes));
@@ -77,7 +76,13 @@ Result<std::int64_t> DeviceStatePool::alloc(std::uint64_t request, cudaStream_t 
   const std::int64_t v = host_queue_.front(), p = next_physical();
   std::int64_t* dv = scratch_a_.get();
   KVTWIN_TRY_STATUS(slots_.take_virtual(1, dv, stream));
-  KVTWIN_TRY_STATUS(slots_.bind(dv, 1, select_, scratch_b_.get(), stream));
+  // The hole the host chose, uploaded; the watermark the device knows.
+  const bool hole = host_holes_.count(p) != 0;
+  const std::int64_t* holes = nullptr;
+  if (hole) {
+    KVTWIN_TRY(holes, upload_ids(scratch_b_, {p}, stream));
+  }
+  KVTWIN_TRY_STATUS(slots_.bind(dv, 1, holes, hole ? 1 : 0, stream));
   host_queue_.pop_front();
   host_holes_.erase(p);
   host_v2p_[static_cast<std::size_t>(v)] = p;

@@ -132,7 +132,6 @@ class DeviceStatePool {
   const PoolConfig* config_ = nullptr;
   const PoolDerived* derived_ = nullptr;
   DeviceSide slots_;
-  mutable SelectScratch select_;
   mutable DeviceBuffer<std::int64_t> scratch_a_, scratch_b_;  // one operation's device id lists
   // The host's copy of the slot tables (a few hundred slots at most: E_state is tens of MiB), kept
   // with every device change so that no state operation waits for the device to learn an id;

@@ -9,6 +9,7 @@
 
 #include "gpu/device_invariants.h"
 #include "gpu/gpu_backend.h"
+#include "gpu/side_copy.h"
 
 namespace kvtwin::gpu {
 namespace {
@@ -37,7 +38,6 @@ std::vector<SideSnapshot> consistent() {
   full.p2v = {0, 3, 1, 2, -1, 6, -1, -1, -1, -1, -1};
   full.queue = {8, 9, 0, 0, 0, 0, 0, 4, 5, 7};
   full.hole_flags = {0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0};
-  full.marks.assign(11, 0);
 
   SideSnapshot swa;
   swa.name = "swa";
@@ -54,7 +54,6 @@ std::vector<SideSnapshot> consistent() {
   swa.v2p = {0, 11, 10, -1, -1, -1, -1, -1, -1, -1, -1};
   swa.p2v = {0, -1, -1, -1, -1, -1, -1, -1, -1, -1, 2, 1, -1};
   swa.hole_flags = {0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0};
-  swa.marks.assign(13, 0);
   return {full, swa};
 }
 
@@ -88,7 +87,6 @@ TEST(DeviceInvariants, EachBrokenCounterOrEntryIsReported) {
       {"watermark out of range", [](auto& s) { s[1].watermark = 12; }, "watermark counter 12"},
       {"hole flag on a bound page", [](auto& s) { s[0].hole_flags[2] = 1; }, "bound and flagged"},
       {"hole flag on the sink", [](auto& s) { s[0].hole_flags[0] = 1; }, "sink or sentinel row is flagged"},
-      {"a planning mark left set", [](auto& s) { s[1].marks[3] = 1; }, "planning mark"},
       {"eager side with holes", [](auto&) {}, "eager side has 1 holes"},
       {"queue counter", [](auto& s) { s[0].queue_count = 4; }, "queue counter 4 + allocated 4"},
       {"queue head", [](auto& s) { s[0].queue_head = 10; }, "do not fit its ring"},
@@ -136,6 +134,77 @@ class NotTheGpu : public Backend {
     return make_error(ErrorKind::unsupported, "a stub");
   }
 };
+
+// The allocator's host copy (gpu/side_copy.h) against a side's device tables: a snapshot that
+// holds what the copy holds passes, and each field of it changed on its own (as a kernel that
+// missed a row, or a copy that missed a change, would leave it) is reported by name.
+SideSnapshot snapshot_of(const SideCopy& copy, const std::string& name) {
+  SideSnapshot s;
+  s.name = name;
+  s.grows_up = copy.grows_up();
+  s.owner = copy.owner();
+  s.min_page = copy.min_page();
+  s.num_pages = copy.num_pages();
+  s.num_virtual = static_cast<std::int64_t>(copy.v2p().size()) - 1;
+  s.watermark = copy.watermark();
+  s.allocated = copy.allocated();
+  s.holes = static_cast<std::int64_t>(copy.holes().size());
+  s.v2p = copy.v2p();
+  s.p2v = copy.p2v();
+  s.hole_flags.assign(copy.p2v().size(), 0);
+  for (std::int64_t p : copy.holes()) s.hole_flags[static_cast<std::size_t>(p)] = 1;
+  if (copy.owner()) {
+    // The ring starting mid-way, so that the queue wraps.
+    s.queue.assign(static_cast<std::size_t>(s.num_virtual), 0);
+    s.queue_head = 3;
+    s.queue_count = static_cast<std::int64_t>(copy.queue().size());
+    for (std::size_t i = 0; i < copy.queue().size(); ++i)
+      s.queue[(3 + i) % s.queue.size()] = copy.queue()[i];
+  }
+  return s;
+}
+
+TEST(DeviceInvariants, TheAllocatorsHostCopyIsHeldAgainstTheTables) {
+  SubPoolGeometry g;
+  g.name = "full";
+  g.direction = GrowDirection::up;
+  g.entry_bytes = g.page_bytes = 64;
+  g.page_size = 1;
+  g.num_pages = g.max_slots = 10;
+  g.min_page_index = g.min_slot_index = 1;
+  // Lazy: six pages bound, virtual page 4's page a hole, its id back at the queue's end.
+  SideCopy copy;
+  copy.init(g, 10, true);
+  const std::vector<std::int64_t> six = copy.queue_front(6);
+  copy.bind(six, copy.pages_for(6));
+  copy.take_virtual(6);
+  copy.add_holes(copy.unbind({4}, false));
+  copy.put_virtual({4});
+  const Status same = check_side_copy(copy, snapshot_of(copy, "full"));
+  ASSERT_TRUE(same.ok()) << same.error().message;
+
+  const std::vector<std::pair<const char*, std::function<void(SideSnapshot&)>>> cases = {
+      {"v2p (first at virtual page 2", [](SideSnapshot& s) { s.v2p[2] = 7; }},
+      {"p2v (first at page 6", [](SideSnapshot& s) { s.p2v[6] = -1; }},
+      {"the watermark and the allocated count", [](SideSnapshot& s) { s.watermark = 8; }},
+      {"the watermark and the allocated count", [](SideSnapshot& s) { s.allocated = 6; }},
+      {"the holes (1 in the copy, 2 flagged", [](SideSnapshot& s) { s.hole_flags[5] = 1; }},
+      {"the holes (1 in the copy, 0 flagged", [](SideSnapshot& s) { s.hole_flags[4] = 0; }},
+      {"the free queue (4 ids in the copy, 3 on the device", [](SideSnapshot& s) { --s.queue_count; }},
+      {"the free queue (4 ids in the copy, 4 on the device; first different at position 1",
+       [](SideSnapshot& s) { std::swap(s.queue[4], s.queue[5]); }},
+      {"which side owns the free queue", [](SideSnapshot& s) { s.owner = false; }},
+  };
+  for (const auto& [expected, apply] : cases) {
+    SideSnapshot s = snapshot_of(copy, "full");
+    apply(s);
+    const Status broken = check_side_copy(copy, s);
+    ASSERT_FALSE(broken.ok()) << expected << ": not reported";
+    EXPECT_EQ(broken.error().kind, ErrorKind::internal);
+    EXPECT_NE(broken.error().message.find(expected), std::string::npos) << broken.error().message;
+    EXPECT_NE(broken.error().message.find("sub-pool 'full'"), std::string::npos) << broken.error().message;
+  }
+}
 
 TEST(VerifyGpuBackend, RefusesAnotherBackend) {
   const NotTheGpu other;

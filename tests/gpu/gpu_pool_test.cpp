@@ -584,7 +584,7 @@ TEST_F(GpuPoolTest, OperationsSynchronizeOnlyWhereTheirAnswerNeedsTheDevice) {
   const PoolConfig c = tiny_config({LayerKind::full, LayerKind::full}, ps, 24);
   EXPECT_EQ(syncs_of(pool, BuildPool{c}), 0u);
   const std::int64_t m = static_cast<std::int64_t>(derive_pool(c).value().geometry.sub_pools[0].min_page_index);
-  EXPECT_EQ(syncs_of(pool, Alloc{4 * ps}), 1u) << "the virtual pages come back";
+  EXPECT_EQ(syncs_of(pool, Alloc{4 * ps}), 0u) << "the virtual pages are the host copy's queue front";
   const std::vector<std::int64_t> tokens = tokens_of({m, m + 1, m + 2, m + 3}, ps);
   EXPECT_EQ(syncs_of(pool, MakeBatch{1, tokens, {}}), 0u);
   EXPECT_EQ(syncs_of(pool, Rebind{1, 0}), 1u) << "the loc comes back";
@@ -596,7 +596,7 @@ TEST_F(GpuPoolTest, OperationsSynchronizeOnlyWhereTheirAnswerNeedsTheDevice) {
   EXPECT_EQ(syncs_of(pool, DropBatch{3}), 0u);
   EXPECT_EQ(syncs_of(pool, BeginRead{4, "full", {m + 3}}), 0u);
   EXPECT_EQ(syncs_of(pool, EndRead{4}), 0u);
-  EXPECT_EQ(syncs_of(pool, MovePages{"full", {m + 6}, {m + 3}}), 1u) << "the destination's owner comes back";
+  EXPECT_EQ(syncs_of(pool, MovePages{"full", {m + 6}, {m + 3}}), 0u) << "the destination's owner is the host copy's";
   // The scatters left running landed: the rows read back are the oracle's.
   const std::vector<std::int64_t> loc = tokens_of({m, m + 1, m + 2, m + 3}, ps);  // bound in order from m
   for (std::uint32_t layer = 0; layer < 2; ++layer) {
@@ -611,12 +611,15 @@ TEST_F(GpuPoolTest, OperationsSynchronizeOnlyWhereTheirAnswerNeedsTheDevice) {
     EXPECT_EQ(as<Bytes>(pool.apply(Read{layer, "k", lanes})).bytes, want) << "layer " << layer;
   }
   EXPECT_TRUE(pool.verify().ok());
-  // An eager free on a pool of one side: the not-allocated check and the compaction's plan (both
-  // counts, both lists) come back in one copy; the commit is left running.
-  EXPECT_EQ(syncs_of(pool, Free{IdUnit::pages, {m}}), 1u) << "the refusal's flag and the plan";
+  // An eager free: the not-allocated check and the compaction's plan are the host copy's; the
+  // moves go up in one copy and the commit is left running.
+  EXPECT_EQ(syncs_of(pool, Free{IdUnit::pages, {m}}), 0u) << "checked and planned on the host";
   EXPECT_TRUE(pool.verify().ok());
-  // Freed again: refused, and nothing changed (the selections saw only bound pages).
+  EXPECT_EQ(syncs_of(pool, Alloc{ps}), 0u);
+  EXPECT_EQ(syncs_of(pool, Flush{}), 0u);
+  // Freed again: refused on the host, and nothing changed.
   const PoolTables before = pool.tables().value();
+  EXPECT_EQ(syncs_of(pool, Free{IdUnit::pages, {m, m + 1}}), 0u) << "the refusal is the host copy's";
   const OpResult again = pool.apply(Free{IdUnit::pages, {m, m + 1}});
   ASSERT_FALSE(again.ok());
   EXPECT_EQ(again.error().kind, ErrorKind::double_free);
