@@ -565,14 +565,32 @@ TEST_F(GpuPoolTest, DecodeGraphReplaysAtChangingBatchSizes) {
 
 // Synchronizations (stream syncs) the operation makes, counted by the failure injector armed to
 // count synchronization calls only and to fail none.
-std::uint64_t syncs_of(GpuPool& pool, const Op& op) {
+std::uint64_t syncs_and_answer(GpuPool& pool, const Op& op, OpResult& answer) {
   CudaFaultPlan plan;
   plan.kinds = 1u << static_cast<unsigned>(CudaCallKind::synchronization);
   arm_cuda_faults(plan);
-  const OpResult r = pool.apply(op);
+  answer = pool.apply(op);
   const std::uint64_t n = cuda_calls_counted();
   disarm_cuda_faults();
+  return n;
+}
+
+// The synchronizations of an operation the pool carries out.
+std::uint64_t syncs_of(GpuPool& pool, const Op& op) {
+  OpResult r = make_error(ErrorKind::internal, "not applied");
+  const std::uint64_t n = syncs_and_answer(pool, op, r);
   EXPECT_TRUE(r.ok()) << to_string(op) << ": " << (r.ok() ? "" : r.error().message);
+  return n;
+}
+
+// The synchronizations of an operation the pool must refuse with `kind`.
+std::uint64_t syncs_of_refusal(GpuPool& pool, const Op& op, ErrorKind kind) {
+  OpResult r = OpResult(Outcome(Done{}));
+  const std::uint64_t n = syncs_and_answer(pool, op, r);
+  EXPECT_FALSE(r.ok()) << to_string(op) << " was carried out; it must be refused";
+  if (!r.ok()) {
+    EXPECT_EQ(r.error().kind, kind) << to_string(op) << ": " << r.error().message;
+  }
   return n;
 }
 
@@ -619,7 +637,8 @@ TEST_F(GpuPoolTest, OperationsSynchronizeOnlyWhereTheirAnswerNeedsTheDevice) {
   EXPECT_EQ(syncs_of(pool, Flush{}), 0u);
   // Freed again: refused on the host, and nothing changed.
   const PoolTables before = pool.tables().value();
-  EXPECT_EQ(syncs_of(pool, Free{IdUnit::pages, {m, m + 1}}), 0u) << "the refusal is the host copy's";
+  EXPECT_EQ(syncs_of_refusal(pool, Free{IdUnit::pages, {m, m + 1}}, ErrorKind::double_free), 0u)
+      << "the refusal is the host copy's";
   const OpResult again = pool.apply(Free{IdUnit::pages, {m, m + 1}});
   ASSERT_FALSE(again.ok());
   EXPECT_EQ(again.error().kind, ErrorKind::double_free);
