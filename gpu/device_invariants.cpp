@@ -213,7 +213,6 @@ Status check_device_sides(const std::vector<SideSnapshot>& sides, bool lazy) {
   return ok_status();
 }
 
-
 Status check_side_copy(const SideCopy& copy, const SideSnapshot& device) {
   const auto differs = [&](const std::string& what) {
     return broken(device, "the allocator's host copy of " + what + " differs from the device tables");
@@ -223,18 +222,16 @@ Status check_side_copy(const SideCopy& copy, const SideSnapshot& device) {
     while (i < a.size() && i < b.size() && a[i] == b[i]) ++i;
     return i;
   };
-  if (copy.v2p() != device.v2p) {
-    const std::size_t v = first_row(copy.v2p(), device.v2p);
-    return differs("v2p (first at virtual page " + num(static_cast<std::int64_t>(v)) + ": the copy " +
-                   (v < copy.v2p().size() ? num(copy.v2p()[v]) : "ends") + ", the device " +
-                   (v < device.v2p.size() ? num(device.v2p[v]) : "ends") + ")");
-  }
-  if (copy.p2v() != device.p2v) {
-    const std::size_t p = first_row(copy.p2v(), device.p2v);
-    return differs("p2v (first at page " + num(static_cast<std::int64_t>(p)) + ": the copy " +
-                   (p < copy.p2v().size() ? num(copy.p2v()[p]) : "ends") + ", the device " +
-                   (p < device.p2v.size() ? num(device.p2v[p]) : "ends") + ")");
-  }
+  // A table's first differing row, as each holds it ("ends" past a shorter one).
+  const auto table_differs = [&](const std::string& table, const std::string& row, const std::vector<std::int64_t>& a,
+                                 const std::vector<std::int64_t>& b) {
+    const std::size_t i = first_row(a, b);
+    const auto at = [i](const std::vector<std::int64_t>& t) { return i < t.size() ? num(t[i]) : std::string("ends"); };
+    return differs(table + " (first at " + row + " " + num(static_cast<std::int64_t>(i)) + ": the copy " + at(a) +
+                   ", the device " + at(b) + ")");
+  };
+  if (copy.v2p() != device.v2p) return table_differs("v2p", "virtual page", copy.v2p(), device.v2p);
+  if (copy.p2v() != device.p2v) return table_differs("p2v", "page", copy.p2v(), device.p2v);
   if (copy.watermark() != device.watermark || copy.allocated() != device.allocated)
     return differs("the watermark and the allocated count (the copy " + num(copy.watermark()) + " and " +
                    num(copy.allocated()) + ", the device " + num(device.watermark) + " and " + num(device.allocated) + ")");
