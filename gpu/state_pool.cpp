@@ -33,10 +33,7 @@ Status DeviceStatePool::init(const PoolConfig& config, const PoolDerived& derive
   KVTWIN_TRY_STATUS(scratch_b_.reserve(static_cast<std::size_t>(slots_.p2v_len())));
   if (!config.tables_only) KVTWIN_TRY_STATUS(staging_.allocate(derived.state_layout->entry_bytes));
   // The host's copy, as DeviceSide::init leaves the device tables.
-  host_v2p_.assign(static_cast<std::size_t>(slots_.v2p_len()), -1);
-  host_p2v_.assign(static_cast<std::size_t>(slots_.p2v_len()), -1);
-  host_v2p_[0] = host_p2v_[0] = 0;
-  for (std::int64_t v = slots_.min_page(); v < slots_.num_pages(); ++v) host_queue_.push_back(v);
+  copy_.init(g, static_cast<std::int64_t>(g.num_pages), true);
   config_ = &config;
   derived_ = &derived;
   return ok_status();
@@ -47,10 +44,7 @@ void DeviceStatePool::reset() {
   derived_ = nullptr;
   requests_.clear();
   quarantine_.clear();
-  host_v2p_.clear();
-  host_p2v_.clear();
-  host_queue_.clear();
-  host_holes_.clear();
+  copy_ = SideCopy();
 }
 
 std::int64_t DeviceStatePool::slot_of(std::uint64_t request) const {
@@ -59,9 +53,9 @@ std::int64_t DeviceStatePool::slot_of(std::uint64_t request) const {
 }
 
 std::int64_t DeviceStatePool::next_physical() const {
-  if (host_queue_.empty() || slots_.remaining() == 0) return -1;
+  if (copy_.queue().empty() || slots_.remaining() == 0) return -1;
   // SPEC 4 with page size 1: the lowest hole first (lazy mode), else the watermark.
-  return host_holes_.empty() ? slots_.watermark() : *host_holes_.begin();
+  return copy_.pages_for(1).front();
 }
 
 std::uint64_t DeviceStatePool::frontier_bytes() const {
@@ -71,22 +65,20 @@ std::uint64_t DeviceStatePool::frontier_bytes() const {
 }
 
 Result<std::int64_t> DeviceStatePool::alloc(std::uint64_t request, cudaStream_t stream) {
-  KVTWIN_CHECK(!host_queue_.empty() && slot_of(request) < 0, "a state alloc takes a free id for a request without one");
+  KVTWIN_CHECK(!copy_.queue().empty() && slot_of(request) < 0, "a state alloc takes a free id for a request without one");
   // The device binds the queue's front to the lowest hole or the watermark; the host's copy the same.
-  const std::int64_t v = host_queue_.front(), p = next_physical();
+  const std::int64_t v = copy_.queue().front(), p = next_physical();
   std::int64_t* dv = scratch_a_.get();
   KVTWIN_TRY_STATUS(slots_.take_virtual(1, dv, stream));
   // The hole the host chose, uploaded; the watermark the device knows.
-  const bool hole = host_holes_.count(p) != 0;
+  const bool hole = copy_.holes().count(p) != 0;
   const std::int64_t* holes = nullptr;
   if (hole) {
     KVTWIN_TRY(holes, upload_ids(scratch_b_, {p}, stream));
   }
   KVTWIN_TRY_STATUS(slots_.bind(dv, 1, holes, hole ? 1 : 0, stream));
-  host_queue_.pop_front();
-  host_holes_.erase(p);
-  host_v2p_[static_cast<std::size_t>(v)] = p;
-  host_p2v_[static_cast<std::size_t>(p)] = v;
+  copy_.take_virtual(1);
+  copy_.bind({v}, {p});
   requests_.emplace(request, v);
   return v;
 }
@@ -95,34 +87,20 @@ DeviceStatePool::Moves DeviceStatePool::plan_free(std::uint64_t request) const {
   const std::int64_t v = slot_of(request);
   KVTWIN_CHECK(v >= 0, "a state free names a request that holds a slot");
   Moves moves;
-  moves.new_watermark = slots_.watermark();
+  moves.new_watermark = copy_.watermark();
   moves.freed = physical_of(v);
-  const std::int64_t freed = moves.freed;
   if (config_->mode == CompactionMode::lazy) return moves;  // SPEC 4.2: a hole, nothing moves
   // SPEC 4.1 with page size 1: new_wm = wm - 1; the survivor in [new_wm, wm) (the band's last slot,
   // every band slot being bound in eager mode) moves into the freed slot when that lies below.
-  moves.new_watermark = slots_.watermark() - 1;
-  if (freed < moves.new_watermark) {
-    moves.sources.push_back(moves.new_watermark);
-    moves.destinations.push_back(freed);
-  }
+  static_cast<SideMoves&>(moves) = copy_.plan_compaction({moves.freed});
   return moves;
 }
 
 DeviceStatePool::Moves DeviceStatePool::plan_flush() const {
-  Moves moves;
-  moves.new_watermark = slots_.watermark();
-  if (host_holes_.empty()) return moves;
   // SPEC 4.2 as 4.1: K holes, new_wm = wm - K; the bound slots in [new_wm, wm) ascending fill the
   // holes below new_wm ascending, paired by position.
-  const std::vector<std::int64_t> list(host_holes_.begin(), host_holes_.end());
-  const std::int64_t k = static_cast<std::int64_t>(list.size());
-  moves.new_watermark = slots_.watermark() - k;
-  for (std::int64_t h : list)
-    if (h < moves.new_watermark) moves.destinations.push_back(h);
-  for (std::int64_t s = moves.new_watermark; s < slots_.watermark(); ++s)
-    if (!std::binary_search(list.begin(), list.end(), s)) moves.sources.push_back(s);
-  KVTWIN_CHECK(moves.sources.size() == moves.destinations.size(), "state flush: survivors and holes differ in number");
+  Moves moves;
+  static_cast<SideMoves&>(moves) = copy_.plan_flush();
   return moves;
 }
 
@@ -160,13 +138,7 @@ Status DeviceStatePool::apply_moves(const Moves& moves, bool clears_holes, const
     KVTWIN_TRY(dst, upload_ids(scratch_b_, moves.destinations, stream));
   }
   KVTWIN_TRY_STATUS(slots_.apply_compaction(src, dst, n, moves.new_watermark, clears_holes, stream));
-  for (std::size_t i = 0; i < moves.sources.size(); ++i) {
-    const std::int64_t v = host_p2v_[static_cast<std::size_t>(moves.sources[i])];
-    host_v2p_[static_cast<std::size_t>(v)] = moves.destinations[i];
-    host_p2v_[static_cast<std::size_t>(moves.destinations[i])] = v;
-    host_p2v_[static_cast<std::size_t>(moves.sources[i])] = -1;
-  }
-  if (clears_holes) host_holes_.clear();
+  copy_.apply(moves, clears_holes);
   return ok_status();
 }
 
@@ -177,12 +149,11 @@ Status DeviceStatePool::commit_free(std::uint64_t request, const Moves& moves, c
   const std::int64_t freed = moves.freed;
   KVTWIN_TRY(std::int64_t * dv, upload_ids(scratch_a_, {v}, stream));
   KVTWIN_TRY_STATUS(slots_.unbind(dv, 1, false, 1, stream));
-  host_v2p_[static_cast<std::size_t>(v)] = -1;
-  host_p2v_[static_cast<std::size_t>(freed)] = -1;
+  copy_.unbind({v}, false);
   if (config_->mode == CompactionMode::lazy) {
     KVTWIN_TRY(std::int64_t * dp, upload_ids(scratch_b_, {freed}, stream));
     KVTWIN_TRY_STATUS(slots_.add_holes(dp, 1, stream));
-    host_holes_.insert(freed);
+    copy_.add_holes({freed});
   } else {
     KVTWIN_TRY_STATUS(apply_moves(moves, false, held, bytes, faults, stream));
   }
@@ -190,13 +161,13 @@ Status DeviceStatePool::commit_free(std::uint64_t request, const Moves& moves, c
   // SPEC 4: a freed id goes to the queue's back.
   KVTWIN_TRY(dv, upload_ids(scratch_a_, {v}, stream));
   KVTWIN_TRY_STATUS(slots_.put_virtual(dv, 1, stream));
-  host_queue_.push_back(v);
+  copy_.put_virtual({v});
   return ok_status();
 }
 
 Status DeviceStatePool::commit_flush(const Moves& moves, const Held& held, const DevicePoolBytes& bytes,
                                      const Faults& faults, cudaStream_t stream) {
-  if (host_holes_.empty()) return ok_status();
+  if (copy_.holes().empty()) return ok_status();
   return apply_moves(moves, true, held, bytes, faults, stream);
 }
 
@@ -273,13 +244,7 @@ Status DeviceStatePool::verify(const Held& held, std::uint64_t owner_begin_byte,
   KVTWIN_TRY(SideSnapshot snap, slots_.snapshot(slots_.min_page(), stream));
   KVTWIN_TRY_STATUS(check_device_sides({snap}, config_->mode == CompactionMode::lazy));
   // The host's copy is the device's tables.
-  if (snap.v2p != host_v2p_ || snap.p2v != host_p2v_)
-    return broken("the state sub-pool's host copy of v2p / p2v differs from its device tables");
-  if (free_queue_of(snap) != std::vector<std::int64_t>(host_queue_.begin(), host_queue_.end()))
-    return broken("the state sub-pool's host copy of its free queue differs from the device's");
-  for (std::size_t p = 0; p < snap.hole_flags.size(); ++p)
-    if ((snap.hole_flags[p] != 0) != (host_holes_.count(static_cast<std::int64_t>(p)) != 0))
-      return broken("the state sub-pool's host copy of its holes differs from the device's at slot " + std::to_string(p));
+  KVTWIN_TRY_STATUS(check_side_copy(copy_, snap));
   // The request table names bound slots, one request each, as many as are allocated.
   if (static_cast<std::int64_t>(requests_.size()) != slots_.allocated())
     return broken("the state sub-pool has " + std::to_string(slots_.allocated()) + " bound slots but " +

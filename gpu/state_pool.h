@@ -7,10 +7,11 @@
 // -> virtual slot table (requests are host numbers), and the quarantine of SPEC 10.22: a slot that
 // compaction moved away from while a reader (the forward that read it) still held it keeps its
 // old bytes for that reader, so it is neither reused nor covered by the owner's growth until every
-// such reader is done. A slot's compaction is planned on the host from its copy of the tables (eager:
-// at most the band's last slot moves into the freed one; a flush: the band's top slots into its
-// lowest holes, paired in order) and committed on the device: the tables by apply_compaction, the
-// bytes as one envelope copy (E_state bytes, tens of MiB for a real model) per move.
+// such reader is done. A slot's allocation and compaction are planned on the host from the host
+// copy of the tables the token sides keep too (side_copy.h; eager: at most the band's last slot
+// moves into the freed one; a flush: the band's top slots into its lowest holes, paired in order)
+// and committed on the device: the tables by apply_compaction, the bytes as one envelope copy
+// (E_state bytes, tens of MiB for a real model) per move.
 //
 // State writes come from the content oracle (core/oracle.h): every block's every layer made on
 // the host into pinned staging laid out as the entry, then one copy of the whole entry.
@@ -24,7 +25,6 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <set>
@@ -42,6 +42,7 @@
 #include "gpu/faults.h"
 #include "gpu/pinned_buffer.h"
 #include "gpu/pool_bytes.h"
+#include "gpu/side_copy.h"
 
 namespace kvtwin::gpu {
 
@@ -51,10 +52,8 @@ inline constexpr std::uint64_t kStateDigestSide = 15;
 
 class DeviceStatePool {
  public:
-  // One planned slot compaction: sources[i] -> destinations[i], then the watermark.
-  struct Moves {
-    std::vector<std::int64_t> sources, destinations;
-    std::int64_t new_watermark = 0;
+  // One planned slot compaction (SideCopy's plan): sources[i] -> destinations[i], then the watermark.
+  struct Moves : SideMoves {
     std::int64_t freed = -1;  // a free: the physical slot it frees
   };
   // Whether an open reader holds a physical slot.
@@ -73,7 +72,7 @@ class DeviceStatePool {
   // The virtual slot of a request, or -1.
   std::int64_t slot_of(std::uint64_t request) const;
   // The physical slot of a virtual one (-1: unbound).
-  std::int64_t physical_of(std::int64_t vslot) const { return host_v2p_[static_cast<std::size_t>(vslot)]; }
+  std::int64_t physical_of(std::int64_t vslot) const { return copy_.physical_of(vslot); }
   // The physical slot the next allocation takes (the lowest hole, else the watermark), or -1 when
   // no virtual id or usable slot is left.
   std::int64_t next_physical() const;
@@ -135,10 +134,9 @@ class DeviceStatePool {
   mutable DeviceBuffer<std::int64_t> scratch_a_, scratch_b_;  // one operation's device id lists
   // The host's copy of the slot tables (a few hundred slots at most: E_state is tens of MiB), kept
   // with every device change so that no state operation waits for the device to learn an id;
-  // verify() holds it against the device tables, and tables() reports the device's own.
-  std::vector<std::int64_t> host_v2p_, host_p2v_;
-  std::deque<std::int64_t> host_queue_;
-  std::set<std::int64_t> host_holes_;
+  // verify() holds it against the device tables (check_side_copy), and tables() reports the
+  // device's own.
+  SideCopy copy_;
   std::map<std::uint64_t, std::int64_t> requests_;           // request -> virtual slot
   std::set<std::int64_t> quarantine_;                        // physical slots (SPEC 10.22)
   PinnedBuffer<std::uint8_t> staging_;                       // one entry, made by the oracle
