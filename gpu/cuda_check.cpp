@@ -169,6 +169,7 @@ struct SiteTotals {
 
 std::mutex g_profile_mutex;
 std::map<std::pair<const char*, int>, SiteTotals> g_sites;  // printed by total, not by key order
+thread_local detail::CudaTimeOnThread t_cuda_time;
 
 bool profile_requested() {
   const char* v = std::getenv("KVTWIN_PROFILE");
@@ -221,9 +222,15 @@ void CudaCallTimer::start(const char* call, const char* file, int line) {
   cpu_ = thread_cpu_seconds();
 }
 
+CudaTimeOnThread cuda_time_on_this_thread() { return t_cuda_time; }
+double profile_now_seconds() { return now_seconds(); }
+double profile_thread_cpu_seconds() { return thread_cpu_seconds(); }
+
 void CudaCallTimer::stop() {
   const double wall = now_seconds() - wall_;
   const double cpu = thread_cpu_seconds() - cpu_;
+  t_cuda_time.wall += wall;
+  t_cuda_time.cpu += cpu;
   static std::once_flag at_exit;
   std::call_once(at_exit, [] { std::atexit(print_cuda_profile); });
   std::lock_guard<std::mutex> lock(g_profile_mutex);

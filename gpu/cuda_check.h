@@ -107,6 +107,15 @@ void forget_stream(cudaStream_t stream);
 // depends on it). Off, a call costs one relaxed atomic load more.
 namespace detail {
 extern std::atomic<bool> cuda_profile_on;
+// This thread's checked CUDA calls so far, wall and thread CPU (zero unless the profile is on):
+// what an operation's own time minus its calls' is the host work around them.
+struct CudaTimeOnThread {
+  double wall = 0;
+  double cpu = 0;
+};
+CudaTimeOnThread cuda_time_on_this_thread();
+double profile_now_seconds();
+double profile_thread_cpu_seconds();
 class CudaCallTimer {
  public:
   CudaCallTimer(const char* call, const char* file, int line) {

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <string_view>
 #include <variant>
 
@@ -32,34 +34,91 @@ OpResult ok(T outcome) {
 }
 
 Error invalid(std::string message) { return make_error(ErrorKind::invalid_argument, std::move(message)); }
+
+// ---- KVTWIN_PROFILE=1: where the GPU's applies spend their time, by operation kind
+
+struct OpKindTotals {
+  std::uint64_t ops = 0, syncs = 0;
+  double wall = 0, cpu = 0, cuda_wall = 0, cuda_cpu = 0;
+};
+std::mutex g_op_profile_mutex;
+std::map<std::string, OpKindTotals> g_op_profile;
+
+void print_op_profile() {
+  const KeptMemoryStats m = kept_memory_stats();
+  std::fprintf(stderr,
+               "kvtwin profile: gpu memory so far: %llu allocations new, %llu kept ones; %llu releases kept, %llu held "
+               "by their pool, %llu freed; events %llu new, %llu kept ones; streams %llu new, %llu kept ones; graphs %llu new, %llu updated\n",
+               static_cast<unsigned long long>(m.taken_new), static_cast<unsigned long long>(m.taken_kept),
+               static_cast<unsigned long long>(m.kept), static_cast<unsigned long long>(m.held),
+               static_cast<unsigned long long>(m.freed_now), static_cast<unsigned long long>(m.events_new),
+               static_cast<unsigned long long>(m.events_kept), static_cast<unsigned long long>(m.streams_new),
+               static_cast<unsigned long long>(m.streams_kept), static_cast<unsigned long long>(m.graphs_new),
+               static_cast<unsigned long long>(m.graphs_updated));
+  std::lock_guard<std::mutex> lock(g_op_profile_mutex);
+  std::vector<std::pair<std::string, OpKindTotals>> rows(g_op_profile.begin(), g_op_profile.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.wall > b.second.wall; });
+  std::fprintf(stderr,
+               "kvtwin profile: gpu applies by operation, all pools (wall, thread CPU; of them in CUDA calls; "
+               "host CPU outside CUDA calls)\n");
+  for (const auto& [name, t] : rows)
+    std::fprintf(stderr, "  %-20s %9llu ops %9llu syncs %8.3f s %8.3f s cpu | cuda %8.3f s %8.3f s cpu | host %8.3f s cpu %6.1f us/op\n",
+                 name.c_str(), static_cast<unsigned long long>(t.ops), static_cast<unsigned long long>(t.syncs), t.wall,
+                 t.cpu, t.cuda_wall, t.cuda_cpu, t.cpu - t.cuda_cpu, t.ops ? 1e6 * (t.cpu - t.cuda_cpu) / t.ops : 0.0);
+}
+
 Error out_of_range(std::string message) { return make_error(ErrorKind::out_of_range, std::move(message)); }
 
 }  // namespace
+
+// Adds one apply's times to its kind's totals when it goes out of scope.
+class OpKindTimer {
+ public:
+  OpKindTimer(bool on, std::string_view name, cudaStream_t stream) : on_(on), name_(name), stream_(stream) {
+    if (!on_) return;
+    syncs_ = stream_syncs(stream_);
+    wall_ = detail::profile_now_seconds();
+    cpu_ = detail::profile_thread_cpu_seconds();
+    cuda_ = detail::cuda_time_on_this_thread();
+  }
+  ~OpKindTimer() {
+    if (!on_) return;
+    const detail::CudaTimeOnThread cuda = detail::cuda_time_on_this_thread();
+    const double wall = detail::profile_now_seconds() - wall_, cpu = detail::profile_thread_cpu_seconds() - cpu_;
+    static std::once_flag at_exit;
+    std::call_once(at_exit, [] { std::atexit(print_op_profile); });
+    std::lock_guard<std::mutex> lock(g_op_profile_mutex);
+    OpKindTotals& t = g_op_profile[std::string(name_)];
+    ++t.ops;
+    t.syncs += stream_syncs(stream_) - syncs_;
+    t.wall += wall;
+    t.cpu += cpu;
+    t.cuda_wall += cuda.wall - cuda_.wall;
+    t.cuda_cpu += cuda.cpu - cuda_.cpu;
+  }
+  OpKindTimer(const OpKindTimer&) = delete;
+  OpKindTimer& operator=(const OpKindTimer&) = delete;
+
+ private:
+  bool on_;
+  std::string_view name_;
+  cudaStream_t stream_;
+  std::uint64_t syncs_ = 0;
+  double wall_ = 0, cpu_ = 0;
+  detail::CudaTimeOnThread cuda_;
+};
 
 GpuPool::GpuPool(Faults faults) : faults_(faults) {
   const char* env = std::getenv("KVTWIN_GPU_SYNC_EACH_OP");
   sync_each_op_ = env != nullptr && std::string_view(env) == "1";
   const char* profile = std::getenv("KVTWIN_PROFILE");
-  profile_syncs_ = profile != nullptr && std::string_view(profile) == "1";
+  profile_ops_ = profile != nullptr && std::string_view(profile) == "1";
 }
 
 GpuPool::~GpuPool() {
-  if (profile_syncs_) {
-    std::fprintf(stderr, "kvtwin profile: gpu host synchronizations by operation\n");
-    for (const auto& [name, counts] : syncs_by_op_)
-      std::fprintf(stderr, "  %-24s %10llu ops %10llu syncs\n", name.c_str(), static_cast<unsigned long long>(counts.first),
-                   static_cast<unsigned long long>(counts.second));
-    const KeptMemoryStats m = kept_memory_stats();
-    std::fprintf(stderr,
-                 "kvtwin profile: gpu memory so far: %llu allocations new, %llu kept ones; %llu releases kept, %llu held "
-                 "by their pool, %llu freed; events %llu new, %llu kept ones; streams %llu new, %llu kept ones; graphs %llu new, %llu updated\n",
-                 static_cast<unsigned long long>(m.taken_new), static_cast<unsigned long long>(m.taken_kept),
-                 static_cast<unsigned long long>(m.kept), static_cast<unsigned long long>(m.held),
-                 static_cast<unsigned long long>(m.freed_now), static_cast<unsigned long long>(m.events_new),
-                 static_cast<unsigned long long>(m.events_kept), static_cast<unsigned long long>(m.streams_new),
-                 static_cast<unsigned long long>(m.streams_kept), static_cast<unsigned long long>(m.graphs_new),
-                 static_cast<unsigned long long>(m.graphs_updated));
-  }
+  // With KVTWIN_PROFILE=1 the pool's teardown is timed as an operation kind of its own, until its
+  // last member is gone.
+  if (profile_ops_) teardown_timer_ = std::make_unique<OpKindTimer>(true, "teardown", nullptr);
   // Every stream of the pool synchronized (the compute stream, then the copy streams as the
   // transfers land): no device work can still touch the members' buffers, nor what the pool held
   // of its operations' releases, which are then kept for the next pool rather than freed
@@ -91,6 +150,10 @@ Result<std::size_t> GpuPool::side_named(std::string_view sub_pool, std::string_v
 }
 
 OpResult GpuPool::apply(const Op& op) {
+  // The first build on a thread apart from the rest: what it pays the driver once.
+  thread_local bool built_on_this_thread = false;
+  const bool first_build = std::holds_alternative<BuildPool>(op) && !std::exchange(built_on_this_thread, true);
+  const OpKindTimer timer(profile_ops_, first_build ? "build (thread's first)" : op_name(op), stream_);
   const HoldReleases hold(held_);
   const std::uint64_t index = ops_applied_++;
   if (!std::holds_alternative<BuildPool>(op) || !poisoned_.empty()) {
@@ -116,11 +179,6 @@ OpResult GpuPool::apply(const Op& op) {
   // Did a synchronization of the stream succeed during this operation? Then every earlier
   // operation's device work completed without error.
   const bool synchronized = stream_syncs(stream_) != syncs_before;
-  if (profile_syncs_) {
-    auto& counts = syncs_by_op_[std::string(op_name(op))];
-    ++counts.first;
-    counts.second += stream_syncs(stream_) - syncs_before;
-  }
   if (!result.ok() && result.error().kind == ErrorKind::environment) {
     // A CUDA call failed, perhaps halfway through, perhaps reporting earlier work: what the device
     // holds is no longer known, so the backend is poisoned and refuses everything after, with

@@ -63,6 +63,8 @@
 
 namespace kvtwin::gpu {
 
+class OpKindTimer;  // gpu_pool.cpp: KVTWIN_PROFILE=1 timing of an operation kind
+
 class GpuPool final : public Backend {
  public:
   explicit GpuPool(Faults faults = {});
@@ -169,7 +171,9 @@ class GpuPool final : public Backend {
   // An environment error of operation `index`, with the operations it may have come from.
   Error attributed(const Error& error, std::uint64_t index, const Op& op, bool synchronized) const;
 
-  // The first member, so the last to go: once the destructor has synchronized every stream of the
+  // With KVTWIN_PROFILE=1, started by the destructor; declared first, so it ends the pool's teardown.
+  std::unique_ptr<OpKindTimer> teardown_timer_;
+  // Next, so the last but one to go: once the destructor has synchronized every stream of the
   // pool, the members' buffers are kept for the next pool instead of freed (kept_memory.h).
   std::optional<QuietRelease> quiet_teardown_;
   // What the pool's operations released while device work enqueued before might still touch it
@@ -185,10 +189,10 @@ class GpuPool final : public Backend {
   // synchronization), oldest first, at most kMaxUnsynchronized of them.
   static constexpr std::size_t kMaxUnsynchronized = 16;
   std::vector<std::string> unsynchronized_;
-  // With KVTWIN_PROFILE=1: per operation kind, how many were applied and how many host
-  // synchronizations of the stream they made, printed to stderr when the pool goes.
-  bool profile_syncs_ = false;
-  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> syncs_by_op_;
+  // With KVTWIN_PROFILE=1: per operation kind, over every pool of the process, how many were
+  // applied, the host synchronizations of the stream they made, their wall and thread CPU and the
+  // part of each spent in checked CUDA calls, printed to stderr when the process ends.
+  bool profile_ops_ = false;
   cudaStream_t stream_ = nullptr;
   bool built_ = false;
   PoolConfig config_;
