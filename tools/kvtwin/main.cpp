@@ -2,6 +2,7 @@
 // error is printed as "kvtwin COMMAND: error: ..." with exit code 2 (options.h), and SIGINT or
 // SIGTERM leaves no half-written output behind (core/files.h).
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <vector>
 
@@ -14,6 +15,20 @@
 #ifndef KVTWIN_VERSION
 #define KVTWIN_VERSION "0.0.0"
 #endif
+
+namespace {
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kExitHandlersReport = true;  // LeakSanitizer checks at exit
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(leak_sanitizer)
+constexpr bool kExitHandlersReport = true;
+#else
+constexpr bool kExitHandlersReport = false;
+#endif
+#else
+constexpr bool kExitHandlersReport = false;
+#endif
+}  // namespace
 
 int main(int argc, char** argv) {
   kvtwin::install_interrupt_cleanup("kvtwin");
@@ -42,6 +57,17 @@ int main(int argc, char** argv) {
     return kvtwin::cli::cli_parse_error(app, argc, argv, e);
   }
   for (const kvtwin::cli::Command& c : commands)
-    if (c.app->parsed()) return c.run();
+    if (c.app->parsed()) {
+      const int code = c.run();
+      // Everything is written and reported: the process ends without its teardown (the kept device
+      // blocks freed one by one, the CUDA context destroyed), which the driver and the operating
+      // system do at once at exit: 0.05 to 0.35 s of the side-by-side gate on an H100. Where exit
+      // handlers report something (KVTWIN_PROFILE=1's profiles, a sanitizer's leak check) it tears down.
+      if (!kExitHandlersReport && std::getenv("KVTWIN_PROFILE") == nullptr) {
+        std::fflush(nullptr);
+        std::_Exit(code);
+      }
+      return code;
+    }
   return kvtwin::cli::kExitBadInput;
 }
