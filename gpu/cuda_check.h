@@ -9,6 +9,8 @@
 //   KVTWIN_CUDA_SYNC(stream) cudaStreamSynchronize(stream), checked as KVTWIN_CUDA_TRY, and counted
 //                            per stream (stream_syncs): every host synchronization of gpu/ is one,
 //                            or a KVTWIN_CUDA_COPY_TO_PAGEABLE (a download that is one)
+//   KVTWIN_CUDA_TIMED(call)  the call's code, unchecked, its time in the KVTWIN_PROFILE=1 profile:
+//                            where the caller handles the failure itself (kept_memory.cpp)
 //
 // A failed CUDA call is an ErrorKind::environment Error: the device, not the input, failed. The
 // GPU backend then poisons itself (gpu_pool.h): it refuses every later operation with the reason.
@@ -162,6 +164,14 @@ std::string cuda_error_text(cudaError_t code, const char* call);
   } while (false)
 
 #define KVTWIN_CUDA_LAUNCHED() KVTWIN_CUDA_TRY(cudaGetLastError())
+
+// A driver call timed in the CUDA profile as a checked call is, its code returned as it came (for a
+// caller that handles the failure itself: a kept block, event, stream or graph made anew).
+#define KVTWIN_CUDA_TIMED(call)                                                                  \
+  ([&]() -> cudaError_t {                                                                        \
+    const ::kvtwin::gpu::detail::CudaCallTimer kvtwin_cuda_timer_(#call, __FILE__, __LINE__);    \
+    return (call);                                                                               \
+  }())
 
 #define KVTWIN_CUDA_SYNC(stream)                                   \
   do {                                                             \

@@ -152,7 +152,8 @@ Result<std::size_t> GpuPool::side_named(std::string_view sub_pool, std::string_v
 OpResult GpuPool::apply(const Op& op) {
   // The first build on a thread apart from the rest: what it pays the driver once.
   thread_local bool built_on_this_thread = false;
-  const bool first_build = std::holds_alternative<BuildPool>(op) && !std::exchange(built_on_this_thread, true);
+  const bool first_build =
+      profile_ops_ && std::holds_alternative<BuildPool>(op) && !std::exchange(built_on_this_thread, true);
   const OpKindTimer timer(profile_ops_, first_build ? "build (thread's first)" : op_name(op), stream_);
   const HoldReleases hold(held_);
   const std::uint64_t index = ops_applied_++;

@@ -58,16 +58,13 @@ thread_local HeldReleases* t_holder = nullptr;
 std::size_t index_of(MemoryKind kind) { return static_cast<std::size_t>(kind); }
 
 cudaError_t driver_allocate(MemoryKind kind, void** block, std::size_t bytes) {
-  // Timed in the CUDA profile (KVTWIN_PROFILE=1) as a checked call is: a new block's driver time.
-  const detail::CudaCallTimer timer(kind == MemoryKind::device ? "cudaMalloc (new block)" : "cudaHostAlloc (new block)",
-                                    __FILE__, __LINE__);
   switch (kind) {
     case MemoryKind::device:
-      return cudaMalloc(block, bytes);
+      return KVTWIN_CUDA_TIMED(cudaMalloc(block, bytes));
     case MemoryKind::pinned:
-      return cudaHostAlloc(block, bytes, cudaHostAllocDefault);
+      return KVTWIN_CUDA_TIMED(cudaHostAlloc(block, bytes, cudaHostAllocDefault));
     case MemoryKind::pinned_mapped:
-      return cudaHostAlloc(block, bytes, cudaHostAllocMapped);
+      return KVTWIN_CUDA_TIMED(cudaHostAlloc(block, bytes, cudaHostAllocMapped));
   }
   return cudaErrorInvalidValue;
 }
@@ -220,11 +217,7 @@ Result<cudaEvent_t> take_event() {
     ++k.stats.events_new;
   }
   cudaEvent_t e = nullptr;
-  if (const cudaError_t code = [&] {
-        const detail::CudaCallTimer timer("cudaEventCreateWithFlags(&e, cudaEventDisableTiming)", __FILE__, __LINE__);
-        return cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
-      }();
-      code != cudaSuccess)
+  if (const cudaError_t code = KVTWIN_CUDA_TIMED(cudaEventCreateWithFlags(&e, cudaEventDisableTiming)); code != cudaSuccess)
     return cuda_error(code, "cudaEventCreateWithFlags(&e, cudaEventDisableTiming)", __FILE__, __LINE__);
   return e;
 }
@@ -259,11 +252,7 @@ Result<cudaStream_t> take_stream() {
     ++k.stats.streams_new;
   }
   cudaStream_t s = nullptr;
-  if (const cudaError_t code = [&] {
-        const detail::CudaCallTimer timer("cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)", __FILE__, __LINE__);
-        return cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-      }();
-      code != cudaSuccess)
+  if (const cudaError_t code = KVTWIN_CUDA_TIMED(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); code != cudaSuccess)
     return cuda_error(code, "cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)", __FILE__, __LINE__);
   return s;
 }
@@ -325,11 +314,7 @@ Result<cudaGraphExec_t> take_graph_exec(cudaGraph_t graph, std::uint64_t key) {
   }
   if (exec != nullptr) {
     cudaGraphExecUpdateResultInfo info{};
-    const cudaError_t updated = [&] {
-      const detail::CudaCallTimer timer("cudaGraphExecUpdate(exec, graph, &info)", __FILE__, __LINE__);
-      return cudaGraphExecUpdate(exec, graph, &info);
-    }();
-    if (updated == cudaSuccess) {
+    if (KVTWIN_CUDA_TIMED(cudaGraphExecUpdate(exec, graph, &info)) == cudaSuccess) {
       const std::lock_guard<std::mutex> lock(k.mutex);
       ++k.stats.graphs_updated;
       return exec;
@@ -342,11 +327,7 @@ Result<cudaGraphExec_t> take_graph_exec(cudaGraph_t graph, std::uint64_t key) {
     ++k.stats.graphs_new;
   }
   exec = nullptr;
-  if (const cudaError_t code = [&] {
-        const detail::CudaCallTimer timer("cudaGraphInstantiate(&exec, graph, 0)", __FILE__, __LINE__);
-        return cudaGraphInstantiate(&exec, graph, 0);
-      }();
-      code != cudaSuccess)
+  if (const cudaError_t code = KVTWIN_CUDA_TIMED(cudaGraphInstantiate(&exec, graph, 0)); code != cudaSuccess)
     return cuda_error(code, "cudaGraphInstantiate(&exec, graph, 0)", __FILE__, __LINE__);
   return exec;
 }
