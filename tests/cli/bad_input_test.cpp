@@ -18,6 +18,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "tests/cli/scratch_folder.h"
+
 namespace {
 
 using ::testing::HasSubstr;
@@ -43,13 +45,7 @@ std::string read_file(const fs::path& p) {
   return s.str();
 }
 
-fs::path scratch() {
-  const char* name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  const fs::path dir = fs::temp_directory_path() / ("kvtwin-bad-input-" + std::to_string(::getpid()) + "-" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path scratch() { return kvtwin::cli_test::scratch_folder("kvtwin-bad-input"); }
 
 std::string binary() {
   const char* dir = std::getenv("KVTWIN_BINARY_DIR");

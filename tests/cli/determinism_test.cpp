@@ -16,6 +16,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "tests/cli/scratch_folder.h"
 #include <nlohmann/json.hpp>
 
 namespace {
@@ -42,13 +44,7 @@ std::string read_file(const fs::path& p) {
   return s.str();
 }
 
-fs::path scratch() {
-  const char* name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  const fs::path dir = fs::temp_directory_path() / ("kvtwin-determinism-" + std::to_string(::getpid()) + "-" + name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
+fs::path scratch() { return kvtwin::cli_test::scratch_folder("kvtwin-determinism"); }
 
 CliRun kvtwin(const std::vector<std::string>& args) {
   const char* bin_dir = std::getenv("KVTWIN_BINARY_DIR");
