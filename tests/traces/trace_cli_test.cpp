@@ -399,6 +399,32 @@ TEST(CheckCli, ASmallGateRunsSkipsByNameAndWritesReports) {
   EXPECT_EQ(x.failures, 0);
 }
 
+// KVTWIN_GATE_NICE (how much lower the threads off the gate's critical path run): a value outside
+// 0..19 is said once and the default used; the results are the same with every value.
+TEST(CheckCli, AGateNiceOutsideItsRangeIsSaidOnceAndChangesNoResult) {
+  const fs::path dir = scratch();
+  const std::vector<std::string> args = {"check", "--cases", "1", "--random-cases", "1", "--ops", "20",
+                                         "--traces-dir", empty_dir(dir), "--samples-dir", empty_dir(dir),
+                                         "--quiet"};
+  const auto digest = [](const std::string& out) {
+    const std::size_t at = out.find("digest ");
+    return at == std::string::npos ? std::string() : out.substr(at, 23);
+  };
+  CliRun bad = kvtwin(args, "KVTWIN_GATE_NICE=high");
+  ASSERT_EQ(bad.exit_code, 0) << bad.out << bad.err;
+  const std::string said = "kvtwin check: KVTWIN_GATE_NICE='high' is not a whole number from 0 to 19; using 10\n";
+  EXPECT_THAT(bad.err, HasSubstr(said));
+  EXPECT_EQ(bad.err.find(said), bad.err.rfind(said)) << "said once, not once a thread";
+  CliRun off = kvtwin(args, "KVTWIN_GATE_NICE=0");
+  ASSERT_EQ(off.exit_code, 0) << off.out << off.err;
+  EXPECT_THAT(off.err, Not(HasSubstr("KVTWIN_GATE_NICE")));
+  CliRun lowest = kvtwin(args, "KVTWIN_GATE_NICE=19");
+  ASSERT_EQ(lowest.exit_code, 0) << lowest.out << lowest.err;
+  EXPECT_FALSE(digest(off.out).empty()) << off.out;
+  EXPECT_EQ(digest(bad.out), digest(off.out));
+  EXPECT_EQ(digest(lowest.out), digest(off.out));
+}
+
 TEST(CheckCli, ShardsPartitionTheWorkAndBadUsageExitsTwo) {
   const fs::path dir = scratch();
   std::set<std::string> seen;

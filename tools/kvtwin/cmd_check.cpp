@@ -31,12 +31,15 @@
 
 #if defined(__linux__)
 #include <sys/resource.h>
+
+#include <cerrno>
 #endif
 
 #include <nlohmann/json.hpp>
 
 #include "core/check.h"
 #include "core/files.h"
+#include "core/printable.h"
 #include "tools/kvtwin/check_report.h"
 #include "tools/kvtwin/html_report.h"
 #include "tools/kvtwin/command.h"
@@ -526,26 +529,34 @@ std::vector<Item> gate_items(const CheckOptions& o, const GateSetup& g) {
   return items;
 }
 
-// The nice value a gate thread takes once it runs an item other than a request slice: the request
-// slices are the gate's longest items, started first, and side by side its wall (on an H100 the
-// four with bytes took 3.8-4.0 s from the start while the properties had all ended at 3.46 s), so
-// the threads off that path yield the cores to them. KVTWIN_GATE_NICE=N (0 to 19) sets it; 0 leaves
-// every thread as it is. Only a run's speed depends on it: no item's result depends on when it
-// runs. Linux only, where a nice value is a thread's own (elsewhere it would be the process's).
+// How much lower a gate thread's priority goes once it runs an item other than a request slice
+// (nice values): the request slices are the gate's longest items, started first, and side by side
+// its wall (on an H100 the four with bytes took 3.8-4.0 s from the start while the properties had
+// all ended at 3.46 s), so the threads off that path yield the cores to them. KVTWIN_GATE_NICE=N
+// (0 to 19) sets it; 0 leaves every thread as it is; anything else is said and ignored. Only a
+// run's speed depends on it: no item's result depends on when it runs. Linux only, where a nice
+// value is a thread's own (elsewhere it would be the process's).
 int gate_nice_off_critical_path() {
   constexpr int kDefault = 10;
   const char* v = std::getenv("KVTWIN_GATE_NICE");
   if (v == nullptr) return kDefault;
   char* end = nullptr;
   const long n = std::strtol(v, &end, 10);
-  return end != v && *end == '\0' && n >= 0 && n <= 19 ? static_cast<int>(n) : kDefault;
+  if (end != v && *end == '\0' && n >= 0 && n <= 19) return static_cast<int>(n);
+  std::fprintf(stderr, "kvtwin check: KVTWIN_GATE_NICE='%s' is not a whole number from 0 to 19; using %d\n",
+               printable(v).c_str(), kDefault);
+  return kDefault;
 }
 
-// Lowers the calling thread's priority to `nice` (a refusal leaves it as it is); threads it starts
-// afterwards (a runner's second player) inherit it.
-void lower_this_threads_priority([[maybe_unused]] int nice) {
+// Lowers the calling thread's priority by `by` nice values, to 19 at most (a refusal leaves it as it
+// is); threads it starts afterwards (a runner's second player) inherit it.
+void lower_this_threads_priority([[maybe_unused]] int by) {
 #if defined(__linux__)
-  if (nice > 0) (void)setpriority(PRIO_PROCESS, 0, nice);  // PRIO_PROCESS 0: this thread, on Linux
+  if (by <= 0) return;
+  errno = 0;
+  const int now = getpriority(PRIO_PROCESS, 0);  // PRIO_PROCESS 0: this thread, on Linux
+  if (now == -1 && errno != 0) return;
+  (void)setpriority(PRIO_PROCESS, 0, std::min(19, now + by));
 #endif
 }
 
@@ -672,7 +683,8 @@ int run_check(const CheckOptions& o, const std::string& command) {
               backend_names.c_str(), jobs);
   std::fflush(stdout);
   timeline.mark("set-up done, items start");
-  // With --seconds every property item runs to its share of the time: its priority stays.
+  // With --seconds every property item runs to its share of the time: its priority stays. Read
+  // once, before the threads start (a bad value is said once).
   run_items(items, longest_first(items, mine), jobs, false, o.quiet, "kvtwin check --seed " + std::to_string(o.seed),
             std::nullopt, o.seconds == 0 ? gate_nice_off_critical_path() : 0);
   timeline.mark("items done");
