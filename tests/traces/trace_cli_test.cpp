@@ -425,6 +425,27 @@ TEST(CheckCli, AGateNiceOutsideItsRangeIsSaidOnceAndChangesNoResult) {
   EXPECT_EQ(digest(lowest.out), digest(off.out));
 }
 
+// KVTWIN_PROFILE=1: after the items, each part's item-seconds and when its last item ended, and
+// the item that ended last (the part that bounds the run's wall).
+TEST(CheckCli, TheProfileNamesWhenEachPartEndedAndTheLastItem) {
+  const fs::path dir = scratch();
+  CliRun r = kvtwin({"check", "--cases", "1", "--random-cases", "1", "--ops", "20", "--traces-dir", empty_dir(dir),
+                     "--samples-dir", empty_dir(dir), "--quiet"},
+                    "KVTWIN_PROFILE=1");
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  for (const char* part : {"properties", "regress", "requests"})
+    EXPECT_THAT(r.err, ::testing::ContainsRegex(std::string("kvtwin profile: part ") + part +
+                                                ": [0-9]+ items, [0-9.]+ item-seconds, the last ended at [0-9.]+ s \\("))
+        << r.err;
+  EXPECT_THAT(r.err, ::testing::ContainsRegex("kvtwin profile: the last item to end: [a-z]+: .* \\(started at [0-9.]+ "
+                                              "s, ended at [0-9.]+ s\\)"))
+      << r.err;
+  CliRun quiet = kvtwin({"check", "--cases", "1", "--random-cases", "1", "--ops", "20", "--traces-dir", empty_dir(dir),
+                         "--samples-dir", empty_dir(dir), "--quiet"});
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.out << quiet.err;
+  EXPECT_THAT(quiet.err, Not(HasSubstr("kvtwin profile:"))) << "only with KVTWIN_PROFILE";
+}
+
 TEST(CheckCli, ShardsPartitionTheWorkAndBadUsageExitsTwo) {
   const fs::path dir = scratch();
   std::set<std::string> seen;

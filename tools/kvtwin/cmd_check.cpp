@@ -560,6 +560,45 @@ void lower_this_threads_priority([[maybe_unused]] int by) {
 #endif
 }
 
+// With KVTWIN_PROFILE=1, once the items have run: each part's item-seconds and when its last item
+// ended, then the item that ended last. Whichever part ends last bounds the run's wall: its items
+// are the ones to shorten (side by side on a fast host, the request slices; where the properties
+// end last, their sum over the threads).
+void print_parts_profile(const std::vector<Item>& items, const std::vector<std::size_t>& mine,
+                         const std::vector<double>& started_at) {
+  struct Part {
+    std::size_t items = 0;
+    double item_seconds = 0, last_end = 0;
+    std::string last;
+  };
+  std::map<std::string, Part> parts;  // by name: a fixed order
+  const Item* last_item = nullptr;
+  double last_end = 0, last_start = 0;
+  for (std::size_t k = 0; k < mine.size(); ++k) {
+    if (started_at[k] < 0) continue;  // not started (a deadline, an earlier failure)
+    const Item& item = items[mine[k]];
+    const double end = started_at[k] + item.result.seconds;
+    Part& part = parts[item.part];
+    ++part.items;
+    part.item_seconds += item.result.seconds;
+    if (end >= part.last_end) {
+      part.last_end = end;
+      part.last = item.name;
+    }
+    if (last_item == nullptr || end >= last_end) {
+      last_item = &item;
+      last_end = end;
+      last_start = started_at[k];
+    }
+  }
+  for (const auto& [name, part] : parts)
+    std::fprintf(stderr, "kvtwin profile: part %s: %zu items, %.3f item-seconds, the last ended at %.3f s (%s)\n",
+                 name.c_str(), part.items, part.item_seconds, part.last_end, part.last.c_str());
+  if (last_item != nullptr)
+    std::fprintf(stderr, "kvtwin profile: the last item to end: %s: %s (started at %.3f s, ended at %.3f s)\n",
+                 last_item->part.c_str(), last_item->name.c_str(), last_start, last_end);
+}
+
 // Runs the items `mine` on `jobs` threads (reported in item order). With `stop_at_first_failure`
 // no item after the earliest failed one is started, so the failure reported is the same for
 // every number of threads. Each worker names its case in the failure context (check.h). With
@@ -577,6 +616,7 @@ void run_items(std::vector<Item>& items, const std::vector<std::size_t>& mine, s
   // KVTWIN_PROFILE=1: each item's start and length, to stderr (which item ends the run).
   const bool profile = std::getenv("KVTWIN_PROFILE") != nullptr;
   const auto run_start = std::chrono::steady_clock::now();
+  std::vector<double> started_at(mine.size(), -1.0);  // seconds since run_start; each slot one worker's
   const auto worker = [&] {
     bool lowered = false;
     for (std::size_t k = next++; k < mine.size(); k = next++) {
@@ -597,10 +637,10 @@ void run_items(std::vector<Item>& items, const std::vector<std::size_t>& mine, s
       }
       item.result.ran = true;
       item.result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      started_at[k] = std::chrono::duration<double>(t0 - run_start).count();
       if (profile)
-        std::fprintf(stderr, "kvtwin profile: item started at %.3f s, took %.3f s: %s: %s\n",
-                     std::chrono::duration<double>(t0 - run_start).count(), item.result.seconds, item.part.c_str(),
-                     item.name.c_str());
+        std::fprintf(stderr, "kvtwin profile: item started at %.3f s, took %.3f s: %s: %s\n", started_at[k],
+                     item.result.seconds, item.part.c_str(), item.name.c_str());
       if (item.result.state == ItemResult::State::failed) {
         std::size_t seen = first_failed.load();
         while (k < seen && !first_failed.compare_exchange_weak(seen, k)) {
@@ -618,6 +658,7 @@ void run_items(std::vector<Item>& items, const std::vector<std::size_t>& mine, s
   worker();
   for (std::thread& t : threads) t.join();
   bar.finish();
+  if (profile) print_parts_profile(items, mine, started_at);
 }
 
 // The order the gate starts its items in: the request slices first (the longest items), then the
