@@ -6,7 +6,11 @@
 # alternated on one machine for --rounds rounds and every ratio is taken within its round. Each
 # run's wall time, exit status and digest are printed; then each round's ratio, and the lowest,
 # median and highest. `--also LABEL=PATH` adds another kvtwin binary's side-by-side gate to every
-# round (a previous build, a branch), so two builds are compared in the same rounds too. A run
+# round (a previous build, a branch), so two builds are compared in the same rounds too;
+# `--also-env LABEL='VAR=VALUE ...'` adds this build's side-by-side gate with those environment
+# assignments (a switch such as KVTWIN_GATE_NICE=0), and `--model-also-env LABEL='VAR=VALUE ...'`
+# this build's model-only gate with them (a switch that acts on both gates moves the ratio only
+# by what it does to each: compare both). A run
 # that fails stops the script, and one whose digest differs from its binary's first run makes it
 # exit 1: a ratio of runs that did not do the same work means nothing. It is a benchmark, not a test:
 # nothing in the test suite waits on the clock.
@@ -14,6 +18,7 @@
 #   tools/bench/gate_ratio.sh                                      # build/default's kvtwin, 3 rounds
 #   tools/bench/gate_ratio.sh --rounds 5 --also before=/tmp/kvtwin-main --traces-dir ../shared/traces-external
 #   tools/bench/gate_ratio.sh --backend model                      # no device: the model-only gate's spread
+#   tools/bench/gate_ratio.sh --also-env nice0='KVTWIN_GATE_NICE=0' --model-also-env mnice0='KVTWIN_GATE_NICE=0'
 #
 # Each run's output goes to OUT/LABEL-ROUND.log (OUT: --out, default kvtwin-out/gate-ratio).
 # Needs bash and awk only (the device machines have no python or bc guaranteed).
@@ -28,11 +33,32 @@ out="kvtwin-out/gate-ratio"
 side_backend="both"
 also_labels=()
 also_paths=()
+also_envs=()      # per --also*: the environment assignments ("" for none)
+also_backends=()  # per --also*: "side" (the side-by-side backend) or "model"
 extra=()
+
+# Checks and records an --also* label (letters, digits, '.', '_' or '-', not model or side, not given twice).
+add_label() {
+  [[ "$1" =~ ^[A-Za-z0-9_.-]+$ && "$1" != model && "$1" != side ]] ||
+    { echo "gate_ratio.sh: error: an --also label is letters, digits, '.', '_' or '-', not model or side; got '$1'" >&2; exit 2; }
+  [[ " ${also_labels[*]} " != *" $1 "* ]] ||
+    { echo "gate_ratio.sh: error: --also label '$1' given twice" >&2; exit 2; }
+  also_labels+=("$1")
+}
+# Checks environment assignments: VAR=VALUE words, none with a space in its value.
+check_env() {
+  local word
+  for word in $1; do
+    [[ "$word" =~ ^[A-Za-z_][A-Za-z0-9_]*= ]] ||
+      { echo "gate_ratio.sh: error: '$word' in '$1' is not an environment assignment VAR=VALUE" >&2; exit 2; }
+  done
+  [[ -n "$1" ]] || { echo "gate_ratio.sh: error: an --also-env needs at least one VAR=VALUE" >&2; exit 2; }
+}
 
 usage() {
   sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
   echo "Options: --kvtwin PATH  --rounds N  --traces-dir DIR  --out DIR  --also LABEL=PATH  --backend both|model"
+  echo "         --also-env LABEL='VAR=VALUE ...'  --model-also-env LABEL='VAR=VALUE ...'"
   echo "         -- ARGS...   (passed to every kvtwin check)"
 }
 
@@ -43,12 +69,17 @@ while [[ $# -gt 0 ]]; do
     --traces-dir) traces_dir="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
     --backend) side_backend="$2"; shift 2 ;;
-    --also)
-      [[ "$2" =~ ^[A-Za-z0-9_.-]+= && "${2%%=*}" != model && "${2%%=*}" != side ]] ||
-        { echo "gate_ratio.sh: error: --also takes LABEL=PATH (a label of letters, digits, '.', '_' or '-', not model or side), got '$2'" >&2; exit 2; }
-      [[ " ${also_labels[*]} " != *" ${2%%=*} "* ]] ||
-        { echo "gate_ratio.sh: error: --also label '${2%%=*}' given twice" >&2; exit 2; }
-      also_labels+=("${2%%=*}"); also_paths+=("${2#*=}"); shift 2 ;;
+    --also|--also-env|--model-also-env)
+      [[ "${2:-}" == *=* ]] || { echo "gate_ratio.sh: error: $1 takes LABEL=..., got '${2:-}'" >&2; exit 2; }
+      add_label "${2%%=*}"
+      if [[ "$1" == --also ]]; then
+        also_paths+=("${2#*=}"); also_envs+=(""); also_backends+=(side)
+      else
+        check_env "${2#*=}"
+        also_paths+=(""); also_envs+=("${2#*=}")
+        if [[ "$1" == --also-env ]]; then also_backends+=(side); else also_backends+=(model); fi
+      fi
+      shift 2 ;;
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "gate_ratio.sh: error: unknown option '$1' (see --help)" >&2; exit 2 ;;
@@ -57,6 +88,7 @@ done
 [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || { echo "gate_ratio.sh: error: --rounds takes a positive whole number, got '$rounds'" >&2; exit 2; }
 [[ "$side_backend" == both || "$side_backend" == model ]] ||
   { echo "gate_ratio.sh: error: --backend is both or model, got '$side_backend'" >&2; exit 2; }
+for i in "${!also_paths[@]}"; do [[ -n "${also_paths[$i]}" ]] || also_paths[$i]=$kvtwin; done
 for bin in "$kvtwin" "${also_paths[@]}"; do
   [[ -x "$bin" ]] || { echo "gate_ratio.sh: error: no kvtwin binary at '$bin' (build it, or give --kvtwin)" >&2; exit 2; }
 done
@@ -69,8 +101,10 @@ common+=("${extra[@]}")
 labels=(model side)
 bins=("$kvtwin" "$kvtwin")
 backends=(model "$side_backend")
+envs=("" "")
 for i in "${!also_labels[@]}"; do
-  labels+=("${also_labels[$i]}"); bins+=("${also_paths[$i]}"); backends+=("$side_backend")
+  labels+=("${also_labels[$i]}"); bins+=("${also_paths[$i]}"); envs+=("${also_envs[$i]}")
+  if [[ "${also_backends[$i]}" == model ]]; then backends+=(model); else backends+=("$side_backend"); fi
 done
 
 declare -A first_digest wall
@@ -82,13 +116,14 @@ for ((r = 1; r <= rounds; ++r)); do
     log="$out/$label-$r.log"
     t0=$(date +%s.%N)
     rc=0
-    "${bins[$i]}" "${common[@]}" --backend "${backends[$i]}" >"$log" 2>&1 || rc=$?
+    # shellcheck disable=SC2086  # the assignments are words (check_env)
+    env ${envs[$i]} "${bins[$i]}" "${common[@]}" --backend "${backends[$i]}" >"$log" 2>&1 || rc=$?
     t1=$(date +%s.%N)
     seconds=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f", b - a }')
     digest=$(grep -o 'digest [0-9a-f]*' "$log" | head -1 | cut -d' ' -f2 || true)
     wall[$label,$r]=$seconds
     note=""
-    key="${bins[$i]}|${backends[$i]}"
+    key="${bins[$i]}|${backends[$i]}|${envs[$i]}"
     if [[ $rc -ne 0 ]]; then
       note="  FAILED (exit $rc; see $log)"
     elif [[ -z "$digest" ]]; then
