@@ -15,6 +15,7 @@
 
 #include "core/check.h"
 #include "core/oracle.h"
+#include "core/profile_switch.h"
 #include "core/table_check.h"
 #include "traces/player_thread.h"
 #include "traces/pool_trace.h"
@@ -82,11 +83,6 @@ struct RunProfile {
 };
 
 namespace {
-
-bool profile_requested() {
-  const char* v = std::getenv("KVTWIN_PROFILE");
-  return v != nullptr && std::string_view(v) == "1";
-}
 
 // The calling thread's CPU time so far, in seconds.
 double thread_cpu_seconds() {

@@ -20,6 +20,7 @@
 // Exit: 0 everything passed, 1 something failed, 2 bad usage.
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstdio>
@@ -31,8 +32,6 @@
 
 #if defined(__linux__)
 #include <sys/resource.h>
-
-#include <cerrno>
 #endif
 
 #include <nlohmann/json.hpp>
@@ -40,6 +39,7 @@
 #include "core/check.h"
 #include "core/files.h"
 #include "core/printable.h"
+#include "core/profile_switch.h"
 #include "tools/kvtwin/check_report.h"
 #include "tools/kvtwin/html_report.h"
 #include "tools/kvtwin/command.h"
@@ -614,7 +614,7 @@ void run_items(std::vector<Item>& items, const std::vector<std::size_t>& mine, s
   std::mutex progress_mutex;
   ProgressBar bar(quiet ? "" : "check");
   // KVTWIN_PROFILE=1: each item's start and length, to stderr (which item ends the run).
-  const bool profile = std::getenv("KVTWIN_PROFILE") != nullptr;
+  const bool profile = profile_requested();
   const auto run_start = std::chrono::steady_clock::now();
   std::vector<double> started_at(mine.size(), -1.0);  // seconds since run_start; each slot one worker's
   const auto worker = [&] {
@@ -685,7 +685,7 @@ std::vector<std::size_t> longest_first(const std::vector<Item>& items, std::vect
 // wall time, its exit).
 class GateTimeline {
  public:
-  GateTimeline() : on_(std::getenv("KVTWIN_PROFILE") != nullptr) {}
+  GateTimeline() : on_(profile_requested()) {}
   void mark(const char* stage) {
     if (!on_) return;
     std::fprintf(stderr, "kvtwin profile: gate %s at %.3f s\n", stage,

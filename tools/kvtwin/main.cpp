@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "core/files.h"
+#include "core/profile_switch.h"
 #include "tools/kvtwin/command.h"
 #include "tools/kvtwin/options.h"
 
@@ -63,7 +64,7 @@ int main(int argc, char** argv) {
       // blocks freed one by one, the CUDA context destroyed), which the driver and the operating
       // system do at once at exit: 0.05 to 0.35 s of the side-by-side gate on an H100. Where exit
       // handlers report something (KVTWIN_PROFILE=1's profiles, a sanitizer's leak check) it tears down.
-      if (!kExitHandlersReport && std::getenv("KVTWIN_PROFILE") == nullptr) {
+      if (!kExitHandlersReport && !kvtwin::profile_requested()) {
         std::fflush(nullptr);
         std::_Exit(code);
       }
