@@ -223,22 +223,50 @@ Runner::~Runner() {
 Runner::Runner(Runner&&) noexcept = default;
 Runner& Runner::operator=(Runner&&) noexcept = default;
 
-void Runner::decide_ahead(const Op& op) {
-  // After the build: a replay's observers join the runner once its pool is built.
-  if (ahead_decided_ || std::holds_alternative<BuildPool>(op)) return;
+bool Runner::decide_ahead(const Op& op) {
+  if (ahead_decided_) return true;
+  const bool build = std::holds_alternative<BuildPool>(op);
+  if (!ahead_) {
+    const char* off = std::getenv("KVTWIN_SECOND_AHEAD");
+    if (!cadence_.second_ahead || (off != nullptr && std::string_view(off) == "0") || !defers()) {
+      ahead_decided_ = true;
+      return true;
+    }
+    // What the runner would call of the second on this thread, between checkpoints: nothing.
+    const Player& second = players_[1];
+    if (second.verify_changed || second.touched || second.touched_digest || second.state_digest ||
+        second.describe_byte || (second.verify && !second.verify_at_checkpoints_only)) {
+      ahead_decided_ = true;
+      return true;
+    }
+  }
+  const bool an_observer_reads_second = std::any_of(
+      observers_.begin(), observers_.end(), [this](const RunObserver* o) { return o->reads_second(*this); });
+  if (build) {
+    // The build plays ahead too, where nothing read the second so far: the device's build (its
+    // first on a thread is the driver's start-up, tenths of a second under contention) overlaps
+    // the first's build and ops instead of holding them. Decided only at the first op after the
+    // builds: a replay's observers join once its pool is built (below).
+    if (!ahead_ && !an_observer_reads_second) {
+      ahead_ = std::make_unique<Ahead>();
+      plays_ahead_ = true;
+    }
+    return true;
+  }
   ahead_decided_ = true;
-  const char* off = std::getenv("KVTWIN_SECOND_AHEAD");
-  if (!cadence_.second_ahead || (off != nullptr && std::string_view(off) == "0")) return;
-  if (!defers() || std::any_of(observers_.begin(), observers_.end(),
-                                [this](const RunObserver* o) { return o->reads_second(*this); }))
-    return;
-  // What the runner would call of the second on this thread, between checkpoints: nothing.
-  const Player& second = players_[1];
-  if (second.verify_changed || second.touched || second.touched_digest || second.state_digest || second.describe_byte ||
-      (second.verify && !second.verify_at_checkpoints_only))
-    return;
-  ahead_ = std::make_unique<Ahead>();
-  plays_ahead_ = true;
+  if (!ahead_) {
+    if (an_observer_reads_second) return true;
+    ahead_ = std::make_unique<Ahead>();
+    plays_ahead_ = true;
+    return true;
+  }
+  if (!an_observer_reads_second && plays_ahead_) return true;
+  // An observer that reads the second joined after the builds played ahead: what they answered is
+  // compared now, and the run plays in step from here, on this thread.
+  plays_ahead_ = false;
+  const bool settled = settle_deferred();
+  ahead_.reset();
+  return settled;
 }
 
 bool Runner::post_second_apply(const OpResult& first, const std::optional<OpResult>& expect) {
@@ -904,7 +932,10 @@ std::optional<OpResult> Runner::play_and_check(const Op& op, const std::optional
     if (failure_->op.empty()) failure_->op = op_to_line(op, std::nullopt);  // a deferred one names its own op
     return true;
   };
-  decide_ahead(op);
+  if (!decide_ahead(op)) {
+    failed(false);
+    return std::nullopt;
+  }
   std::vector<OpResult>& results = results_;
   results.clear();
   {

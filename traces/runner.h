@@ -318,9 +318,12 @@ class Runner {
   // The second player ahead (CheckCadence::second_ahead): its thread and what it answered.
   struct Ahead;
   std::unique_ptr<Ahead> ahead_;  // while it lives, every call of the second runs on its thread
-  bool ahead_decided_ = false;    // at the first op after a build
+  bool ahead_decided_ = false;    // at the run's first op other than a build
   bool plays_ahead_ = false;      // ops are posted, not played in step (off once an observer that reads the second joins)
-  void decide_ahead(const Op& op);
+  // Whether the second plays ahead: its builds at the run's start already, the rest decided at
+  // the first op after them, when a replay's observers have joined. False when the builds played
+  // ahead are compared there (an observer that reads the second joined) and differ.
+  bool decide_ahead(const Op& op);
   // Posts the op's apply on the second player's thread and defers the comparison of its answer
   // with the first's (false when the window that closes differs).
   bool post_second_apply(const OpResult& first, const std::optional<OpResult>& expect);

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "core/backend.h"
@@ -46,9 +48,27 @@ class FarAway final : public Forwarding {
     }
     if (fail_checkpoints && std::holds_alternative<Checkpoint>(op))
       return make_error(ErrorKind::environment, "the machine failed (a test's far backend)");
+    if (std::holds_alternative<BuildPool>(op)) {
+      build_thread = std::this_thread::get_id();
+      if (build_waits_for_first != 0 && first_applied != nullptr) {
+        // Played in step, the first cannot go on while this waits: the bound only keeps such a
+        // test from hanging.
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+        while (first_applied->load() < build_waits_for_first && std::chrono::steady_clock::now() < give_up)
+          std::this_thread::yield();
+        build_saw_first_go_on = first_applied->load() >= build_waits_for_first;
+      }
+      if (fail_builds) return make_error(ErrorKind::environment, "the machine failed to build (a test's far backend)");
+    }
     return Forwarding::apply(op);
   }
   bool fail_checkpoints = false;  // every checkpoint answers as a machine failure
+  bool fail_builds = false;       // every build answers as a machine failure
+  std::thread::id build_thread;   // the thread that played its last build
+  // With first_applied: a build waits until the first has applied this many ops, which it can only
+  // do while the build is played ahead; build_saw_first_go_on says whether it did.
+  std::uint64_t build_waits_for_first = 0;
+  bool build_saw_first_go_on = false;
   // With first_applied (the first player's count of ops applied): the ops this one applied after
   // the first had applied a later one, as a second player ahead of the checks does.
   const std::atomic<std::uint64_t>* first_applied = nullptr;

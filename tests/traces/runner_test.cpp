@@ -7,8 +7,10 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -433,8 +435,12 @@ TEST(Runner, ADeferredBytesDifferenceIsFoundByTheNextCheckpoint) {
 // As the GPU is played beside the model: the far copy is a bare backend whose own verify runs at
 // checkpoints only, so the runner plays it ahead of the checks (second_ahead) unless told not to.
 // `late`: how many of its ops it applied after the model had applied a later one.
+// `far_setup` sets the far copy's switches before the run, `far_seen` reads it after.
 ReplayReport replay_gpu_like_pair(const PoolTrace& t, const std::string& fault, CheckCadence cadence,
-                                  std::uint64_t* late = nullptr, bool fail_checkpoints = false) {
+                                  std::uint64_t* late = nullptr, bool fail_checkpoints = false,
+                                  const std::function<void(FarAway&)>& far_setup = {},
+                                  const std::function<void(const FarAway&)>& far_seen = {},
+                                  const ObserverFactory& observers = {}) {
   BackendSet b;
   auto plain = std::make_unique<sim::Model>();
   std::unique_ptr<sim::Model> other = model_with(fault);
@@ -454,9 +460,12 @@ ReplayReport replay_gpu_like_pair(const PoolTrace& t, const std::string& fault, 
   b.owned.push_back(std::move(other));
   b.owned.push_back(std::move(counting));
   b.owned.push_back(std::move(far));
-  ReplayReport r = replay_on(t, b, cadence);
+  if (far_setup) far_setup(*far_raw);
+  Result<ReplayReport> played = replay_lines(t.header, t.lines, b, cadence, "t.jsonl", observers);
+  KVTWIN_CHECK(played.ok(), played.ok() ? "" : played.error().message);
   if (late != nullptr) *late = far_raw->applied_late;
-  return r;
+  if (far_seen) far_seen(*far_raw);
+  return *played;
 }
 
 // What a failure report says, less the lead a deferred comparison adds about the state when the
@@ -552,6 +561,79 @@ TEST(Runner, AnAnswerPlayedAheadFailsTheRunBeforeTheEndsOwnChecks) {
     ASSERT_FALSE(r.passed());
     EXPECT_EQ(r.failure->check, "results") << (ahead ? "ahead" : "in step");
     EXPECT_EQ(r.failure->line, 4u) << (ahead ? "ahead" : "in step");
+  }
+}
+
+TEST(Runner, ASecondPlayerAheadPlaysItsBuildAheadTooAndFailsThereAsInStep) {
+  // The far copy's build is played ahead (on the GPU the driver's start-up, tenths of a second
+  // under contention, which the first player need not wait for): it waits until the first has
+  // played the trace's first line, which the first could not do were the build in step. A build
+  // it fails is the run's first failure, at the same step and with the same check as in step.
+  const PoolTrace t = parse(docs_example());
+  for (const bool fail_builds : {false, true}) {
+    std::string verdicts[2];
+    for (const bool ahead : {true, false}) {
+      CheckCadence cadence;
+      cadence.second_ahead = ahead;
+      std::thread::id built_on;
+      bool first_went_on = false;
+      const ReplayReport r = replay_gpu_like_pair(
+          t, "", cadence, nullptr, false,
+          [&](FarAway& far) {
+            far.fail_builds = fail_builds;
+            if (ahead) far.build_waits_for_first = 2;  // the first's build and its first line
+          },
+          [&](const FarAway& far) {
+            built_on = far.build_thread;
+            first_went_on = far.build_saw_first_go_on;
+          });
+      const std::string what = std::string(ahead ? "ahead" : "in step") + (fail_builds ? ", the build failing" : "");
+      if (ahead)
+        EXPECT_TRUE(first_went_on) << what << ": the first waited for the second's build";
+      else
+        EXPECT_EQ(built_on, std::this_thread::get_id()) << what;
+      EXPECT_EQ(r.passed(), !fail_builds) << what;
+      verdicts[ahead ? 0 : 1] = failure_without_lead(r);
+    }
+    EXPECT_EQ(verdicts[0], verdicts[1]);
+    if (fail_builds) {
+      EXPECT_THAT(verdicts[0], HasSubstr("step 0 environment"));
+      EXPECT_THAT(verdicts[0], HasSubstr("the machine failed to build"));
+    }
+  }
+}
+
+// An observer that reads the second player, as one a replay adds once its pool is built.
+struct ReadsTheSecond : RunObserver {
+  bool reads_second(const Runner&) const override { return true; }
+};
+
+TEST(Runner, AnObserverThatReadsTheSecondJoiningAfterTheBuildHasItComparedThenPlayedInStep) {
+  // The build was played ahead before the observer joined: its answer is compared at the next op,
+  // and from there the second plays in step (none of its ops after the first's later ones).
+  const PoolTrace t = parse(docs_example());
+  const ObserverFactory reads_second = [](const PoolConfig&) {
+    std::vector<std::unique_ptr<RunObserver>> v;
+    v.push_back(std::make_unique<ReadsTheSecond>());
+    return v;
+  };
+  for (const bool fail_builds : {false, true}) {
+    std::uint64_t late = 0;
+    const ReplayReport r = replay_gpu_like_pair(
+        t, "", CheckCadence{}, &late, false, [&](FarAway& far) { far.fail_builds = fail_builds; }, {}, reads_second);
+    EXPECT_EQ(late, 0u) << "played in step after the build";
+    if (!fail_builds) {
+      EXPECT_TRUE(r.passed()) << failure_without_lead(r);
+      EXPECT_EQ(r.stats.ops, t.lines.size() + 1);
+    } else {
+      // The first's build stood, so the observer joined; the second's failed build is found when it
+      // does, and the run ends there, at the build, as in step.
+      ASSERT_FALSE(r.passed());
+      EXPECT_EQ(r.failure->step, 0u);
+      EXPECT_EQ(r.failure->check, "environment");
+      EXPECT_THAT(r.failure->message, HasSubstr("the machine failed to build"));
+      EXPECT_EQ(r.stats.ops, 1u) << "nothing played after the build";
+    }
   }
 }
 
