@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -140,9 +141,10 @@ struct Runner::Ahead {
   std::size_t posted = 0;  // answers posted since the last window closed (the next one's index)
   bool broken = false;     // (the thread's) an answer that fails the run was given: play no more
   std::uint64_t stopped_at = 0;  // (the thread's) the step of that answer
-  // The window closed last, compared when the next one closes (close_window): its close task, and
-  // the second's answers to it, may still be queued on the thread.
-  std::unique_ptr<DeferredWindow> closed;
+  // The windows closed and not compared yet, oldest first: each is compared once windows_ahead
+  // more have closed after it (close_window); their close tasks, and the second's answers to
+  // them, may still be queued on the thread.
+  std::deque<std::unique_ptr<DeferredWindow>> closed;
   PlayerThread thread;     // last: it ends, running what is posted, before the answers and windows go
 
   ~Ahead();
@@ -247,17 +249,12 @@ bool Runner::decide_ahead(const Op& op) {
     // first on a thread is the driver's start-up, tenths of a second under contention) overlaps
     // the first's build and ops instead of holding them. Decided only at the first op after the
     // builds: a replay's observers join once its pool is built (below).
-    if (!ahead_ && !an_observer_reads_second) {
-      ahead_ = std::make_unique<Ahead>();
-      plays_ahead_ = true;
-    }
+    if (!ahead_ && !an_observer_reads_second) start_ahead();
     return true;
   }
   ahead_decided_ = true;
   if (!ahead_) {
-    if (an_observer_reads_second) return true;
-    ahead_ = std::make_unique<Ahead>();
-    plays_ahead_ = true;
+    if (!an_observer_reads_second) start_ahead();
     return true;
   }
   if (!an_observer_reads_second && plays_ahead_) return true;
@@ -267,6 +264,15 @@ bool Runner::decide_ahead(const Op& op) {
   const bool settled = settle_deferred();
   ahead_.reset();
   return settled;
+}
+
+void Runner::start_ahead() {
+  ahead_ = std::make_unique<Ahead>();
+  plays_ahead_ = true;
+  windows_ahead_ = std::max<std::uint64_t>(1, cadence_.windows_ahead);
+  // KVTWIN_WINDOWS_AHEAD=N measures another depth without a rebuild.
+  if (const char* n = std::getenv("KVTWIN_WINDOWS_AHEAD"); n != nullptr && std::atoi(n) > 0)
+    windows_ahead_ = static_cast<std::uint64_t>(std::atoi(n));
 }
 
 bool Runner::post_second_apply(const OpResult& first, const std::optional<OpResult>& expect) {
@@ -622,7 +628,7 @@ bool Runner::defers() const {
   return players_.size() == 2 && cadence_.compare_window > 1 && players_[1].backend->digests_are_far();
 }
 
-bool Runner::has_deferred() const { return !deferred_.empty() || (ahead_ && ahead_->closed); }
+bool Runner::has_deferred() const { return !deferred_.empty() || (ahead_ && !ahead_->closed.empty()); }
 
 Runner::DeferredWindow Runner::take_window() {
   DeferredWindow w;
@@ -633,9 +639,9 @@ Runner::DeferredWindow Runner::take_window() {
 }
 
 void Runner::drop_deferred() {
-  if (ahead_ && ahead_->closed) {
-    ahead_->thread.wait_for(ahead_->closed->ticket);  // its close task writes into it
-    ahead_->closed.reset();
+  if (ahead_ && !ahead_->closed.empty()) {
+    ahead_->thread.wait_for(ahead_->closed.back()->ticket);  // their close tasks write into them
+    ahead_->closed.clear();
   }
   deferred_.clear();
   deferred_ops_.clear();
@@ -644,15 +650,22 @@ void Runner::drop_deferred() {
 
 bool Runner::compare_closed(std::unique_ptr<DeferredWindow> closed) {
   if (!closed) return true;
-  ahead_->thread.wait_for(closed->ticket);
+  {
+    const PhaseTimer timer(profile_.get(), "settle deferred: wait for the second (ahead)");
+    ahead_->thread.wait_for(closed->ticket);
+  }
   if (compare_window(*closed)) return true;
   drop_deferred();  // the run's first failure is found: what was deferred after it is not compared
   return false;
 }
 
 bool Runner::settle_deferred() {
-  // The window closed last first (its comparisons are older), then the one still open.
-  if (ahead_ && !compare_closed(std::move(ahead_->closed))) return false;
+  // The windows closed first, oldest first (their comparisons are older), then the one still open.
+  while (ahead_ && !ahead_->closed.empty()) {
+    std::unique_ptr<DeferredWindow> oldest = std::move(ahead_->closed.front());
+    ahead_->closed.pop_front();
+    if (!compare_closed(std::move(oldest))) return false;
+  }
   if (deferred_.empty()) return true;
   DeferredWindow w = take_window();
   // Played ahead: everything posted has run, and its answers are this window's.
@@ -668,10 +681,11 @@ bool Runner::close_window() {
   if (!ahead_) return settle_deferred();
   // Played ahead: the window's last answers need not have been played yet. A task posted behind
   // them takes the answers and collects the second's digests on its thread, and the window is
-  // compared when the next one closes (or at a checkpoint, the end, or a failure: settle_deferred),
-  // so the runner does not wait at every window's end for the second to catch up; the window
-  // closed before this one is compared now. Comparisons stay in op order, and a failure names the
-  // same op, step and check as in step.
+  // compared once windows_ahead more have closed (or at a checkpoint, the end, or a failure:
+  // settle_deferred), so the runner does not wait at every window's end for the second to catch
+  // up, nor, with more than one, at the end of a window in which the second fell behind for a
+  // while (a burst of the driver's waits under contention); the oldest window closed is compared
+  // now. Comparisons stay in op order, and a failure names the same op, step and check as in step.
   const bool any_digest = deferred_digests_ != 0;
   auto window = std::make_unique<DeferredWindow>(take_window());
   Ahead* ahead = ahead_.get();
@@ -692,7 +706,11 @@ bool Runner::close_window() {
     }
   });
   ahead->posted = 0;
-  return compare_closed(std::exchange(ahead->closed, std::move(window)));
+  ahead->closed.push_back(std::move(window));
+  if (ahead->closed.size() <= windows_ahead_) return true;
+  std::unique_ptr<DeferredWindow> oldest = std::move(ahead->closed.front());
+  ahead->closed.pop_front();
+  return compare_closed(std::move(oldest));
 }
 
 bool Runner::compare_window(DeferredWindow& w) {

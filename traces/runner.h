@@ -168,6 +168,9 @@ struct CheckCadence {
   // (RunObserver::reads_second) plays in step. KVTWIN_SECOND_AHEAD=0 in the environment turns it
   // off, to measure what it saves.
   bool second_ahead = true;
+  // Played ahead: how many closed windows the second may be behind before the runner waits for
+  // it (each closed window is compared once this many more have closed after it).
+  std::uint64_t windows_ahead = 1;
 };
 
 // The verify cadence auto means for a pool of this configuration.
@@ -324,6 +327,8 @@ class Runner {
   // the first op after them, when a replay's observers have joined. False when the builds played
   // ahead are compared there (an observer that reads the second joined) and differ.
   bool decide_ahead(const Op& op);
+  void start_ahead();
+  std::uint64_t windows_ahead_ = 1;  // CheckCadence::windows_ahead, for the run played ahead
   // Posts the op's apply on the second player's thread and defers the comparison of its answer
   // with the first's (false when the window that closes differs).
   bool post_second_apply(const OpResult& first, const std::optional<OpResult>& expect);

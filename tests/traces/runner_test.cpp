@@ -501,13 +501,16 @@ TEST(Runner, ASecondPlayerAheadFailsWhereAndAsOneInStepDoes) {
           CheckCadence cadence;
           cadence.compare_window = window;
           cadence.tables_every = tables_every;
+          // Several windows behind where the windows are short, so that more than one is pending.
+          cadence.windows_ahead = window == 2u ? 3u : 1u;
           std::uint64_t late = 0;
           const ReplayReport ahead = replay_gpu_like_pair(trace, fault, cadence, &late);
           cadence.second_ahead = false;
           std::uint64_t in_step_late = 0;
           const ReplayReport in_step = replay_gpu_like_pair(trace, fault, cadence, &in_step_late);
           const std::string what = name + " with " + (fault.empty() ? "no fault" : fault) + ", window " +
-                                   std::to_string(window) + ", tables every " + std::to_string(tables_every);
+                                   std::to_string(window) + " (" + std::to_string(cadence.windows_ahead) +
+                                   " behind), tables every " + std::to_string(tables_every);
           EXPECT_EQ(in_step_late, 0u) << what;
           if (late > 0) ++runs_ahead;
           ASSERT_EQ(failure_without_lead(ahead), failure_without_lead(in_step)) << what;
