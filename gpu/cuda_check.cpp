@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/profile_switch.h"
 #include "core/rng.h"
 
 namespace kvtwin::gpu {
@@ -170,11 +171,6 @@ struct SiteTotals {
 std::mutex g_profile_mutex;
 std::map<std::pair<const char*, int>, SiteTotals> g_sites;  // printed by total, not by key order
 thread_local detail::CudaTimeOnThread t_cuda_time;
-
-bool profile_requested() {
-  const char* v = std::getenv("KVTWIN_PROFILE");
-  return v != nullptr && std::string_view(v) == "1";
-}
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

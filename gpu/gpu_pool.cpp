@@ -14,6 +14,7 @@
 #include <variant>
 
 #include "core/checked.h"
+#include "core/profile_switch.h"
 #include "core/reasons.h"
 #include "gpu/fault_layout.h"
 
@@ -111,8 +112,7 @@ class OpKindTimer {
 GpuPool::GpuPool(Faults faults) : faults_(faults) {
   const char* env = std::getenv("KVTWIN_GPU_SYNC_EACH_OP");
   sync_each_op_ = env != nullptr && std::string_view(env) == "1";
-  const char* profile = std::getenv("KVTWIN_PROFILE");
-  profile_ops_ = profile != nullptr && std::string_view(profile) == "1";
+  profile_ops_ = profile_requested();
 }
 
 GpuPool::~GpuPool() {

@@ -14,6 +14,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "core/profile_switch.h"
 #include "gpu/cuda_check.h"
 
 namespace kvtwin::gpu {
@@ -369,7 +370,7 @@ void drop_kept_memory() {
     KVTWIN_CUDA_WARN(cudaStreamDestroy(s));
     forget_stream(s);
   }
-  if (std::getenv("KVTWIN_PROFILE") != nullptr)
+  if (profile_requested())
     std::fprintf(stderr, "kvtwin profile: kept GPU memory given back at exit: %zu blocks, %zu graphs, %zu events, %zu streams in %.3f s\n",
                  blocks.size(), graphs.size(), events.size(), streams.size(),
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
