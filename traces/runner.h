@@ -169,8 +169,11 @@ struct CheckCadence {
   // off, to measure what it saves.
   bool second_ahead = true;
   // Played ahead: how many closed windows the second may be behind before the runner waits for
-  // it (each closed window is compared once this many more have closed after it).
-  std::uint64_t windows_ahead = 1;
+  // it (each closed window is compared once this many more have closed after it). With one, the
+  // gate's request slices waited 0.3-0.6 s each for a GPU whose calls come in bursts under the
+  // driver's contention; with four about half that (docs/gpu.md). A failure is named the same at
+  // any depth; a deeper one only plays further past it before it is found.
+  std::uint64_t windows_ahead = 4;
 };
 
 // The verify cadence auto means for a pool of this configuration.
