@@ -225,26 +225,24 @@ Runner::~Runner() {
 Runner::Runner(Runner&&) noexcept = default;
 Runner& Runner::operator=(Runner&&) noexcept = default;
 
+bool Runner::second_may_play_ahead() const {
+  const char* off = std::getenv("KVTWIN_SECOND_AHEAD");
+  if (!cadence_.second_ahead || (off != nullptr && std::string_view(off) == "0") || !defers()) return false;
+  // What the runner would call of the second on this thread, between checkpoints: nothing.
+  const Player& second = players_[1];
+  return !(second.verify_changed || second.touched || second.touched_digest || second.state_digest ||
+           second.describe_byte || (second.verify && !second.verify_at_checkpoints_only));
+}
+
 bool Runner::decide_ahead(const Op& op) {
   if (ahead_decided_) return true;
-  const bool build = std::holds_alternative<BuildPool>(op);
-  if (!ahead_) {
-    const char* off = std::getenv("KVTWIN_SECOND_AHEAD");
-    if (!cadence_.second_ahead || (off != nullptr && std::string_view(off) == "0") || !defers()) {
-      ahead_decided_ = true;
-      return true;
-    }
-    // What the runner would call of the second on this thread, between checkpoints: nothing.
-    const Player& second = players_[1];
-    if (second.verify_changed || second.touched || second.touched_digest || second.state_digest ||
-        second.describe_byte || (second.verify && !second.verify_at_checkpoints_only)) {
-      ahead_decided_ = true;
-      return true;
-    }
+  if (!ahead_ && !second_may_play_ahead()) {
+    ahead_decided_ = true;
+    return true;
   }
   const bool an_observer_reads_second = std::any_of(
       observers_.begin(), observers_.end(), [this](const RunObserver* o) { return o->reads_second(*this); });
-  if (build) {
+  if (std::holds_alternative<BuildPool>(op)) {
     // The build plays ahead too, where nothing read the second so far: the device's build (its
     // first on a thread is the driver's start-up, tenths of a second under contention) overlaps
     // the first's build and ops instead of holding them. Decided only at the first op after the
@@ -648,24 +646,22 @@ void Runner::drop_deferred() {
   deferred_digests_ = 0;
 }
 
-bool Runner::compare_closed(std::unique_ptr<DeferredWindow> closed) {
-  if (!closed) return true;
+bool Runner::compare_oldest_closed() {
+  const std::unique_ptr<DeferredWindow> oldest = std::move(ahead_->closed.front());
+  ahead_->closed.pop_front();
   {
     const PhaseTimer timer(profile_.get(), "settle deferred: wait for the second (ahead)");
-    ahead_->thread.wait_for(closed->ticket);
+    ahead_->thread.wait_for(oldest->ticket);
   }
-  if (compare_window(*closed)) return true;
+  if (compare_window(*oldest)) return true;
   drop_deferred();  // the run's first failure is found: what was deferred after it is not compared
   return false;
 }
 
 bool Runner::settle_deferred() {
   // The windows closed first, oldest first (their comparisons are older), then the one still open.
-  while (ahead_ && !ahead_->closed.empty()) {
-    std::unique_ptr<DeferredWindow> oldest = std::move(ahead_->closed.front());
-    ahead_->closed.pop_front();
-    if (!compare_closed(std::move(oldest))) return false;
-  }
+  while (ahead_ && !ahead_->closed.empty())
+    if (!compare_oldest_closed()) return false;
   if (deferred_.empty()) return true;
   DeferredWindow w = take_window();
   // Played ahead: everything posted has run, and its answers are this window's.
@@ -707,10 +703,7 @@ bool Runner::close_window() {
   });
   ahead->posted = 0;
   ahead->closed.push_back(std::move(window));
-  if (ahead->closed.size() <= windows_ahead_) return true;
-  std::unique_ptr<DeferredWindow> oldest = std::move(ahead->closed.front());
-  ahead->closed.pop_front();
-  return compare_closed(std::move(oldest));
+  return ahead->closed.size() <= windows_ahead_ || compare_oldest_closed();
 }
 
 bool Runner::compare_window(DeferredWindow& w) {

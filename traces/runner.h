@@ -273,9 +273,9 @@ class Runner {
   bool compare_window(DeferredWindow& w);
   // Drops every comparison still deferred (a failure was found before them).
   void drop_deferred();
-  // Played ahead: waits for a closed window's close task and compares it (true when there is
-  // none); a difference drops everything deferred after it.
-  bool compare_closed(std::unique_ptr<DeferredWindow> closed);
+  // Played ahead: takes the oldest closed window (there is one), waits for its close task and
+  // compares it; a difference drops everything deferred after it.
+  bool compare_oldest_closed();
   // Whether this run's digests of the second player are deferred (compare_window).
   bool defers() const;
   // The checks of one op (play() is this, then the deferred comparisons before a failure).
@@ -330,6 +330,9 @@ class Runner {
   // the first op after them, when a replay's observers have joined. False when the builds played
   // ahead are compared there (an observer that reads the second joined) and differ.
   bool decide_ahead(const Op& op);
+  // Whether nothing keeps the second in step but observers: the cadence, the environment, and what
+  // the runner would call of it between checkpoints.
+  bool second_may_play_ahead() const;
   void start_ahead();
   std::uint64_t windows_ahead_ = 1;  // CheckCadence::windows_ahead, for the run played ahead
   // Posts the op's apply on the second player's thread and defers the comparison of its answer
