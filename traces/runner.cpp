@@ -220,7 +220,9 @@ bool is_environment_failure(const OpResult& r) { return !r.ok() && r.error().kin
 }  // namespace
 
 Runner::~Runner() {
-  ahead_.reset();  // first: what is still posted runs while the profile and the players are here
+  // First: what is still posted runs while the profile and the players are here.
+  const PhaseTimer timer(ahead_ ? profile_.get() : nullptr, "end: the second's thread drained");
+  ahead_.reset();
 }
 Runner::Runner(Runner&&) noexcept = default;
 Runner& Runner::operator=(Runner&&) noexcept = default;
@@ -1057,7 +1059,11 @@ bool Runner::finish() {
   try {
     // The window first: a difference it holds is the run's first failure, before anything the
     // end's own checks find (played ahead, the second may have stopped at it).
-    if (!settle_deferred()) return false;
+    {
+      const PhaseTimer timer(profile_.get(), "finish: settle deferred");
+      if (!settle_deferred()) return false;
+    }
+    const PhaseTimer timer(profile_.get(), "finish: land transfers and check");
     // Compared side by side, the pools must show the same bytes: every copy still in flight lands
     // first, as at a checkpoint (a device synchronizes its copy streams; the model lands them in
     // submission order); the transfers themselves stay in flight.
